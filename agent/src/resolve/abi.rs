@@ -1,0 +1,1 @@
+//! Go register ABI (ABIInternal, amd64): where each parameter and result lives.

@@ -1,0 +1,95 @@
+//! The Go types gprobe can lay out under the register ABI, from a signature or from DWARF.
+
+use std::fmt;
+
+/// A Go type reduced to what the ABI and the decoder need: its shape, size and alignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GoType {
+    Bool,
+    /// int8..int64, uint8..uint64, int, uint, uintptr. `size` in bytes.
+    Int { size: u8, signed: bool },
+    Uintptr,
+    Float { size: u8 },
+    Complex { size: u8 },
+    String,
+    /// []T; `bytes` is true for []byte / []uint8, which can be captured as bytes.
+    Slice { bytes: bool },
+    /// `error`, `any`, `interface{...}` and named interfaces: two words (type/itab, data).
+    Interface,
+    /// Any pointer-shaped value: *T, map, chan, func, unsafe.Pointer.
+    Pointer,
+    Struct { fields: Vec<(String, GoType)>, size: u64, align: u64 },
+    Array { len: u64, elem: Box<GoType>, size: u64, align: u64 },
+}
+
+impl GoType {
+    pub fn size(&self) -> u64 {
+        match self {
+            GoType::Bool => 1,
+            GoType::Int { size, .. } | GoType::Float { size } => *size as u64,
+            GoType::Complex { size } => *size as u64,
+            GoType::Uintptr | GoType::Pointer => 8,
+            GoType::String | GoType::Interface => 16,
+            GoType::Slice { .. } => 24,
+            GoType::Struct { size, .. } | GoType::Array { size, .. } => *size,
+        }
+    }
+
+    pub fn align(&self) -> u64 {
+        match self {
+            GoType::Bool => 1,
+            GoType::Int { size, .. } | GoType::Float { size } => *size as u64,
+            GoType::Complex { size } => (*size as u64) / 2,
+            GoType::Uintptr | GoType::Pointer | GoType::String | GoType::Interface => 8,
+            GoType::Slice { .. } => 8,
+            GoType::Struct { align, .. } | GoType::Array { align, .. } => (*align).max(1),
+        }
+    }
+
+    /// Builds a struct type, computing Go's layout (fields aligned, size rounded to the
+    /// alignment; a trailing zero-size field is padded, as the Go compiler does).
+    pub fn new_struct(fields: Vec<(String, GoType)>) -> GoType {
+        let mut off = 0u64;
+        let mut align = 1u64;
+        for (_, f) in &fields {
+            let a = f.align();
+            align = align.max(a);
+            off = off.div_ceil(a) * a + f.size();
+        }
+        if fields.last().is_some_and(|(_, f)| f.size() == 0) && off > 0 {
+            off += 1;
+        }
+        let size = off.div_ceil(align) * align;
+        GoType::Struct { fields, size, align }
+    }
+
+    pub fn new_array(len: u64, elem: GoType) -> GoType {
+        let (size, align) = (elem.size() * len, elem.align());
+        GoType::Array {
+            len,
+            elem: Box::new(elem),
+            size,
+            align,
+        }
+    }
+}
+
+impl fmt::Display for GoType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GoType::Bool => write!(f, "bool"),
+            GoType::Int { size, signed: true } => write!(f, "int{}", size * 8),
+            GoType::Int { size, signed: false } => write!(f, "uint{}", size * 8),
+            GoType::Uintptr => write!(f, "uintptr"),
+            GoType::Float { size } => write!(f, "float{}", size * 8),
+            GoType::Complex { size } => write!(f, "complex{}", size * 8),
+            GoType::String => write!(f, "string"),
+            GoType::Slice { bytes: true } => write!(f, "[]byte"),
+            GoType::Slice { bytes: false } => write!(f, "[]T"),
+            GoType::Interface => write!(f, "interface"),
+            GoType::Pointer => write!(f, "pointer"),
+            GoType::Struct { size, .. } => write!(f, "struct({size} bytes)"),
+            GoType::Array { len, elem, .. } => write!(f, "[{len}]{elem}"),
+        }
+    }
+}
