@@ -1,0 +1,137 @@
+/* gprobe event ABI: the one definition of what the BPF programs and the agent exchange.
+ * agent/src/attach/abi.rs mirrors these structs and asserts their sizes and offsets at
+ * compile time; change both together. */
+#ifndef GPROBE_H
+#define GPROBE_H
+
+#ifndef __BPF__
+#include <stdint.h>
+typedef uint8_t __u8;
+typedef uint16_t __u16;
+typedef uint32_t __u32;
+typedef uint64_t __u64;
+typedef int32_t __s32;
+#endif
+
+#define GP_MAX_CAPTURES 8
+#define GP_MAX_STR 4096       /* cap on limits.maxStringBytes */
+#define GP_MAX_DEPTH 8        /* nested (recursive) calls tracked per goroutine and function */
+#define GP_MAX_PROBES 16384   /* probe configurations (entry and return count separately) */
+#define GP_SCRATCH 16384      /* per-CPU buffer an event is assembled in (per-CPU values max 32 KiB) */
+#define GP_DATA_MASK 0x1fff   /* every capture starts below 8 KiB; with GP_MAX_STR it ends below GP_SCRATCH */
+
+/* How a probe configuration behaves when its uprobe fires. */
+enum gp_probe_kind {
+	GP_PROBE_CALL = 0,   /* function entry, no return tracking: one CALL event */
+	GP_PROBE_ENTRY = 1,  /* entry of a latency probe: ENTRY event, remembered for the return */
+	GP_PROBE_RETURN = 2, /* a RET of a latency probe: RETURN event paired to its entry */
+};
+
+enum gp_event_kind {
+	GP_EV_CALL = 0,
+	GP_EV_ENTRY = 1,
+	GP_EV_RETURN = 2,
+	GP_EV_EXEC = 3,
+	GP_EV_EXIT = 4,
+};
+
+enum gp_cap_kind {
+	GP_CAP_WORD = 1,  /* up to 8 bytes from loc[0] */
+	GP_CAP_BYTES = 2, /* string / []byte: pointer at loc[0], length at loc[1] */
+};
+
+enum gp_loc_kind {
+	GP_LOC_NONE = 0,
+	GP_LOC_REG = 1,   /* Go integer register index 0..8: RAX RBX RCX RDI RSI R8 R9 R10 R11 */
+	GP_LOC_STACK = 2, /* memory at SP + off (SP as at the probe address) */
+};
+
+struct gp_loc {
+	__u8 kind;
+	__u8 reg;
+	__u16 _pad;
+	__s32 off;
+};
+
+struct gp_capture {
+	__u8 kind;
+	__u8 size;     /* GP_CAP_WORD: bytes read (1..8) */
+	__u16 max_len; /* GP_CAP_BYTES: bytes kept at most */
+	__u32 _pad;
+	struct gp_loc loc[2];
+};
+
+struct gp_probe_cfg {
+	__u32 spec_id;    /* with the tgid, the key of the pid filter */
+	__u32 func_id;    /* pairs the entry and return configurations of one probe */
+	__u8 kind;        /* enum gp_probe_kind */
+	__u8 n_captures;
+	__u16 _pad;
+	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
+	struct gp_capture caps[GP_MAX_CAPTURES];
+};
+
+/* Flags of one captured value. */
+#define GP_VAL_TRUNCATED 1 /* a string/bytes value longer than max_len */
+#define GP_VAL_FAULT 2     /* the memory could not be read */
+
+/* Header of every record in the events ring buffer; captured values follow, each a
+ * gp_value and `len` bytes, packed. */
+struct gp_event {
+	__u64 ts_ns;       /* bpf_ktime_get_ns() at the probe */
+	__u64 call_id;     /* ENTRY/RETURN: pairs them; 0 for CALL */
+	__u64 goroutine;   /* runtime.g pointer (R14) */
+	__u64 duration_ns; /* RETURN: ts - entry ts */
+	__u32 pid;         /* tgid, as seen from the root pid namespace */
+	__u32 tid;
+	__u32 probe_id;    /* configuration (cookie) that fired */
+	__u16 kind;        /* enum gp_event_kind */
+	__u16 data_len;    /* bytes of values after the header */
+};
+
+struct gp_value {
+	__u8 cap;   /* index in the configuration's caps */
+	__u8 flags; /* GP_VAL_* */
+	__u16 len;
+	__u32 full_len; /* BYTES: the value's real length (before truncation) */
+};
+
+/* Per configuration and CPU. */
+struct gp_stats {
+	__u64 hits;      /* uprobe hits from selected processes */
+	__u64 emitted;   /* events written to the ring buffer */
+	__u64 lost;      /* events dropped: ring buffer full */
+	__u64 throttled; /* calls over limits.eventsPerSecond */
+	__u64 unpaired;  /* returns with no remembered entry (entry dropped or too deep) */
+};
+
+struct gp_pid_key {
+	__u32 tgid;
+	__u32 spec_id;
+};
+
+struct gp_inflight_key {
+	__u64 goroutine;
+	__u32 tgid;
+	__u32 func_id;
+};
+
+struct gp_inflight {
+	__u32 depth;
+	__u32 _pad;
+	__u64 ts[GP_MAX_DEPTH];
+	__u64 call_id[GP_MAX_DEPTH];
+};
+
+struct gp_rate {
+	__u64 window_start;
+	__u64 count;
+};
+
+/* Records of the process ring buffer (exec / exit of any process on the host). */
+struct gp_proc_event {
+	__u32 kind; /* GP_EV_EXEC or GP_EV_EXIT */
+	__u32 pid;
+};
+
+#endif

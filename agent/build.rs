@@ -1,0 +1,97 @@
+//! Compiles the BPF programs in agent-ebpf/ with clang, and measures the event ABI header's
+//! struct layouts with the host compiler so the Rust mirror can be checked at compile time.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const STRUCTS: &[(&str, &[&str])] = &[
+    ("gp_loc", &["kind", "reg", "off"]),
+    ("gp_capture", &["kind", "size", "max_len", "loc"]),
+    ("gp_probe_cfg", &["spec_id", "func_id", "kind", "n_captures", "rate_limit", "caps"]),
+    ("gp_event", &["ts_ns", "call_id", "goroutine", "duration_ns", "pid", "tid", "probe_id", "kind", "data_len"]),
+    ("gp_value", &["cap", "flags", "len", "full_len"]),
+    ("gp_stats", &["hits", "emitted", "lost", "throttled", "unpaired"]),
+    ("gp_pid_key", &["tgid", "spec_id"]),
+    ("gp_proc_event", &["kind", "pid"]),
+];
+
+fn clang() -> Result<PathBuf> {
+    if let Some(c) = std::env::var_os("CLANG") {
+        return Ok(PathBuf::from(c));
+    }
+    for c in ["clang-19", "clang"] {
+        if Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return Ok(PathBuf::from(c));
+        }
+    }
+    bail!(
+        "clang was not found: gprobe's BPF programs are C compiled by clang. \
+         Install it with `apt-get install clang-19 llvm-19 libbpf-dev linux-libc-dev` \
+         (or run scripts/setup.sh), or set CLANG=/path/to/clang"
+    )
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(out.stdout)
+}
+
+fn main() -> Result<()> {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let ebpf = manifest.parent().context("workspace root")?.join("agent-ebpf");
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    let include = ebpf.join("include");
+    let src = ebpf.join("src/gprobe.bpf.c");
+    println!("cargo:rerun-if-changed={}", ebpf.display());
+    println!("cargo:rerun-if-env-changed=CLANG");
+    let clang = clang()?;
+
+    if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
+        bail!("bpf/bpf_helpers.h was not found: install it with `apt-get install libbpf-dev` (or run scripts/setup.sh)");
+    }
+    run(
+        Command::new(&clang)
+            .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-D__TARGET_ARCH_x86", "-Wall", "-Werror"])
+            .arg("-I")
+            .arg(&include)
+            .arg("-I/usr/include/x86_64-linux-gnu")
+            .arg("-c")
+            .arg(&src)
+            .arg("-o")
+            .arg(out.join("gprobe.bpf.o")),
+        "clang (BPF programs)",
+    )?;
+
+    // Layout probe: a host program printing each struct's size and field offsets.
+    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"gprobe.h\"\nint main(void){\n");
+    for (s, fields) in STRUCTS {
+        let up = s.to_uppercase();
+        c += &format!("printf(\"pub const SIZEOF_{up}: usize = %zu;\\n\", sizeof(struct {s}));\n");
+        for f in *fields {
+            let uf = f.to_uppercase();
+            c += &format!("printf(\"pub const OFFSETOF_{up}_{uf}: usize = %zu;\\n\", offsetof(struct {s}, {f}));\n");
+        }
+    }
+    for k in ["GP_MAX_CAPTURES", "GP_MAX_STR", "GP_MAX_PROBES", "GP_MAX_DEPTH", "GP_DATA_MASK", "GP_SCRATCH"] {
+        c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
+    }
+    c += "return 0;}\n";
+    let probe_c = out.join("layout_probe.c");
+    let probe_bin = out.join("layout_probe");
+    std::fs::write(&probe_c, c)?;
+    run(
+        Command::new(&clang).arg("-I").arg(&include).arg(&probe_c).arg("-o").arg(&probe_bin),
+        "clang (layout probe)",
+    )?;
+    let layout = run(&mut Command::new(&probe_bin), "layout probe")?;
+    std::fs::write(out.join("c_layout.rs"), layout)?;
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! Rust mirror of agent-ebpf/include/gprobe.h. The sizes and offsets are checked at compile
+//! time against the C header as the host compiler lays it out (build.rs measures them).
+
+#![allow(dead_code)]
+
+mod c {
+    include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
+}
+pub use c::{GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_PROBES, GP_MAX_STR};
+
+/// Bytes a probe's header and captures may fill (the BPF cursor mask).
+pub const GP_DATA_LIMIT: usize = c::GP_DATA_MASK + 1;
+
+pub const PROBE_CALL: u8 = 0;
+pub const PROBE_ENTRY: u8 = 1;
+pub const PROBE_RETURN: u8 = 2;
+
+pub const EV_CALL: u16 = 0;
+pub const EV_ENTRY: u16 = 1;
+pub const EV_RETURN: u16 = 2;
+pub const EV_EXEC: u32 = 3;
+pub const EV_EXIT: u32 = 4;
+
+pub const CAP_WORD: u8 = 1;
+pub const CAP_BYTES: u8 = 2;
+
+pub const LOC_NONE: u8 = 0;
+pub const LOC_REG: u8 = 1;
+pub const LOC_STACK: u8 = 2;
+
+pub const VAL_TRUNCATED: u8 = 1;
+pub const VAL_FAULT: u8 = 2;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpLoc {
+    pub kind: u8,
+    pub reg: u8,
+    pub _pad: u16,
+    pub off: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpCapture {
+    pub kind: u8,
+    pub size: u8,
+    pub max_len: u16,
+    pub _pad: u32,
+    pub loc: [GpLoc; 2],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpProbeCfg {
+    pub spec_id: u32,
+    pub func_id: u32,
+    pub kind: u8,
+    pub n_captures: u8,
+    pub _pad: u16,
+    pub rate_limit: u32,
+    pub caps: [GpCapture; GP_MAX_CAPTURES],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpEvent {
+    pub ts_ns: u64,
+    pub call_id: u64,
+    pub goroutine: u64,
+    pub duration_ns: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub probe_id: u32,
+    pub kind: u16,
+    pub data_len: u16,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpValue {
+    pub cap: u8,
+    pub flags: u8,
+    pub len: u16,
+    pub full_len: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpStats {
+    pub hits: u64,
+    pub emitted: u64,
+    pub lost: u64,
+    pub throttled: u64,
+    pub unpaired: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpPidKey {
+    pub tgid: u32,
+    pub spec_id: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpProcEvent {
+    pub kind: u32,
+    pub pid: u32,
+}
+
+// SAFETY: plain-old-data repr(C) structs without padding-dependent invariants.
+unsafe impl aya::Pod for GpProbeCfg {}
+unsafe impl aya::Pod for GpStats {}
+unsafe impl aya::Pod for GpPidKey {}
+
+macro_rules! check_layout {
+    ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
+        const _: () = assert!(std::mem::size_of::<$ty>() == c::$size);
+        $( const _: () = assert!(std::mem::offset_of!($ty, $field) == c::$off); )*
+    };
+}
+
+check_layout!(GpLoc, SIZEOF_GP_LOC, kind => OFFSETOF_GP_LOC_KIND, reg => OFFSETOF_GP_LOC_REG, off => OFFSETOF_GP_LOC_OFF);
+check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, size => OFFSETOF_GP_CAPTURE_SIZE,
+    max_len => OFFSETOF_GP_CAPTURE_MAX_LEN, loc => OFFSETOF_GP_CAPTURE_LOC);
+check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, spec_id => OFFSETOF_GP_PROBE_CFG_SPEC_ID, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
+    kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
+    rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
+    goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,
+    tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID, kind => OFFSETOF_GP_EVENT_KIND,
+    data_len => OFFSETOF_GP_EVENT_DATA_LEN);
+check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => OFFSETOF_GP_VALUE_FLAGS,
+    len => OFFSETOF_GP_VALUE_LEN, full_len => OFFSETOF_GP_VALUE_FULL_LEN);
+check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
+    lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED);
+check_layout!(GpPidKey, SIZEOF_GP_PID_KEY, tgid => OFFSETOF_GP_PID_KEY_TGID, spec_id => OFFSETOF_GP_PID_KEY_SPEC_ID);
+check_layout!(GpProcEvent, SIZEOF_GP_PROC_EVENT, kind => OFFSETOF_GP_PROC_EVENT_KIND, pid => OFFSETOF_GP_PROC_EVENT_PID);
+
+/// Reads the fixed header of an event record. `None` when the record is too short.
+pub fn read_event(buf: &[u8]) -> Option<GpEvent> {
+    if buf.len() < std::mem::size_of::<GpEvent>() {
+        return None;
+    }
+    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
+    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
+    let u16_at = |o: usize| u16::from_ne_bytes(buf[o..o + 2].try_into().unwrap());
+    Some(GpEvent {
+        ts_ns: u64_at(0),
+        call_id: u64_at(8),
+        goroutine: u64_at(16),
+        duration_ns: u64_at(24),
+        pid: u32_at(32),
+        tid: u32_at(36),
+        probe_id: u32_at(40),
+        kind: u16_at(44),
+        data_len: u16_at(46),
+    })
+}
+
+/// One captured value of a record: (capture index, flags, full length, bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawValue<'a> {
+    pub cap: u8,
+    pub flags: u8,
+    pub full_len: u32,
+    pub bytes: &'a [u8],
+}
+
+/// Iterates over the values after the header; stops at the first malformed one.
+pub fn values(data: &[u8]) -> impl Iterator<Item = RawValue<'_>> {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        let hdr = data.get(off..off + 8)?;
+        let len = u16::from_ne_bytes([hdr[2], hdr[3]]) as usize;
+        let full_len = u32::from_ne_bytes(hdr[4..8].try_into().unwrap());
+        let bytes = data.get(off + 8..off + 8 + len)?;
+        let v = RawValue {
+            cap: hdr[0],
+            flags: hdr[1],
+            full_len,
+            bytes,
+        };
+        off += 8 + len.div_ceil(8) * 8;
+        Some(v)
+    })
+}
+
+const _: () = assert!(std::mem::size_of::<GpEvent>() == 48);
+const _: () = assert!(std::mem::size_of::<GpValue>() == 8);
