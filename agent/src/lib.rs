@@ -1,3 +1,13 @@
 //! gprobe's agent: the pipeline discover -> resolve -> attach -> events -> export.
 
+pub mod attach;
+pub mod cli;
+pub mod discover;
+pub mod duration;
+pub mod events;
+pub mod export;
+pub mod local;
+pub mod plan;
 pub mod resolve;
+pub mod session;
+pub mod symbols;

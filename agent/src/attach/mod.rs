@@ -75,7 +75,8 @@ pub struct Tracer {
     probes: Array<MapData, GpProbeCfg>,
     stats: PerCpuArray<MapData, GpStats>,
     pids: BpfHashMap<MapData, GpPidKey, u8>,
-    free_ids: Vec<u32>,
+    /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
+    free_ids: std::collections::VecDeque<u32>,
 }
 
 /// The two ring buffers the tracer's programs write to.
@@ -101,13 +102,20 @@ impl Tracer {
             .load(BPF_OBJECT)
             .map_err(|e| AttachError::Load(Box::new(e)))?;
         let btf = Btf::from_sys_fs().map_err(|e| AttachError::Btf(Box::new(e)))?;
-        for (prog, tp) in [("gprobe_exec", "sched_process_exec"), ("gprobe_exit", "sched_process_exit")] {
+        for (prog, tp) in [
+            ("gprobe_exec", "sched_process_exec"),
+            ("gprobe_exit", "sched_process_exit"),
+        ] {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
                 .and_then(|p| p.try_into().ok())
                 .expect("BPF object has its tracepoint programs");
             let wrap = |e| AttachError::Program {
-                program: if prog == "gprobe_exec" { "gprobe_exec" } else { "gprobe_exit" },
+                program: if prog == "gprobe_exec" {
+                    "gprobe_exec"
+                } else {
+                    "gprobe_exit"
+                },
                 source: Box::new(e),
             };
             p.load(tp, &btf).map_err(wrap)?;
@@ -122,18 +130,22 @@ impl Tracer {
             source: Box::new(e),
         })?;
 
-        let events = RingBuf::try_from(ebpf.take_map("events").expect("events map")).map_err(map_err("events"))?;
-        let procs =
-            RingBuf::try_from(ebpf.take_map("proc_events").expect("proc_events map")).map_err(map_err("proc_events"))?;
-        let probes = Array::try_from(ebpf.take_map("probes").expect("probes map")).map_err(map_err("probes"))?;
-        let stats = PerCpuArray::try_from(ebpf.take_map("stats").expect("stats map")).map_err(map_err("stats"))?;
-        let pids = BpfHashMap::try_from(ebpf.take_map("pids").expect("pids map")).map_err(map_err("pids"))?;
+        let events = RingBuf::try_from(ebpf.take_map("events").expect("events map"))
+            .map_err(map_err("events"))?;
+        let procs = RingBuf::try_from(ebpf.take_map("proc_events").expect("proc_events map"))
+            .map_err(map_err("proc_events"))?;
+        let probes = Array::try_from(ebpf.take_map("probes").expect("probes map"))
+            .map_err(map_err("probes"))?;
+        let stats = PerCpuArray::try_from(ebpf.take_map("stats").expect("stats map"))
+            .map_err(map_err("stats"))?;
+        let pids = BpfHashMap::try_from(ebpf.take_map("pids").expect("pids map"))
+            .map_err(map_err("pids"))?;
         let tracer = Tracer {
             ebpf,
             probes,
             stats,
             pids,
-            free_ids: (0..GP_MAX_PROBES as u32).rev().collect(),
+            free_ids: (0..GP_MAX_PROBES as u32).collect(),
         };
         Ok((tracer, RingBuffers { events, procs }))
     }
@@ -141,23 +153,34 @@ impl Tracer {
     /// Stores a probe configuration and returns its id (the uprobe cookie). Its counters
     /// start from zero.
     pub fn add_config(&mut self, cfg: &GpProbeCfg) -> Result<u32, AttachError> {
-        let id = self.free_ids.pop().ok_or(AttachError::Full)?;
+        let id = self.free_ids.pop_front().ok_or(AttachError::Full)?;
         self.probes.set(id, cfg, 0).map_err(map_err("probes"))?;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| AttachError::Cpus(e))?;
-        let zeros = aya::maps::PerCpuValues::try_from(vec![GpStats::default(); cpus]).map_err(AttachError::Cpus)?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![GpStats::default(); cpus])
+            .map_err(AttachError::Cpus)?;
         self.stats.set(id, zeros, 0).map_err(map_err("stats"))?;
         Ok(id)
+    }
+
+    /// Rewrites a stored configuration.
+    pub fn set_config(&mut self, id: u32, cfg: &GpProbeCfg) -> Result<(), AttachError> {
+        self.probes.set(id, cfg, 0).map_err(map_err("probes"))
     }
 
     /// Frees a configuration id once nothing is attached with it.
     pub fn remove_config(&mut self, id: u32) {
         let _ = self.probes.set(id, GpProbeCfg::default(), 0);
-        self.free_ids.push(id);
+        self.free_ids.push_back(id);
     }
 
     /// Attaches the uprobe program at `file_offset` of `target` for every process running
     /// that file; the pid filter decides whose hits are reported.
-    pub fn attach(&mut self, target: &Path, file_offset: u64, cfg_id: u32) -> Result<Link, AttachError> {
+    pub fn attach(
+        &mut self,
+        target: &Path,
+        file_offset: u64,
+        cfg_id: u32,
+    ) -> Result<Link, AttachError> {
         let up: &mut UProbe = self
             .ebpf
             .program_mut(UPROBE_PROG)

@@ -1,0 +1,81 @@
+//! Command-line interface.
+
+use crate::duration::{parse_duration, parse_size};
+use crate::export::otlp::Protocol;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gprobe",
+    version,
+    about = "Trace Go functions of running programs with eBPF uprobes"
+)]
+pub struct Cli {
+    /// Log level on stderr: error, warn, info, debug, trace.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// One JSON object per call (the default when stdout is not a terminal).
+    Jsonl,
+    /// A readable table (the default on a terminal).
+    Table,
+    /// Nothing on stdout (export over OTLP only).
+    None,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Trace the processes of this machine that the ProbeSpecs select, printing each call.
+    Run {
+        /// ProbeSpec YAML files (several documents per file are fine).
+        #[arg(required = true, value_name = "SPEC.yaml")]
+        specs: Vec<PathBuf>,
+        /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// Output format on stdout.
+        #[arg(long, value_enum)]
+        output: Option<OutputFormat>,
+        /// OTLP endpoint for spans and metrics, e.g. http://localhost:4317. Default:
+        /// $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none = no OTLP.
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<String>,
+        /// OTLP transport: grpc or http/protobuf. Default: $OTEL_EXPORTER_OTLP_PROTOCOL or grpc.
+        #[arg(long, value_parser = |s: &str| s.parse::<Protocol>())]
+        otlp_protocol: Option<Protocol>,
+        /// How often metrics are exported over OTLP (a final export happens at exit).
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        metrics_interval: Duration,
+        /// Size of the kernel ring buffer for call events (power of two, >= 4KiB).
+        #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+        ring_buffer_size: u64,
+        /// Wake the reader once this much event data waits (0 = on every event).
+        #[arg(long, default_value = "256KiB", value_parser = parse_size)]
+        wakeup_size: u64,
+        /// Read the ring buffer at least this often (bounds output delay when quiet).
+        #[arg(long, default_value = "25ms", value_parser = parse_duration)]
+        poll_interval: Duration,
+    },
+    /// List a binary's functions (stripped Go binaries too), with signatures where DWARF has them.
+    Symbols {
+        /// The binary to read.
+        #[arg(required_unless_present = "pid", conflicts_with = "pid")]
+        binary: Option<PathBuf>,
+        /// Read the executable of this running process instead.
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Only functions whose name matches this regular expression.
+        #[arg(long, value_name = "RE")]
+        filter: Option<String>,
+        /// Also print each function's address, size, probe sites and RET count.
+        #[arg(long)]
+        verbose: bool,
+    },
+}

@@ -1,0 +1,101 @@
+//! What /proc says about a process: its executable (path and file identity).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Identity of a binary file: two processes of one file share it (and its uprobes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileKey {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub pid: u32,
+    /// The executable's path as the process sees it (inside its mount namespace).
+    pub exe: PathBuf,
+    /// A path to the same file valid from here: `/proc/PID/exe`.
+    pub exe_link: PathBuf,
+    pub key: FileKey,
+    pub comm: String,
+}
+
+#[derive(Debug, Error)]
+pub enum ProcError {
+    #[error("process {pid} is gone")]
+    Gone { pid: u32 },
+    #[error("process {pid} has no executable (a kernel thread)")]
+    NoExe { pid: u32 },
+    #[error("process {pid}: {what}: {source}")]
+    Io {
+        pid: u32,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Every pid in /proc.
+pub fn list_pids() -> Vec<u32> {
+    match procfs::process::all_processes() {
+        Ok(it) => it.filter_map(|p| p.ok()).map(|p| p.pid as u32).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Reads a process's executable. Fails cleanly for processes that exit meanwhile.
+pub fn inspect(pid: u32) -> Result<ProcInfo, ProcError> {
+    let base = PathBuf::from(format!("/proc/{pid}"));
+    let io = |what, source: std::io::Error| {
+        if source.kind() == std::io::ErrorKind::NotFound
+            || source.raw_os_error() == Some(libc::ESRCH)
+        {
+            ProcError::Gone { pid }
+        } else {
+            ProcError::Io { pid, what, source }
+        }
+    };
+    let exe_link = base.join("exe");
+    let exe = match std::fs::read_link(&exe_link) {
+        Ok(p) => p,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && base.exists() => {
+            return Err(ProcError::NoExe { pid })
+        }
+        Err(e) => return Err(io("reading /proc/PID/exe", e)),
+    };
+    let meta = std::fs::metadata(&exe_link).map_err(|e| io("stat of the executable", e))?;
+    let comm = std::fs::read_to_string(base.join("comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default();
+    Ok(ProcInfo {
+        pid,
+        exe,
+        exe_link,
+        key: FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        },
+        comm,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inspects_this_process_and_reports_gone_ones() {
+        let me = inspect(std::process::id()).unwrap();
+        assert_eq!(me.exe, std::env::current_exe().unwrap());
+        let meta = std::fs::metadata(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(me.key.ino, meta.ino());
+        assert!(list_pids().contains(&std::process::id()));
+        // pid_max is at most 2^22: this pid cannot exist.
+        assert!(matches!(
+            inspect(4_194_304 + 7),
+            Err(ProcError::Gone { .. })
+        ));
+    }
+}

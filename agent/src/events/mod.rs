@@ -1,0 +1,94 @@
+//! Ring buffer records to calls: decoding captured values, pairing entries with returns,
+//! and counting what could not be paired.
+
+mod decode;
+mod pairing;
+pub mod reader;
+
+pub use decode::{decode_values, Value, ValueKind};
+pub use pairing::{Pairing, PairingStats};
+
+use crate::plan::Decode;
+use std::sync::Arc;
+
+/// What the decoder knows about one probe configuration (one uprobe cookie).
+#[derive(Debug)]
+pub struct ProbeMeta {
+    /// The ProbeSpec's `metadata.name`.
+    pub spec: Arc<str>,
+    pub symbol: Arc<str>,
+    pub latency: bool,
+    /// Decoders by capture index, for this configuration's captures.
+    pub captures: Vec<(Arc<str>, Decode)>,
+}
+
+/// Attributes of the process (and container) a call came from.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Resource {
+    /// `(key, value)` in OpenTelemetry semantic-convention names.
+    pub attributes: Vec<(&'static str, String)>,
+}
+
+impl Resource {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One completed (or, at shutdown, unfinished) call.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    /// The entry configuration's metadata: spec, symbol, argument decoders.
+    pub probe: Arc<ProbeMeta>,
+    pub pid: u32,
+    pub tid: u32,
+    pub start_time_unix_nano: u64,
+    /// Present for probes with return uprobes.
+    pub duration_ns: Option<u64>,
+    pub args: Vec<Value>,
+    /// `None` when the probe has no return uprobes.
+    pub returns: Option<Vec<Value>>,
+    pub resource: Arc<Resource>,
+    /// The call had not returned when gprobe stopped.
+    pub unfinished: bool,
+}
+
+/// Converts BPF timestamps (CLOCK_MONOTONIC) to Unix time.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    offset_ns: i128,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        let now = |id| {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes the timespec we pass it and nothing else.
+            unsafe { libc::clock_gettime(id, &mut ts) };
+            ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+        };
+        // Sample monotonic between two realtime reads to halve the error.
+        let r1 = now(libc::CLOCK_REALTIME);
+        let m = now(libc::CLOCK_MONOTONIC);
+        let r2 = now(libc::CLOCK_REALTIME);
+        Self {
+            offset_ns: (r1 + r2) / 2 - m,
+        }
+    }
+
+    pub fn to_unix_nanos(&self, monotonic_ns: u64) -> u64 {
+        (monotonic_ns as i128 + self.offset_ns).max(0) as u64
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}

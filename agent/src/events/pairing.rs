@@ -1,0 +1,150 @@
+//! Joins ENTRY and RETURN records of latency probes by the call id BPF gave them.
+//!
+//! BPF pairs by goroutine (runtime.g in R14), so a goroutine that parks and resumes on
+//! another thread is still measured right; here the call id only joins the two records.
+//! Entries whose return never comes (a panic unwound them, or the RETURN record was lost
+//! and counted in BPF) are bounded: past `capacity` the oldest are dropped and counted.
+
+use super::{CallRecord, Value};
+use std::collections::{HashMap, VecDeque};
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PairingStats {
+    /// Entries evicted because too many calls were in flight.
+    pub abandoned: u64,
+    /// Returns whose entry was not (or no longer) pending.
+    pub orphan_returns: u64,
+}
+
+#[derive(Debug)]
+pub struct Pairing {
+    pending: HashMap<u64, CallRecord>,
+    order: VecDeque<u64>,
+    capacity: usize,
+    pub stats: PairingStats,
+}
+
+impl Pairing {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            pending: HashMap::new(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+            stats: PairingStats::default(),
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn entry(&mut self, call_id: u64, rec: CallRecord) {
+        self.pending.insert(call_id, rec);
+        self.order.push_back(call_id);
+        while self.pending.len() > self.capacity {
+            match self.order.pop_front() {
+                Some(old) => {
+                    if self.pending.remove(&old).is_some() {
+                        self.stats.abandoned += 1;
+                    }
+                }
+                None => break,
+            }
+        }
+        // Completed calls leave their ids in `order`; compact it now and then.
+        if self.order.len() > 2 * self.capacity.max(1024) {
+            let pending = &self.pending;
+            self.order.retain(|id| pending.contains_key(id));
+        }
+    }
+
+    pub fn ret(
+        &mut self,
+        call_id: u64,
+        duration_ns: u64,
+        returns: Vec<Value>,
+    ) -> Option<CallRecord> {
+        match self.pending.remove(&call_id) {
+            Some(mut rec) => {
+                rec.duration_ns = Some(duration_ns);
+                rec.returns = Some(returns);
+                Some(rec)
+            }
+            None => {
+                self.stats.orphan_returns += 1;
+                None
+            }
+        }
+    }
+
+    /// Calls still in flight, oldest first, marked unfinished.
+    pub fn drain_unfinished(&mut self) -> Vec<CallRecord> {
+        let mut out = Vec::new();
+        for id in self.order.drain(..) {
+            if let Some(mut rec) = self.pending.remove(&id) {
+                rec.unfinished = true;
+                out.push(rec);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{ProbeMeta, Resource};
+    use std::sync::Arc;
+
+    fn rec(pid: u32) -> CallRecord {
+        CallRecord {
+            probe: Arc::new(ProbeMeta {
+                spec: "s".into(),
+                symbol: "main.f".into(),
+                latency: true,
+                captures: vec![],
+            }),
+            pid,
+            tid: pid,
+            start_time_unix_nano: 1,
+            duration_ns: None,
+            args: vec![],
+            returns: None,
+            resource: Arc::new(Resource::default()),
+            unfinished: false,
+        }
+    }
+
+    #[test]
+    fn returns_complete_their_entries_once() {
+        let mut p = Pairing::new(10);
+        p.entry(7, rec(1));
+        p.entry(8, rec(2));
+        let r = p.ret(8, 500, vec![]).unwrap();
+        assert_eq!((r.pid, r.duration_ns), (2, Some(500)));
+        assert!(p.ret(8, 500, vec![]).is_none());
+        assert_eq!(p.stats.orphan_returns, 1);
+        let left = p.drain_unfinished();
+        assert_eq!(left.len(), 1);
+        assert!(left[0].unfinished);
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    #[test]
+    fn abandoned_entries_are_bounded_and_counted() {
+        let mut p = Pairing::new(3);
+        for id in 0..10 {
+            p.entry(id, rec(id as u32));
+        }
+        assert_eq!(p.in_flight(), 3);
+        assert_eq!(p.stats.abandoned, 7);
+        assert!(p.ret(9, 1, vec![]).is_some());
+        assert!(p.ret(0, 1, vec![]).is_none());
+        // Many completed calls do not grow the bookkeeping without bound.
+        for id in 100..100_000u64 {
+            p.entry(id, rec(1));
+            p.ret(id, 1, vec![]);
+        }
+        assert!(p.order.len() <= 2 * 1024 + 1, "{}", p.order.len());
+    }
+}

@@ -1,0 +1,238 @@
+//! Reads the events ring buffer: turns records into calls and hands them on in batches.
+
+use super::{decode_values, CallRecord, Clock, Pairing, PairingStats, ProbeMeta, Resource};
+use crate::attach::abi::{read_event, EV_CALL, EV_ENTRY, EV_RETURN};
+use aya::maps::{MapData, RingBuf};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::{mpsc, watch};
+
+/// What the session tells the decoder: probe configurations by id, processes by pid.
+#[derive(Debug, Default)]
+pub struct Registry {
+    probes: RwLock<Vec<Option<Arc<ProbeMeta>>>>,
+    procs: RwLock<HashMap<u32, Arc<Resource>>>,
+}
+
+impl Registry {
+    pub fn set_probe(&self, id: u32, meta: Option<Arc<ProbeMeta>>) {
+        let mut p = self.probes.write().unwrap_or_else(|e| e.into_inner());
+        let i = id as usize;
+        if p.len() <= i {
+            p.resize(i + 1, None);
+        }
+        p[i] = meta;
+    }
+
+    pub fn probe(&self, id: u32) -> Option<Arc<ProbeMeta>> {
+        let p = self.probes.read().unwrap_or_else(|e| e.into_inner());
+        p.get(id as usize).cloned().flatten()
+    }
+
+    pub fn set_process(&self, pid: u32, res: Option<Arc<Resource>>) {
+        let mut p = self.procs.write().unwrap_or_else(|e| e.into_inner());
+        match res {
+            Some(r) => p.insert(pid, r),
+            None => p.remove(&pid),
+        };
+    }
+
+    pub fn process(&self, pid: u32) -> Option<Arc<Resource>> {
+        self.procs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pid)
+            .cloned()
+    }
+}
+
+/// Counters of the decoding stage.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReaderStats {
+    pub records: u64,
+    pub malformed: u64,
+    /// Records of a probe configuration that was removed meanwhile.
+    pub unknown_probe: u64,
+    pub pairing: PairingStats,
+}
+
+/// Record-to-call processing, independent of the ring buffer (benchmarks feed it directly).
+pub struct Processor {
+    registry: Arc<Registry>,
+    clock: Clock,
+    pairing: Pairing,
+    pub stats: ReaderStats,
+    // Per-batch caches: avoid a lock per record.
+    probe_cache: HashMap<u32, Arc<ProbeMeta>>,
+    proc_cache: HashMap<u32, Arc<Resource>>,
+}
+
+impl Processor {
+    pub fn new(registry: Arc<Registry>, clock: Clock, max_in_flight: usize) -> Self {
+        Self {
+            registry,
+            clock,
+            pairing: Pairing::new(max_in_flight),
+            stats: ReaderStats::default(),
+            probe_cache: HashMap::new(),
+            proc_cache: HashMap::new(),
+        }
+    }
+
+    /// Call at the start of each batch: configurations and processes may have changed.
+    pub fn new_batch(&mut self) {
+        self.probe_cache.clear();
+        self.proc_cache.clear();
+    }
+
+    fn meta(&mut self, id: u32) -> Option<Arc<ProbeMeta>> {
+        if let Some(m) = self.probe_cache.get(&id) {
+            return Some(m.clone());
+        }
+        let m = self.registry.probe(id)?;
+        self.probe_cache.insert(id, m.clone());
+        Some(m)
+    }
+
+    fn resource(&mut self, pid: u32) -> Arc<Resource> {
+        if let Some(r) = self.proc_cache.get(&pid) {
+            return r.clone();
+        }
+        let r = self.registry.process(pid).unwrap_or_else(|| {
+            Arc::new(Resource {
+                attributes: vec![("process.pid", pid.to_string())],
+            })
+        });
+        self.proc_cache.insert(pid, r.clone());
+        r
+    }
+
+    /// Processes one ring buffer record; returns a call when one completed.
+    pub fn process(&mut self, raw: &[u8]) -> Option<CallRecord> {
+        self.stats.records += 1;
+        let Some(ev) = read_event(raw) else {
+            self.stats.malformed += 1;
+            return None;
+        };
+        let hdr = std::mem::size_of::<crate::attach::abi::GpEvent>();
+        let data = raw.get(hdr..hdr + ev.data_len as usize).unwrap_or(&[]);
+        let Some(meta) = self.meta(ev.probe_id) else {
+            self.stats.unknown_probe += 1;
+            return None;
+        };
+        let values = decode_values(data, &meta.captures);
+        match ev.kind {
+            EV_CALL | EV_ENTRY => {
+                let rec = CallRecord {
+                    probe: meta,
+                    pid: ev.pid,
+                    tid: ev.tid,
+                    start_time_unix_nano: self.clock.to_unix_nanos(ev.ts_ns),
+                    duration_ns: None,
+                    args: values,
+                    returns: None,
+                    resource: self.resource(ev.pid),
+                    unfinished: false,
+                };
+                if ev.kind == EV_CALL {
+                    return Some(rec);
+                }
+                self.pairing.entry(ev.call_id, rec);
+                None
+            }
+            EV_RETURN => {
+                let r = self.pairing.ret(ev.call_id, ev.duration_ns, values);
+                self.stats.pairing = self.pairing.stats;
+                r
+            }
+            _ => {
+                self.stats.malformed += 1;
+                None
+            }
+        }
+    }
+
+    pub fn finish(&mut self) -> Vec<CallRecord> {
+        let out = self.pairing.drain_unfinished();
+        self.stats.pairing = self.pairing.stats;
+        out
+    }
+}
+
+/// Reads `ring` until `stop` turns true, then drains it, flushes unfinished calls and
+/// returns the stage's counters. Batches go to `tx`; a slow consumer slows this loop,
+/// and the ring buffer (not memory) absorbs it, with losses counted in BPF.
+pub async fn run(
+    ring: RingBuf<MapData>,
+    mut proc: Processor,
+    tx: mpsc::Sender<Vec<CallRecord>>,
+    mut stop: watch::Receiver<bool>,
+    poll: Duration,
+) -> std::io::Result<ReaderStats> {
+    // SAFETY: the RingBuf owns its map fd for as long as the AsyncFd owns the RingBuf, and
+    // as_raw_fd always returns that same fd.
+    let mut afd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut tick = tokio::time::interval(poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stopping = tokio::select! {
+            g = afd.readable_mut() => {
+                let mut g = g?;
+                g.clear_ready();
+                false
+            }
+            _ = tick.tick() => false,
+            _ = stop.changed() => true,
+        };
+        loop {
+            let (more, batch) = drain(afd.get_mut(), &mut proc);
+            if !batch.is_empty() && tx.send(batch).await.is_err() {
+                return Ok(proc.stats);
+            }
+            if !more {
+                break;
+            }
+        }
+        if stopping || *stop.borrow() {
+            break;
+        }
+    }
+    // Final drain after the probes were detached.
+    loop {
+        let (more, batch) = drain(afd.get_mut(), &mut proc);
+        if !batch.is_empty() {
+            let _ = tx.send(batch).await;
+        }
+        if !more {
+            break;
+        }
+    }
+    let rest = proc.finish();
+    if !rest.is_empty() {
+        let _ = tx.send(rest).await;
+    }
+    Ok(proc.stats)
+}
+
+/// Reads up to a batch of records; the flag says whether the batch limit stopped it.
+fn drain(ring: &mut RingBuf<MapData>, proc: &mut Processor) -> (bool, Vec<CallRecord>) {
+    const BATCH: usize = 4096;
+    proc.new_batch();
+    let mut out = Vec::new();
+    let mut n = 0;
+    while let Some(item) = ring.next() {
+        if let Some(rec) = proc.process(&item) {
+            out.push(rec);
+        }
+        n += 1;
+        // Bounded batches: output starts while a burst is still draining.
+        if n >= BATCH {
+            return (true, out);
+        }
+    }
+    (false, out)
+}

@@ -1,0 +1,160 @@
+//! The JSONL record of DESIGN.md: one object per call, field names part of the contract.
+
+use crate::events::{CallRecord, Value, ValueKind};
+use std::io::Write;
+
+fn string(out: &mut Vec<u8>, s: &str) {
+    // serde_json escapes exactly as JSON requires; writing to a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn value(out: &mut Vec<u8>, v: &ValueKind) {
+    match v {
+        ValueKind::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        ValueKind::Int(i) => {
+            let _ = write!(out, "{i}");
+        }
+        ValueKind::Uint(u) => {
+            let _ = write!(out, "{u}");
+        }
+        ValueKind::Float(f) if f.is_finite() => {
+            let _ = write!(out, "{f:?}");
+        }
+        ValueKind::Float(f) => string(out, &f.to_string()),
+        ValueKind::Pointer(p) => {
+            let _ = write!(out, "\"{p:#x}\"");
+        }
+        ValueKind::Str { text, .. } => string(out, text),
+        ValueKind::Interface { nil } => {
+            out.extend_from_slice(if *nil { b"\"nil\"" } else { b"\"non-nil\"" })
+        }
+        ValueKind::Fault => out.extend_from_slice(b"null"),
+    }
+}
+
+fn object(out: &mut Vec<u8>, vals: &[Value]) {
+    out.push(b'{');
+    for (i, v) in vals.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, &v.name);
+        out.push(b':');
+        value(out, &v.kind);
+    }
+    out.push(b'}');
+}
+
+/// Appends one record and a newline to `out`.
+pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"probe\":");
+    string(out, &rec.probe.spec);
+    out.extend_from_slice(b",\"symbol\":");
+    string(out, &rec.probe.symbol);
+    let _ = write!(
+        out,
+        ",\"pid\":{},\"tid\":{},\"start_time_unix_nano\":{}",
+        rec.pid, rec.tid, rec.start_time_unix_nano
+    );
+    if let Some(d) = rec.duration_ns {
+        let _ = write!(out, ",\"duration_ns\":{d}");
+    }
+    out.extend_from_slice(b",\"args\":");
+    object(out, &rec.args);
+    if let Some(r) = &rec.returns {
+        out.extend_from_slice(b",\"returns\":");
+        object(out, r);
+    }
+    let truncated: Vec<&str> = rec
+        .args
+        .iter()
+        .chain(rec.returns.iter().flatten())
+        .filter(|v| {
+            matches!(
+                v.kind,
+                ValueKind::Str {
+                    truncated: true,
+                    ..
+                }
+            )
+        })
+        .map(|v| &*v.name)
+        .collect();
+    if !truncated.is_empty() {
+        out.extend_from_slice(b",\"truncated\":[");
+        for (i, t) in truncated.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, t);
+        }
+        out.push(b']');
+    }
+    if rec.unfinished {
+        out.extend_from_slice(b",\"unfinished\":true");
+    }
+    out.extend_from_slice(b",\"resource\":{");
+    for (i, (k, v)) in rec.resource.attributes.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, k);
+        out.push(b':');
+        string(out, v);
+    }
+    out.extend_from_slice(b"}}\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{ProbeMeta, Resource};
+    use std::sync::Arc;
+
+    #[test]
+    fn record_matches_the_documented_shape() {
+        let rec = CallRecord {
+            probe: Arc::new(ProbeMeta {
+                spec: "http-client-urls".into(),
+                symbol: "net/http.(*Client).Get".into(),
+                latency: true,
+                captures: vec![],
+            }),
+            pid: 4242,
+            tid: 4250,
+            start_time_unix_nano: 1763770000000000000,
+            duration_ns: Some(183000),
+            args: vec![Value {
+                name: "url".into(),
+                kind: ValueKind::Str {
+                    text: "http://10.0.0.7:8080/cart\"".into(),
+                    truncated: true,
+                },
+            }],
+            returns: Some(vec![Value {
+                name: "err".into(),
+                kind: ValueKind::Interface { nil: false },
+            }]),
+            resource: Arc::new(Resource {
+                attributes: vec![("process.executable.path", "/app/shop".into())],
+            }),
+            unfinished: false,
+        };
+        let mut out = Vec::new();
+        write_record(&rec, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.ends_with('\n'));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["probe"], "http-client-urls");
+        assert_eq!(v["symbol"], "net/http.(*Client).Get");
+        assert_eq!(v["pid"], 4242);
+        assert_eq!(v["tid"], 4250);
+        assert_eq!(v["start_time_unix_nano"], 1763770000000000000u64);
+        assert_eq!(v["duration_ns"], 183000);
+        assert_eq!(v["args"]["url"], "http://10.0.0.7:8080/cart\"");
+        assert_eq!(v["returns"]["err"], "non-nil");
+        assert_eq!(v["truncated"][0], "url");
+        assert_eq!(v["resource"]["process.executable.path"], "/app/shop");
+        assert!(v.get("unfinished").is_none());
+    }
+}

@@ -1,0 +1,361 @@
+//! The one module that speaks OTLP: a span per call (grouped by the process it came from,
+//! whose attributes become the span's resource) and metrics per probe and symbol.
+
+use crate::events::{CallRecord, Resource, ValueKind};
+use opentelemetry::metrics::{Counter, Histogram, MeterProvider as _};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use thiserror::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Grpc,
+    HttpProtobuf,
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "grpc" => Ok(Protocol::Grpc),
+            "http/protobuf" | "http" => Ok(Protocol::HttpProtobuf),
+            other => Err(format!(
+                "unknown OTLP protocol {other:?}: use grpc or http/protobuf"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct OtlpConfig {
+    /// Base endpoint, e.g. `http://collector:4317` (gRPC) or `http://collector:4318` (HTTP).
+    pub endpoint: String,
+    pub protocol: Protocol,
+    pub metrics_interval: Duration,
+    /// Resource attributes of the agent itself (metrics): service.name, host.name, ...
+    pub agent_resource: Vec<(&'static str, String)>,
+}
+
+impl OtlpConfig {
+    /// Reads `OTEL_EXPORTER_OTLP_ENDPOINT` and `OTEL_EXPORTER_OTLP_PROTOCOL` where the flags
+    /// are not given; `None` when no endpoint is configured at all.
+    pub fn from_flags_and_env(
+        endpoint: Option<String>,
+        protocol: Option<Protocol>,
+        metrics_interval: Duration,
+    ) -> Result<Option<Self>, String> {
+        let endpoint = endpoint
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").ok())
+            .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
+            .filter(|e| !e.is_empty());
+        let Some(endpoint) = endpoint else {
+            return Ok(None);
+        };
+        let protocol = match protocol {
+            Some(p) => p,
+            None => match std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL") {
+                Ok(p) if !p.is_empty() => p.parse()?,
+                _ => Protocol::Grpc,
+            },
+        };
+        if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
+            return Err(format!(
+                "OTLP endpoint {endpoint:?} needs a scheme: write http://{endpoint} (or https://)"
+            ));
+        }
+        Ok(Some(Self {
+            endpoint,
+            protocol,
+            metrics_interval,
+            agent_resource: vec![("service.name", "gprobe".into())],
+        }))
+    }
+
+    fn http_url(&self, signal: &str) -> String {
+        // A bare base URL gets the standard per-signal path, as the OTLP spec says for
+        // OTEL_EXPORTER_OTLP_ENDPOINT.
+        let base = self.endpoint.trim_end_matches('/');
+        let has_path = base.splitn(4, '/').nth(3).is_some_and(|p| !p.is_empty());
+        if has_path {
+            base.to_string()
+        } else {
+            format!("{base}/v1/{signal}")
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum OtlpError {
+    #[error("setting up the OTLP {signal} exporter for {endpoint} failed: {source}")]
+    Build {
+        signal: &'static str,
+        endpoint: String,
+        #[source]
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+}
+
+/// BPF-side counters per (spec, symbol), cumulative, read by the metrics callback.
+pub type LossCounters = Arc<Mutex<HashMap<(Arc<str>, Arc<str>), (u64, u64)>>>;
+
+pub struct OtlpExporter {
+    spans: opentelemetry_otlp::SpanExporter,
+    meters: SdkMeterProvider,
+    calls: Counter<u64>,
+    duration: Histogram<f64>,
+    pending: Vec<(Arc<Resource>, SpanData)>,
+    last_flush: Instant,
+    rng: u64,
+    scope: InstrumentationScope,
+    pub export_errors: u64,
+    pub spans_exported: u64,
+}
+
+impl OtlpExporter {
+    /// Builds the exporters; must run inside the tokio runtime (tonic channels live there).
+    pub fn new(cfg: &OtlpConfig, losses: LossCounters) -> Result<Self, OtlpError> {
+        let build_err = |signal, source| OtlpError::Build {
+            signal,
+            endpoint: cfg.endpoint.clone(),
+            source,
+        };
+        let timeout = Duration::from_secs(10);
+        let (spans, metrics) = match cfg.protocol {
+            Protocol::Grpc => (
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(&cfg.endpoint)
+                    .with_timeout(timeout)
+                    .build()
+                    .map_err(|e| build_err("trace", e))?,
+                opentelemetry_otlp::MetricExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(&cfg.endpoint)
+                    .with_timeout(timeout)
+                    .build()
+                    .map_err(|e| build_err("metrics", e))?,
+            ),
+            Protocol::HttpProtobuf => (
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .with_endpoint(cfg.http_url("traces"))
+                    .with_timeout(timeout)
+                    .with_headers(HashMap::new())
+                    .build()
+                    .map_err(|e| build_err("trace", e))?,
+                opentelemetry_otlp::MetricExporter::builder()
+                    .with_http()
+                    .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                    .with_endpoint(cfg.http_url("metrics"))
+                    .with_timeout(timeout)
+                    .build()
+                    .map_err(|e| build_err("metrics", e))?,
+            ),
+        };
+        let resource = opentelemetry_sdk::Resource::builder_empty()
+            .with_attributes(
+                cfg.agent_resource
+                    .iter()
+                    .map(|(k, v)| KeyValue::new(*k, v.clone())),
+            )
+            .build();
+        let meters = SdkMeterProvider::builder()
+            .with_reader(
+                PeriodicReader::builder(metrics)
+                    .with_interval(cfg.metrics_interval)
+                    .build(),
+            )
+            .with_resource(resource)
+            .build();
+        let meter = meters.meter("gprobe");
+        let calls = meter
+            .u64_counter("gprobe.calls")
+            .with_description("Calls of traced functions delivered, per probe and symbol")
+            .with_unit("{call}")
+            .build();
+        let duration = meter
+            .f64_histogram("gprobe.call.duration")
+            .with_description(
+                "Duration of traced calls, entry to return (probes with latency: true)",
+            )
+            .with_unit("s")
+            .build();
+        let _lost = meter
+            .u64_observable_counter("gprobe.events.lost")
+            .with_description("Calls not delivered: ring buffer full (reason=ring_buffer_full) or over limits.eventsPerSecond (reason=rate_limited)")
+            .with_unit("{call}")
+            .with_callback(move |obs| {
+                let l = losses.lock().unwrap_or_else(|e| e.into_inner());
+                for ((spec, symbol), (lost, throttled)) in l.iter() {
+                    let base = [
+                        KeyValue::new("gprobe.probe", spec.to_string()),
+                        KeyValue::new("code.function", symbol.to_string()),
+                    ];
+                    obs.observe(*lost, &[base[0].clone(), base[1].clone(), KeyValue::new("reason", "ring_buffer_full")]);
+                    obs.observe(*throttled, &[base[0].clone(), base[1].clone(), KeyValue::new("reason", "rate_limited")]);
+                }
+            })
+            .build();
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            ^ ((std::process::id() as u64) << 32);
+        Ok(Self {
+            spans,
+            meters,
+            calls,
+            duration,
+            pending: Vec::new(),
+            last_flush: Instant::now(),
+            rng: seed | 1,
+            scope: InstrumentationScope::builder("gprobe")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+            export_errors: 0,
+            spans_exported: 0,
+        })
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        // xorshift64*: ids need uniqueness, not cryptographic strength.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d).max(1)
+    }
+
+    pub fn record(&mut self, batch: &[CallRecord]) {
+        for rec in batch {
+            let attrs = [
+                KeyValue::new("gprobe.probe", rec.probe.spec.to_string()),
+                KeyValue::new("code.function", rec.probe.symbol.to_string()),
+            ];
+            self.calls.add(1, &attrs);
+            if let Some(d) = rec.duration_ns {
+                self.duration.record(d as f64 / 1e9, &attrs);
+            }
+            let trace_id =
+                TraceId::from(((self.next_u64() as u128) << 64) | self.next_u64() as u128);
+            let span_id = SpanId::from(self.next_u64());
+            let start = UNIX_EPOCH + Duration::from_nanos(rec.start_time_unix_nano);
+            let end = start + Duration::from_nanos(rec.duration_ns.unwrap_or(0));
+            let mut attributes = vec![
+                KeyValue::new("gprobe.probe", rec.probe.spec.to_string()),
+                KeyValue::new("code.function", rec.probe.symbol.to_string()),
+                KeyValue::new("thread.id", rec.tid as i64),
+            ];
+            let mut add = |prefix: &str, vals: &[crate::events::Value]| {
+                for v in vals {
+                    let key = format!("{prefix}.{}", v.name);
+                    attributes.push(match &v.kind {
+                        ValueKind::Bool(b) => KeyValue::new(key, *b),
+                        ValueKind::Int(i) => KeyValue::new(key, *i),
+                        ValueKind::Uint(u) if *u <= i64::MAX as u64 => {
+                            KeyValue::new(key, *u as i64)
+                        }
+                        ValueKind::Uint(u) => KeyValue::new(key, u.to_string()),
+                        ValueKind::Float(f) => KeyValue::new(key, *f),
+                        ValueKind::Pointer(p) => KeyValue::new(key, format!("{p:#x}")),
+                        ValueKind::Str { text, .. } => KeyValue::new(key, text.clone()),
+                        ValueKind::Interface { nil } => {
+                            KeyValue::new(key, if *nil { "nil" } else { "non-nil" })
+                        }
+                        ValueKind::Fault => KeyValue::new(key, "<unreadable>"),
+                    });
+                }
+            };
+            add("gprobe.args", &rec.args);
+            if let Some(r) = &rec.returns {
+                add("gprobe.returns", r);
+            }
+            if rec.unfinished {
+                attributes.push(KeyValue::new("gprobe.unfinished", true));
+            }
+            let span = SpanData {
+                span_context: SpanContext::new(
+                    trace_id,
+                    span_id,
+                    TraceFlags::SAMPLED,
+                    false,
+                    TraceState::default(),
+                ),
+                parent_span_id: SpanId::INVALID,
+                parent_span_is_remote: false,
+                span_kind: SpanKind::Internal,
+                name: rec.probe.symbol.to_string().into(),
+                start_time: start,
+                end_time: end,
+                attributes,
+                dropped_attributes_count: 0,
+                events: SpanEvents::default(),
+                links: SpanLinks::default(),
+                status: Status::Unset,
+                instrumentation_scope: self.scope.clone(),
+            };
+            self.pending.push((rec.resource.clone(), span));
+        }
+    }
+
+    pub async fn maybe_flush(&mut self) {
+        if self.pending.len() >= 2048 || self.last_flush.elapsed() >= Duration::from_secs(1) {
+            self.flush().await;
+        }
+    }
+
+    /// Exports pending spans, one request per process resource.
+    pub async fn flush(&mut self) {
+        self.last_flush = Instant::now();
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut groups: Vec<(Arc<Resource>, Vec<SpanData>)> = Vec::new();
+        for (res, span) in self.pending.drain(..) {
+            match groups
+                .iter_mut()
+                .find(|(r, _)| Arc::ptr_eq(r, &res) || **r == *res)
+            {
+                Some((_, v)) => v.push(span),
+                None => groups.push((res, vec![span])),
+            }
+        }
+        for (res, spans) in groups {
+            let resource = opentelemetry_sdk::Resource::builder_empty()
+                .with_attributes(
+                    res.attributes
+                        .iter()
+                        .map(|(k, v)| KeyValue::new(*k, v.clone())),
+                )
+                .build();
+            self.spans.set_resource(&resource);
+            let n = spans.len() as u64;
+            match self.spans.export(spans).await {
+                Ok(()) => self.spans_exported += n,
+                Err(e) => {
+                    self.export_errors += 1;
+                    tracing::warn!("OTLP span export of {n} spans failed: {e}");
+                }
+            }
+        }
+    }
+
+    pub async fn shutdown(&mut self) {
+        self.flush().await;
+        let _ = self.spans.shutdown();
+        // Blocks while it pushes the final metrics: keep it off the async workers.
+        let meters = self.meters.clone();
+        let res = tokio::task::spawn_blocking(move || meters.shutdown()).await;
+        if let Ok(Err(e)) = res {
+            tracing::warn!("OTLP metrics shutdown: {e}");
+        }
+    }
+}
