@@ -1,10 +1,26 @@
 //! The ProbeSpec contract: one type for the Kubernetes custom resource and for the YAML
-//! that `gprobe run` reads, with the validation both modes share.
+//! that `gprobe run` reads, with the validation both modes share; and ProbeAttachment, the
+//! per-node report the agent writes in cluster mode.
 
+mod attachment;
 pub mod glob;
 pub mod signature;
 mod spec;
 mod validate;
 
+pub use attachment::*;
 pub use spec::*;
 pub use validate::{load_specs, validate_spec, LoadError, SpecIssue};
+
+use kube::CustomResourceExt;
+
+/// Both CRDs (ProbeSpec, then ProbeAttachment) as one multi-document YAML text: what
+/// `crdgen` prints and `crds/crds.yaml` holds.
+pub fn crds_yaml() -> String {
+    let mut out = String::new();
+    for crd in [ProbeSpec::crd(), ProbeAttachment::crd()] {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd).expect("a CRD serializes to YAML"));
+    }
+    out
+}

@@ -1,34 +1,80 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub const API_GROUP: &str = "gprobe.dev";
 pub const API_VERSION: &str = "gprobe.dev/v1alpha1";
 
+/// At most this many probes in one ProbeSpec (keeps the CRD's CEL rules within their cost
+/// budget; split larger sets into several ProbeSpecs).
+pub const MAX_PROBES: usize = 128;
+/// At most this many captured values per probe.
+pub const MAX_CAPTURES: usize = 8;
+/// At most this many bytes in a probe's symbol.
+pub const MAX_SYMBOL_BYTES: usize = 1024;
+
 /// What to trace: which processes (selector) and which functions in them (probes).
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+// Several printer columns share a `type_`: not a duplicated attribute.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[kube(
     group = "gprobe.dev",
     version = "v1alpha1",
     kind = "ProbeSpec",
     namespaced,
     shortname = "pspec",
-    status = "ProbeSpecStatus"
+    category = "gprobe",
+    status = "ProbeSpecStatus",
+    doc = "A ProbeSpec names functions to trace with eBPF uprobes (probes) and the processes to trace them in (selector). The gprobe agent on every node attaches them and reports in a ProbeAttachment; the gprobe operator rolls those up into status.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether at least one probe is attached and none failed"
+    ),
+    printcolumn(
+        name = "Nodes",
+        type_ = "integer",
+        json_path = ".status.nodes",
+        description = "Nodes whose agent reported on this ProbeSpec"
+    ),
+    printcolumn(
+        name = "Attached",
+        type_ = "integer",
+        json_path = ".status.probesAttached",
+        description = "Probes attached, summed over containers and nodes"
+    ),
+    printcolumn(
+        name = "Errors",
+        type_ = "integer",
+        json_path = ".status.probesFailed",
+        description = "Probes that failed to attach, summed over containers and nodes"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProbeSpecSpec {
     /// Which processes to trace. Every field given must match (AND); at least one is required.
     pub selector: Selector,
-    /// The functions to trace in every selected process.
+    /// The functions to trace in every selected process (1 to 128).
+    #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new("size(self) >= 1").message("lists no probe: add at least one symbol"))]
     pub probes: Vec<Probe>,
     /// Bounds on what each probe may capture and emit.
     #[serde(default)]
     pub limits: Limits,
 }
 
-/// Selects processes. Every field given must match (AND).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// Selects processes. Every field given must match (AND); at least one field is required.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new(
+    "(has(self.images) && size(self.images) > 0) || has(self.podSelector) || (has(self.containerNames) && size(self.containerNames) > 0) || has(self.executable)"
+).message("selects nothing: give at least one of images, podSelector, containerNames, executable"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Selector {
     /// Globs on the container image reference (`registry/repo:tag`), or `sha256:...` digests.
@@ -48,20 +94,23 @@ pub struct Selector {
 }
 
 /// One function to trace.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Probe {
     /// The function's symbol as the Go toolchain names it, e.g. `main.computeE` or
     /// `net/http.(*Client).Get`.
+    #[schemars(length(max = 1024))]
+    #[x_kube(validation = Rule::new("self.trim() != ''").message("is empty: name a function, e.g. main.computeE"))]
     pub symbol: String,
     /// The Go signature, e.g. `func(c *Client, url string) (resp *Response, err error)`.
     /// Methods take their receiver as the first parameter. Optional where the binary has
     /// DWARF; required for stripped binaries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
-    /// Parameter or result names to record. Unnamed results are `r0`, `r1`, ...; unnamed
-    /// parameters `p0`, `p1`, ... Results need `latency: true` or are read at return anyway.
+    /// Parameter or result names to record (at most 8). Unnamed results are `r0`, `r1`, ...;
+    /// unnamed parameters `p0`, `p1`, ... Results need `latency: true` or are read at return anyway.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(validation = Rule::new("size(self) <= 8").message("lists too many values; at most 8 per probe"))]
     pub capture: Vec<String>,
     /// Measure each call from entry to return (uprobes on every RET, never uretprobes).
     #[serde(default)]
@@ -69,12 +118,13 @@ pub struct Probe {
 }
 
 /// Bounds applied to every probe of the spec.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Limits {
     /// Bytes kept of each captured string or []byte (1..=4096); longer values are truncated
     /// and marked so.
     #[serde(default = "default_max_string_bytes")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 4096").message("is out of range: use 1..=4096"))]
     pub max_string_bytes: u32,
     /// Calls recorded per second per probe, enforced in the kernel; calls over the limit are
     /// counted as throttled. 0 means unlimited.
@@ -100,13 +150,49 @@ impl Default for Limits {
     }
 }
 
-/// What the operator reports about a ProbeSpec.
+/// At most this many entries in `ProbeSpecStatus.errors`.
+pub const MAX_STATUS_ERRORS: usize = 10;
+
+/// What the operator reports about a ProbeSpec, rolled up from the ProbeAttachments that
+/// the agents write (one per node). Every field is optional: an empty status is valid.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProbeSpecStatus {
-    /// Standard conditions: `Valid`, `Ready`.
+    /// Standard conditions. `Valid`: the spec passed the operator's checks (reason
+    /// `InvalidSpec` lists the issues otherwise). `Ready`: the spec is valid, at least one
+    /// probe is attached and none failed (reasons `Attached`, `NoMatchingContainers`,
+    /// `AttachErrors`, `InvalidSpec`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    /// The `metadata.generation` of the ProbeSpec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Nodes whose agent reported on this ProbeSpec (ProbeAttachments found).
+    #[serde(default)]
+    pub nodes: u32,
+    /// Containers matched by the selector, summed over nodes.
+    #[serde(default)]
+    pub containers_matched: u32,
+    /// Probes attached (one per probe and container), summed over nodes.
+    #[serde(default)]
+    pub probes_attached: u32,
+    /// Probes that failed to attach (one per probe and container), summed over nodes.
+    #[serde(default)]
+    pub probes_failed: u32,
+    /// The latest attach errors, at most 10, each prefixed with its node: `node-a: ...`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub errors: Vec<String>,
+}
+
+impl ProbeSpecStatus {
+    /// The condition of type `type_`, if present.
+    pub fn condition(
+        &self,
+        type_: &str,
+    ) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
 }
 
 impl ProbeSpec {

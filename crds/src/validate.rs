@@ -2,7 +2,9 @@
 
 use crate::glob::Glob;
 use crate::signature::parse_signature;
-use crate::{ProbeSpec, API_VERSION, MAX_STRING_BYTES_CAP};
+use crate::{
+    ProbeSpec, API_VERSION, MAX_CAPTURES, MAX_PROBES, MAX_STRING_BYTES_CAP, MAX_SYMBOL_BYTES,
+};
 use std::fmt;
 use thiserror::Error;
 
@@ -157,6 +159,14 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
             "spec.probes",
             "lists no probe: add at least one symbol".into(),
         );
+    } else if s.probes.len() > MAX_PROBES {
+        spec_issue(
+            "spec.probes",
+            format!(
+                "lists {} probes; at most {MAX_PROBES} per ProbeSpec: split them over several ProbeSpecs",
+                s.probes.len()
+            ),
+        );
     }
     for (i, p) in s.probes.iter().enumerate() {
         let mut probe_issue = |field: String, message: String| {
@@ -171,11 +181,22 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 ".symbol".into(),
                 "is empty: name a function, e.g. main.computeE".into(),
             );
+        } else if p.symbol.len() > MAX_SYMBOL_BYTES {
+            probe_issue(
+                ".symbol".into(),
+                format!(
+                    "is {} bytes long; at most {MAX_SYMBOL_BYTES}",
+                    p.symbol.len()
+                ),
+            );
         }
-        if p.capture.len() > 8 {
+        if p.capture.len() > MAX_CAPTURES {
             probe_issue(
                 ".capture".into(),
-                format!("lists {} values; at most 8 per probe", p.capture.len()),
+                format!(
+                    "lists {} values; at most {MAX_CAPTURES} per probe",
+                    p.capture.len()
+                ),
             );
         }
         let Some(sig_text) = &p.signature else {
@@ -312,5 +333,29 @@ spec:
             "{}",
             issues[3]
         );
+    }
+
+    #[test]
+    fn bounds_match_the_crd_schema() {
+        let long_symbol = "a".repeat(crate::MAX_SYMBOL_BYTES + 1);
+        let mut probes = String::new();
+        for _ in 0..=crate::MAX_PROBES {
+            probes.push_str("    - {symbol: main.f}\n");
+        }
+        let text = format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: a}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes:\n{probes}    - {{symbol: {long_symbol}, capture: [a, b, c, d, e, f, g, h, i]}}\n");
+        let s = &load_specs(&text, "a.yaml").unwrap()[0];
+        let issues = validate_spec(s);
+        let fields: Vec<_> = issues.iter().map(|i| i.field.as_str()).collect();
+        let last = crate::MAX_PROBES + 1;
+        assert_eq!(
+            fields,
+            [
+                "spec.probes".to_string(),
+                format!("spec.probes[{last}].symbol"),
+                format!("spec.probes[{last}].capture"),
+            ]
+        );
+        assert!(issues[0].message.contains("at most 128"), "{}", issues[0]);
+        assert!(issues[2].message.contains("at most 8"), "{}", issues[2]);
     }
 }
