@@ -249,7 +249,9 @@ pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSumm
         }
     };
     tokio::pin!(deadline);
+    // Streams, created once, so a signal that arrives while the loop is busy is not missed.
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut stats_tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_lost: HashMap<(Arc<str>, Arc<str>), (u64, u64)> = HashMap::new();
     loop {
@@ -270,7 +272,7 @@ pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSumm
                     }
                 }
             }
-            _ = tokio::signal::ctrl_c() => break,
+            _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = &mut deadline => break,
         }
