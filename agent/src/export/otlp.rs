@@ -92,6 +92,28 @@ impl OtlpConfig {
     }
 }
 
+/// Runs the HTTP client's requests on the agent's tokio runtime: the SDK's metrics reader
+/// exports from its own thread, where a hyper client finds no reactor.
+#[derive(Debug)]
+struct OnRuntime {
+    inner: Arc<opentelemetry_http::hyper::HyperClient>,
+    handle: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OnRuntime {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let inner = self.inner.clone();
+        self.handle
+            .spawn(async move { inner.send_bytes(request).await })
+            .await
+            .map_err(|e| Box::new(e) as opentelemetry_http::HttpError)?
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum OtlpError {
     #[error("setting up the OTLP {signal} exporter for {endpoint} failed: {source}")]
@@ -128,6 +150,10 @@ impl OtlpExporter {
             source,
         };
         let timeout = Duration::from_secs(10);
+        let http_client = || OnRuntime {
+            inner: Arc::new(opentelemetry_http::hyper::HyperClient::with_default_connector(timeout, None)),
+            handle: tokio::runtime::Handle::current(),
+        };
         let (spans, metrics) = match cfg.protocol {
             Protocol::Grpc => (
                 opentelemetry_otlp::SpanExporter::builder()
@@ -146,14 +172,15 @@ impl OtlpExporter {
             Protocol::HttpProtobuf => (
                 opentelemetry_otlp::SpanExporter::builder()
                     .with_http()
+                    .with_http_client(http_client())
                     .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                     .with_endpoint(cfg.http_url("traces"))
                     .with_timeout(timeout)
-                    .with_headers(HashMap::new())
                     .build()
                     .map_err(|e| build_err("trace", e))?,
                 opentelemetry_otlp::MetricExporter::builder()
                     .with_http()
+                    .with_http_client(http_client())
                     .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
                     .with_endpoint(cfg.http_url("metrics"))
                     .with_timeout(timeout)
