@@ -8,10 +8,36 @@ use std::process::Command;
 const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_loc", &["kind", "reg", "off"]),
     ("gp_capture", &["kind", "size", "max_len", "loc"]),
-    ("gp_probe_cfg", &["spec_id", "func_id", "kind", "n_captures", "rate_limit", "caps"]),
-    ("gp_event", &["ts_ns", "call_id", "goroutine", "duration_ns", "pid", "tid", "probe_id", "kind", "data_len"]),
+    (
+        "gp_probe_cfg",
+        &[
+            "spec_id",
+            "func_id",
+            "kind",
+            "n_captures",
+            "rate_limit",
+            "caps",
+        ],
+    ),
+    (
+        "gp_event",
+        &[
+            "ts_ns",
+            "call_id",
+            "goroutine",
+            "duration_ns",
+            "pid",
+            "tid",
+            "probe_id",
+            "kind",
+            "data_len",
+        ],
+    ),
     ("gp_value", &["cap", "flags", "len", "full_len"]),
-    ("gp_stats", &["hits", "emitted", "lost", "throttled", "unpaired"]),
+    (
+        "gp_stats",
+        &["hits", "emitted", "lost", "throttled", "unpaired"],
+    ),
     ("gp_pid_key", &["tgid", "spec_id"]),
     ("gp_proc_event", &["kind", "pid"]),
 ];
@@ -21,7 +47,11 @@ fn clang() -> Result<PathBuf> {
         return Ok(PathBuf::from(c));
     }
     for c in ["clang-19", "clang"] {
-        if Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        if Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
             return Ok(PathBuf::from(c));
         }
     }
@@ -46,7 +76,10 @@ fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
 
 fn main() -> Result<()> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let ebpf = manifest.parent().context("workspace root")?.join("agent-ebpf");
+    let ebpf = manifest
+        .parent()
+        .context("workspace root")?
+        .join("agent-ebpf");
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let include = ebpf.join("include");
     let src = ebpf.join("src/gprobe.bpf.c");
@@ -59,7 +92,16 @@ fn main() -> Result<()> {
     }
     run(
         Command::new(&clang)
-            .args(["-O2", "-g", "-target", "bpf", "-mcpu=v3", "-D__TARGET_ARCH_x86", "-Wall", "-Werror"])
+            .args([
+                "-O2",
+                "-g",
+                "-target",
+                "bpf",
+                "-mcpu=v3",
+                "-D__TARGET_ARCH_x86",
+                "-Wall",
+                "-Werror",
+            ])
             .arg("-I")
             .arg(&include)
             .arg("-I/usr/include/x86_64-linux-gnu")
@@ -71,7 +113,9 @@ fn main() -> Result<()> {
     )?;
 
     // Layout probe: a host program printing each struct's size and field offsets.
-    let mut c = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"gprobe.h\"\nint main(void){\n");
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"gprobe.h\"\nint main(void){\n",
+    );
     for (s, fields) in STRUCTS {
         let up = s.to_uppercase();
         c += &format!("printf(\"pub const SIZEOF_{up}: usize = %zu;\\n\", sizeof(struct {s}));\n");
@@ -80,7 +124,14 @@ fn main() -> Result<()> {
             c += &format!("printf(\"pub const OFFSETOF_{up}_{uf}: usize = %zu;\\n\", offsetof(struct {s}, {f}));\n");
         }
     }
-    for k in ["GP_MAX_CAPTURES", "GP_MAX_STR", "GP_MAX_PROBES", "GP_MAX_DEPTH", "GP_DATA_MASK", "GP_SCRATCH"] {
+    for k in [
+        "GP_MAX_CAPTURES",
+        "GP_MAX_STR",
+        "GP_MAX_PROBES",
+        "GP_MAX_DEPTH",
+        "GP_DATA_MASK",
+        "GP_SCRATCH",
+    ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }
     c += "return 0;}\n";
@@ -88,7 +139,12 @@ fn main() -> Result<()> {
     let probe_bin = out.join("layout_probe");
     std::fs::write(&probe_c, c)?;
     run(
-        Command::new(&clang).arg("-I").arg(&include).arg(&probe_c).arg("-o").arg(&probe_bin),
+        Command::new(&clang)
+            .arg("-I")
+            .arg(&include)
+            .arg(&probe_c)
+            .arg("-o")
+            .arg(&probe_bin),
         "clang (layout probe)",
     )?;
     let layout = run(&mut Command::new(&probe_bin), "layout probe")?;

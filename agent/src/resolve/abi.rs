@@ -97,7 +97,10 @@ impl Assigner {
         let regs_ok = components(t, 0, &mut comps);
         let need_int = comps.iter().filter(|c| !c.2).count();
         let need_float = comps.len() - need_int;
-        if regs_ok && self.ints + need_int <= INT_REGS.len() && self.floats + need_float <= NUM_FLOAT_REGS {
+        if regs_ok
+            && self.ints + need_int <= INT_REGS.len()
+            && self.floats + need_float <= NUM_FLOAT_REGS
+        {
             let parts = comps
                 .into_iter()
                 .map(|(offset, size, float)| {
@@ -173,14 +176,38 @@ pub fn type_of(t: &TypeExpr) -> Result<GoType, TypeError> {
     Ok(match t {
         TypeExpr::Named { package, name } => match (package.as_deref(), name.as_str()) {
             (None, "bool") => GoType::Bool,
-            (None, "int" | "int64") => GoType::Int { size: 8, signed: true },
-            (None, "int32" | "rune") => GoType::Int { size: 4, signed: true },
-            (None, "int16") => GoType::Int { size: 2, signed: true },
-            (None, "int8") => GoType::Int { size: 1, signed: true },
-            (None, "uint" | "uint64") => GoType::Int { size: 8, signed: false },
-            (None, "uint32") => GoType::Int { size: 4, signed: false },
-            (None, "uint16") => GoType::Int { size: 2, signed: false },
-            (None, "uint8" | "byte") => GoType::Int { size: 1, signed: false },
+            (None, "int" | "int64") => GoType::Int {
+                size: 8,
+                signed: true,
+            },
+            (None, "int32" | "rune") => GoType::Int {
+                size: 4,
+                signed: true,
+            },
+            (None, "int16") => GoType::Int {
+                size: 2,
+                signed: true,
+            },
+            (None, "int8") => GoType::Int {
+                size: 1,
+                signed: true,
+            },
+            (None, "uint" | "uint64") => GoType::Int {
+                size: 8,
+                signed: false,
+            },
+            (None, "uint32") => GoType::Int {
+                size: 4,
+                signed: false,
+            },
+            (None, "uint16") => GoType::Int {
+                size: 2,
+                signed: false,
+            },
+            (None, "uint8" | "byte") => GoType::Int {
+                size: 1,
+                signed: false,
+            },
             (None, "uintptr") => GoType::Uintptr,
             (None, "float32") => GoType::Float { size: 4 },
             (None, "float64") => GoType::Float { size: 8 },
@@ -189,7 +216,10 @@ pub fn type_of(t: &TypeExpr) -> Result<GoType, TypeError> {
             (None, "string") => GoType::String,
             (None, "error" | "any") => GoType::Interface,
             (Some("unsafe"), "Pointer") => GoType::Pointer,
-            (Some("time"), "Duration") => GoType::Int { size: 8, signed: true },
+            (Some("time"), "Duration") => GoType::Int {
+                size: 8,
+                signed: true,
+            },
             (Some("context"), "Context")
             | (Some("io"), "Reader" | "Writer" | "ReadCloser" | "WriteCloser" | "ReadWriter")
             | (Some("net"), "Conn" | "Listener" | "Addr")
@@ -198,7 +228,9 @@ pub fn type_of(t: &TypeExpr) -> Result<GoType, TypeError> {
             (Some("http"), "Header") | (Some("url"), "Values") => GoType::Pointer,
             _ => return Err(TypeError::Unknown(t.to_string())),
         },
-        TypeExpr::Pointer(_) | TypeExpr::Map(..) | TypeExpr::Chan(_) | TypeExpr::Func => GoType::Pointer,
+        TypeExpr::Pointer(_) | TypeExpr::Map(..) | TypeExpr::Chan(_) | TypeExpr::Func => {
+            GoType::Pointer
+        }
         TypeExpr::Slice(elem) => GoType::Slice {
             bytes: matches!(&**elem, TypeExpr::Named { package: None, name } if name == "byte" || name == "uint8"),
         },

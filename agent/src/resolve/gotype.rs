@@ -7,19 +7,37 @@ use std::fmt;
 pub enum GoType {
     Bool,
     /// int8..int64, uint8..uint64, int, uint, uintptr. `size` in bytes.
-    Int { size: u8, signed: bool },
+    Int {
+        size: u8,
+        signed: bool,
+    },
     Uintptr,
-    Float { size: u8 },
-    Complex { size: u8 },
+    Float {
+        size: u8,
+    },
+    Complex {
+        size: u8,
+    },
     String,
     /// []T; `bytes` is true for []byte / []uint8, which can be captured as bytes.
-    Slice { bytes: bool },
+    Slice {
+        bytes: bool,
+    },
     /// `error`, `any`, `interface{...}` and named interfaces: two words (type/itab, data).
     Interface,
     /// Any pointer-shaped value: *T, map, chan, func, unsafe.Pointer.
     Pointer,
-    Struct { fields: Vec<(String, GoType)>, size: u64, align: u64 },
-    Array { len: u64, elem: Box<GoType>, size: u64, align: u64 },
+    Struct {
+        fields: Vec<(String, GoType)>,
+        size: u64,
+        align: u64,
+    },
+    Array {
+        len: u64,
+        elem: Box<GoType>,
+        size: u64,
+        align: u64,
+    },
 }
 
 impl GoType {
@@ -60,7 +78,11 @@ impl GoType {
             off += 1;
         }
         let size = off.div_ceil(align) * align;
-        GoType::Struct { fields, size, align }
+        GoType::Struct {
+            fields,
+            size,
+            align,
+        }
     }
 
     pub fn new_array(len: u64, elem: GoType) -> GoType {
@@ -79,7 +101,10 @@ impl fmt::Display for GoType {
         match self {
             GoType::Bool => write!(f, "bool"),
             GoType::Int { size, signed: true } => write!(f, "int{}", size * 8),
-            GoType::Int { size, signed: false } => write!(f, "uint{}", size * 8),
+            GoType::Int {
+                size,
+                signed: false,
+            } => write!(f, "uint{}", size * 8),
             GoType::Uintptr => write!(f, "uintptr"),
             GoType::Float { size } => write!(f, "float{}", size * 8),
             GoType::Complex { size } => write!(f, "complex{}", size * 8),
