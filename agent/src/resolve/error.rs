@@ -1,0 +1,116 @@
+//! Errors of the resolve stage: each carries the binary's path (and the symbol where one
+//! is involved), and its message says what went wrong and what to do about it.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("cannot read {}: {source}; check that the file exists and that this user may read it", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{} is not an ELF file ({reason}); gprobe reads Linux executables: point it at the program's binary, not at a script or a wrapper", path.display())]
+    NotElf { path: PathBuf, reason: String },
+
+    #[error("{} is a truncated or malformed ELF file: {reason}; check that the file was copied completely (compare its size and checksum with the original)", path.display())]
+    Malformed { path: PathBuf, reason: String },
+
+    #[error("{} is a {class} ELF file for machine {machine}; gprobe supports 64-bit little-endian x86-64 binaries only: trace an amd64 build of the program", path.display())]
+    UnsupportedArch {
+        path: PathBuf,
+        class: &'static str,
+        machine: u16,
+    },
+
+    #[error("{} was built with {} whose function table (pclntab magic {magic:#010x}) gprobe cannot read; rebuild the program with Go 1.18 or newer", path.display(), go_version.as_deref().unwrap_or("a Go release older than 1.18"))]
+    UnsupportedGoVersion {
+        path: PathBuf,
+        go_version: Option<String>,
+        magic: u32,
+    },
+
+    #[error("the Go function table (.gopclntab) of {} is corrupt: {reason}; the file may be damaged or not produced by the Go linker: rebuild it or check that it was not modified", path.display())]
+    BadPclntab { path: PathBuf, reason: String },
+
+    #[error("{} has no function table: it is not a Go binary and has no .symtab or .dynsym symbols; trace an unstripped build of the program", path.display())]
+    NoFunctions { path: PathBuf },
+
+    #[error("{}", not_found_message(path, symbol, *inlined, similar))]
+    NotFound {
+        path: PathBuf,
+        symbol: String,
+        inlined: bool,
+        similar: Vec<String>,
+    },
+
+    #[error("function {symbol} at {addr:#x} in {} lies outside every loadable segment of the file (or past its end); the binary's tables are inconsistent: check that the file is complete", path.display())]
+    AddressNotMapped {
+        path: PathBuf,
+        symbol: String,
+        addr: u64,
+    },
+
+    #[error("cannot read the DWARF debug information of {}{}: {reason}; give the probe an explicit `signature:` in the ProbeSpec, or rebuild without -ldflags=-w", path.display(), symbol.as_deref().map(|s| format!(" (for {s})")).unwrap_or_default())]
+    Dwarf {
+        path: PathBuf,
+        symbol: Option<String>,
+        reason: String,
+    },
+}
+
+/// The package of a Go symbol: everything up to the first '.' after the last '/'.
+pub(crate) fn go_package(symbol: &str) -> &str {
+    let start = symbol.rfind('/').map_or(0, |i| i + 1);
+    match symbol[start..].find('.') {
+        Some(i) => &symbol[..start + i],
+        None => symbol,
+    }
+}
+
+/// The last component of a symbol: `Get` for `net/http.(*Client).Get`.
+pub(crate) fn last_component(symbol: &str) -> &str {
+    let start = symbol.rfind('/').map_or(0, |i| i + 1);
+    match symbol[start..].rfind('.') {
+        Some(i) => &symbol[start + i + 1..],
+        None => &symbol[start..],
+    }
+}
+
+fn not_found_message(
+    path: &std::path::Path,
+    symbol: &str,
+    inlined: bool,
+    similar: &[String],
+) -> String {
+    let mut s = String::new();
+    if inlined {
+        let _ = write!(
+            s,
+            "{symbol} is inlined into its callers in {} (the compiler copied its body, so there is no function to probe); ",
+            path.display()
+        );
+        match similar.first() {
+            Some(alt) => {
+                let _ = write!(s, "probe {alt} instead, or ");
+            }
+            None => s.push_str("probe one of its callers instead, or "),
+        }
+        let _ = write!(s, "rebuild with -gcflags='{}=-l'", go_package(symbol));
+    } else {
+        let _ = write!(s, "symbol {symbol} not found in {}", path.display());
+        if !similar.is_empty() {
+            let _ = write!(s, "; similar: {}", similar.join(", "));
+        }
+        let _ = write!(
+            s,
+            "; list functions with: gprobe symbols {} --filter {}",
+            path.display(),
+            last_component(symbol)
+        );
+    }
+    s
+}

@@ -1,0 +1,48 @@
+//! The operator's errors, each with the object it concerns.
+
+use thiserror::Error;
+
+/// Why one reconciliation failed. The controller retries it with backoff.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("ProbeSpec {name:?} has no namespace (ProbeSpec is a namespaced kind)")]
+    NoNamespace { name: String },
+    #[error("listing the ProbeAttachments of ProbeSpec {namespace}/{name}: {source}")]
+    ListAttachments {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("patching the status of ProbeSpec {namespace}/{name}: {source}")]
+    PatchStatus {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// A short, fixed name for the `error` label of the failures metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NoNamespace { .. } => "no_namespace",
+            Error::ListAttachments { .. } => "list_attachments",
+            Error::PatchStatus { .. } => "patch_status",
+        }
+    }
+}
+
+/// Why a Lease operation failed.
+#[derive(Debug, Error)]
+pub enum LeaseError {
+    #[error("{action} Lease {namespace}/{name}: {source}")]
+    Api {
+        action: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
