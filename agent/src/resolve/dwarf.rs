@@ -1,8 +1,9 @@
 //! Go function signatures from DWARF: the parameters and results of a function's
 //! DW_TAG_subprogram, their names and their types mapped to [`GoType`].
 //!
-//! Go compresses its DWARF (`.zdebug_*` sections before Go 1.?, SHF_COMPRESSED `.debug_*`
-//! after); object's `uncompressed_data` handles both. Go 1.25+ writes DWARF 5.
+//! Go compresses its DWARF: older releases in `.zdebug_*` sections, Go 1.19 and 1.27 (as
+//! measured) in SHF_COMPRESSED `.debug_*` sections; object's `uncompressed_data` handles
+//! both. Go 1.25+ writes DWARF 5 (addresses through .debug_addr).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
