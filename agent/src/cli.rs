@@ -63,6 +63,47 @@ pub enum Command {
         #[arg(long, default_value = "25ms", value_parser = parse_duration)]
         poll_interval: Duration,
     },
+    /// Cluster mode on one node (the DaemonSet): ProbeSpecs from the API server (or
+    /// --spec-dir), containers from the node's runtime over CRI.
+    Agent {
+        /// This node's name (default: $NODE_NAME, set from spec.nodeName in the DaemonSet).
+        #[arg(long)]
+        node_name: Option<String>,
+        /// The container runtime's CRI socket (CRI-O: /var/run/crio/crio.sock).
+        #[arg(long, default_value = "/run/containerd/containerd.sock")]
+        cri_socket: PathBuf,
+        /// Read ProbeSpecs from the YAML files of this folder instead of the API server
+        /// (no ProbeAttachments are written then; see --report-file).
+        #[arg(long)]
+        spec_dir: Option<PathBuf>,
+        /// Write what is attached (per spec, as ProbeAttachment status) to this JSON file.
+        #[arg(long)]
+        report_file: Option<PathBuf>,
+        /// Serve /healthz, /readyz and /metrics here (e.g. 0.0.0.0:9090).
+        #[arg(long)]
+        health_addr: Option<std::net::SocketAddr>,
+        /// How often the container runtime is asked for running containers.
+        #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+        container_poll_interval: Duration,
+        /// Output on stdout (none by default: a DaemonSet exports over OTLP).
+        #[arg(long, value_enum, default_value = "none")]
+        output: OutputFormat,
+        /// OTLP endpoint (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / $OTEL_EXPORTER_OTLP_ENDPOINT).
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<String>,
+        /// OTLP transport: grpc or http/protobuf (default: $OTEL_EXPORTER_OTLP_PROTOCOL or grpc).
+        #[arg(long, value_parser = |s: &str| s.parse::<Protocol>())]
+        otlp_protocol: Option<Protocol>,
+        /// How often metrics are exported over OTLP.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        metrics_interval: Duration,
+        /// Size of the kernel ring buffer for call events.
+        #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+        ring_buffer_size: u64,
+        /// Stop after this long (tests); default: until SIGTERM.
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+    },
     /// List a binary's functions (stripped Go binaries too), with signatures where DWARF has them.
     Symbols {
         /// The binary to read.

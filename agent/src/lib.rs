@@ -2,11 +2,13 @@
 
 pub mod attach;
 pub mod cli;
+pub mod cluster;
 pub mod discover;
 pub mod duration;
 pub mod events;
 pub mod export;
 pub mod local;
+pub mod pipeline;
 pub mod plan;
 pub mod resolve;
 pub mod session;

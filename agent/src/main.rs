@@ -2,9 +2,11 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use gprobe_agent::attach::LoadOptions;
 use gprobe_agent::cli::{Cli, Command, OutputFormat};
+use gprobe_agent::cluster::{self, AgentOptions};
 use gprobe_agent::export::otlp::OtlpConfig;
 use gprobe_agent::export::Format;
 use gprobe_agent::local::{self, RunOptions};
+use gprobe_agent::pipeline::PipelineOptions;
 use std::io::IsTerminal;
 
 fn init_logs(level: &str) -> Result<()> {
@@ -18,6 +20,31 @@ fn init_logs(level: &str) -> Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     Ok(())
+}
+
+fn format_of(output: Option<OutputFormat>) -> Format {
+    match output {
+        Some(OutputFormat::Jsonl) => Format::Jsonl,
+        Some(OutputFormat::Table) => Format::Table,
+        Some(OutputFormat::None) => Format::None,
+        None if std::io::stdout().is_terminal() => Format::Table,
+        None => Format::Jsonl,
+    }
+}
+
+fn check_ring_size(n: u64) -> Result<()> {
+    anyhow::ensure!(
+        n.is_power_of_two() && (4096..=1 << 30).contains(&n),
+        "--ring-buffer-size must be a power of two between 4KiB and 1GiB, got {n}"
+    );
+    Ok(())
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }
 
 fn main() -> Result<()> {
@@ -40,6 +67,53 @@ fn main() -> Result<()> {
             gprobe_agent::symbols::list(&path, filter.as_deref(), verbose, &mut out)?;
             Ok(())
         }
+        Command::Agent {
+            node_name,
+            cri_socket,
+            spec_dir,
+            report_file,
+            health_addr,
+            container_poll_interval,
+            output,
+            otlp_endpoint,
+            otlp_protocol,
+            metrics_interval,
+            ring_buffer_size,
+            duration,
+        } => {
+            let node_name = node_name
+                .or_else(|| std::env::var("NODE_NAME").ok())
+                .filter(|n| !n.is_empty())
+                .context("the node name is needed: pass --node-name or set NODE_NAME (the chart sets it from spec.nodeName)")?;
+            let otlp = OtlpConfig::from_flags_and_env(otlp_endpoint, otlp_protocol, metrics_interval)
+                .map_err(anyhow::Error::msg)?
+                .map(|mut c| {
+                    c.agent_resource.push(("k8s.node.name", node_name.clone()));
+                    c
+                });
+            check_ring_size(ring_buffer_size)?;
+            let opts = AgentOptions {
+                node_name,
+                cri_socket,
+                spec_dir,
+                pipeline: PipelineOptions {
+                    format: format_of(Some(output)),
+                    otlp,
+                    load: LoadOptions {
+                        ring_buffer_bytes: ring_buffer_size as u32,
+                        ..Default::default()
+                    },
+                    poll_interval: std::time::Duration::from_millis(25),
+                },
+                container_poll: container_poll_interval,
+                report_file,
+                health_addr,
+                duration,
+            };
+            let summary = runtime()?.block_on(cluster::run(opts, Box::new(std::io::stdout())))?;
+            eprint!("{}", summary.render());
+            Ok(())
+        }
         Command::Run {
             specs,
             duration,
@@ -51,36 +125,25 @@ fn main() -> Result<()> {
             wakeup_size,
             poll_interval,
         } => {
-            let format = match output {
-                Some(OutputFormat::Jsonl) => Format::Jsonl,
-                Some(OutputFormat::Table) => Format::Table,
-                Some(OutputFormat::None) => Format::None,
-                None if std::io::stdout().is_terminal() => Format::Table,
-                None => Format::Jsonl,
-            };
+            let format = format_of(output);
             let otlp =
                 OtlpConfig::from_flags_and_env(otlp_endpoint, otlp_protocol, metrics_interval)
                     .map_err(anyhow::Error::msg)?;
-            anyhow::ensure!(
-                ring_buffer_size.is_power_of_two() && ring_buffer_size >= 4096 && ring_buffer_size <= 1 << 30,
-                "--ring-buffer-size must be a power of two between 4KiB and 1GiB, got {ring_buffer_size}"
-            );
+            check_ring_size(ring_buffer_size)?;
             let opts = RunOptions {
                 spec_files: specs,
                 duration,
-                format,
-                otlp,
-                load: LoadOptions {
-                    ring_buffer_bytes: ring_buffer_size as u32,
-                    wakeup_bytes: wakeup_size,
+                pipeline: PipelineOptions {
+                    format,
+                    otlp,
+                    load: LoadOptions {
+                        ring_buffer_bytes: ring_buffer_size as u32,
+                        wakeup_bytes: wakeup_size,
+                    },
+                    poll_interval,
                 },
-                poll_interval,
             };
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()?;
-            let summary = rt.block_on(local::run(opts, Box::new(std::io::stdout())))?;
+            let summary = runtime()?.block_on(local::run(opts, Box::new(std::io::stdout())))?;
             eprint!("{}", summary.render());
             Ok(())
         }

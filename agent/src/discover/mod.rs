@@ -1,6 +1,8 @@
 //! Finding the processes to trace: /proc for what runs now, the exec/exit tracepoints for
 //! what starts and stops later.
 
+pub mod cgroup;
+pub mod cri;
 pub mod procs;
 
 pub use procs::{inspect, list_pids, FileKey, ProcError, ProcInfo};

@@ -20,6 +20,9 @@ pub enum Format {
 /// Calls delivered per (spec, symbol).
 pub type Delivered = HashMap<(Arc<str>, Arc<str>), u64>;
 
+/// Calls delivered per (spec, symbol, pid), shared with whoever reports per container.
+pub type DeliveredByPid = Arc<std::sync::Mutex<HashMap<(Arc<str>, Arc<str>, u32), u64>>>;
+
 /// The export stage: every batch of calls goes to stdout and, if configured, OTLP.
 pub struct Exporters {
     format: Format,
@@ -28,6 +31,7 @@ pub struct Exporters {
     table_header: bool,
     pub otlp: Option<otlp::OtlpExporter>,
     pub delivered: Delivered,
+    pub delivered_by_pid: DeliveredByPid,
 }
 
 impl Exporters {
@@ -43,10 +47,19 @@ impl Exporters {
             table_header: false,
             otlp,
             delivered: HashMap::new(),
+            delivered_by_pid: Default::default(),
         }
     }
 
     pub async fn export(&mut self, batch: &[CallRecord]) -> std::io::Result<()> {
+        {
+            let mut by_pid = self.delivered_by_pid.lock().unwrap_or_else(|e| e.into_inner());
+            for rec in batch {
+                *by_pid
+                    .entry((rec.probe.spec.clone(), rec.probe.symbol.clone(), rec.pid))
+                    .or_default() += 1;
+            }
+        }
         for rec in batch {
             *self
                 .delivered

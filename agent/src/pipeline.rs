@@ -1,0 +1,215 @@
+//! The running pipeline both modes share: BPF loaded, the session that attaches, the ring
+//! buffer reader, the exporters, and the process events feed.
+
+use crate::attach::{AttachError, LoadOptions, Tracer};
+use crate::discover::{self, ProcEvent};
+use crate::events::reader::{self, Processor, ReaderStats, Registry};
+use crate::events::{CallRecord, Clock};
+use crate::export::otlp::{LossCounters, OtlpConfig, OtlpError, OtlpExporter};
+use crate::export::{Delivered, DeliveredByPid, Exporters, Format};
+use crate::session::{AttachReport, ProbeCounters, ProbeState, Session};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+#[derive(Debug, Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Attach(#[from] AttachError),
+    #[error(transparent)]
+    Otlp(#[from] OtlpError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct PipelineOptions {
+    pub format: Format,
+    pub otlp: Option<OtlpConfig>,
+    pub load: LoadOptions,
+    pub poll_interval: Duration,
+}
+
+pub struct Pipeline {
+    pub session: Session,
+    /// Exec and exit of every process on the host.
+    pub proc_events: mpsc::Receiver<ProcEvent>,
+    /// Calls delivered per (spec, symbol, pid), updated by the export stage.
+    pub delivered_by_pid: DeliveredByPid,
+    reader_task: JoinHandle<std::io::Result<ReaderStats>>,
+    exporter_task: JoinHandle<Exporters>,
+    watcher_task: JoinHandle<std::io::Result<()>>,
+    stop_tx: watch::Sender<bool>,
+}
+
+/// What a run did, printed on stderr at the end.
+#[derive(Debug, Default)]
+pub struct RunSummary {
+    pub delivered: Delivered,
+    pub counters: HashMap<(Arc<str>, Arc<str>), ProbeCounters>,
+    pub reader: ReaderStats,
+    pub attach: Vec<AttachReport>,
+    pub spans_exported: u64,
+    pub otlp_errors: u64,
+}
+
+impl Pipeline {
+    /// Loads the BPF programs and starts the reader, exporter and process-event tasks.
+    /// Must run inside the tokio runtime.
+    pub fn start(opts: &PipelineOptions, out: Box<dyn Write + Send>) -> Result<Pipeline, PipelineError> {
+        let (tracer, rings) = Tracer::load(&opts.load)?;
+        let registry = Arc::new(Registry::default());
+        let losses: LossCounters = Default::default();
+        let session = Session::new(tracer, registry.clone(), losses.clone());
+        let otlp = match &opts.otlp {
+            Some(cfg) => Some(OtlpExporter::new(cfg, losses)?),
+            None => None,
+        };
+        let mut exporters = Exporters::new(opts.format, out, otlp);
+        let delivered_by_pid = exporters.delivered_by_pid.clone();
+        let (tx, mut rx) = mpsc::channel::<Vec<CallRecord>>(64);
+        let exporter_task = tokio::spawn(async move {
+            while let Some(batch) = rx.recv().await {
+                if let Err(e) = exporters.export(&batch).await {
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        break;
+                    }
+                    tracing::error!("writing output failed: {e}");
+                }
+            }
+            let _ = exporters.finish().await;
+            exporters
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let processor = Processor::new(registry, Clock::new(), 65_536);
+        let reader_task = tokio::spawn(reader::run(rings.events, processor, tx, stop_rx, opts.poll_interval));
+        let (ptx, proc_events) = mpsc::channel(4096);
+        let watcher_task = tokio::spawn(discover::watch_processes(rings.procs, ptx));
+        Ok(Pipeline {
+            session,
+            proc_events,
+            delivered_by_pid,
+            reader_task,
+            exporter_task,
+            watcher_task,
+            stop_tx,
+        })
+    }
+
+    /// Detaches every probe, drains the ring buffer, flushes the exporters.
+    pub async fn stop(mut self) -> Result<RunSummary, PipelineError> {
+        let attach = self.session.report();
+        self.session.detach_all();
+        let counters = self.session.counters();
+        self.watcher_task.abort();
+        let _ = self.stop_tx.send(true);
+        let reader = match self.reader_task.await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(PipelineError::Io(e)),
+            Err(e) => return Err(PipelineError::Io(std::io::Error::other(e.to_string()))),
+        };
+        let exporters = self
+            .exporter_task
+            .await
+            .map_err(|e| PipelineError::Io(std::io::Error::other(e.to_string())))?;
+        let (spans_exported, otlp_errors) = exporters
+            .otlp
+            .as_ref()
+            .map(|o| (o.spans_exported, o.export_errors))
+            .unwrap_or((0, 0));
+        Ok(RunSummary {
+            delivered: exporters.delivered,
+            counters,
+            reader,
+            attach,
+            spans_exported,
+            otlp_errors,
+        })
+    }
+}
+
+/// Logs one attach outcome.
+pub fn log_report(r: &AttachReport) {
+    match &r.state {
+        ProbeState::Attached { uprobes } => tracing::info!(
+            "attached {} / {} to {} ({} uprobe{}; pid {})",
+            r.spec,
+            r.symbol,
+            r.binary.display(),
+            uprobes,
+            if *uprobes == 1 { "" } else { "s" },
+            r.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+        ),
+        ProbeState::Failed(e) => tracing::error!("{} / {} in {}: {e}", r.spec, r.symbol, r.binary.display()),
+    }
+}
+
+/// Logs when counters show new losses.
+pub fn warn_new_losses(
+    counters: &HashMap<(Arc<str>, Arc<str>), ProbeCounters>,
+    last: &mut HashMap<(Arc<str>, Arc<str>), (u64, u64)>,
+) {
+    for (k, c) in counters {
+        let prev = last.insert(k.clone(), (c.lost, c.throttled)).unwrap_or((0, 0));
+        if c.lost > prev.0 {
+            tracing::warn!(
+                "{} / {}: {} calls lost (ring buffer full; raise --ring-buffer-size)",
+                k.0,
+                k.1,
+                c.lost - prev.0
+            );
+        }
+        if c.throttled > prev.1 {
+            tracing::warn!(
+                "{} / {}: {} calls over limits.eventsPerSecond not recorded",
+                k.0,
+                k.1,
+                c.throttled - prev.1
+            );
+        }
+    }
+}
+
+impl RunSummary {
+    /// The end-of-run report: per probe, calls delivered and every way a call was not.
+    pub fn render(&self) -> String {
+        let mut keys: Vec<&(Arc<str>, Arc<str>)> = self.counters.keys().chain(self.delivered.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let mut s = String::from("gprobe summary:\n");
+        if keys.is_empty() {
+            s += "  no probe was attached\n";
+        }
+        for k in keys {
+            let c = self.counters.get(k).copied().unwrap_or_default();
+            let d = self.delivered.get(k).copied().unwrap_or(0);
+            s += &format!(
+                "  {} / {}: {} calls delivered, {} lost (ring buffer full), {} throttled (eventsPerSecond)\n",
+                k.0, k.1, d, c.lost, c.throttled
+            );
+        }
+        let p = self.reader.pairing;
+        if p.abandoned > 0 || p.orphan_returns > 0 {
+            s += &format!(
+                "  {} calls abandoned in flight (never returned), {} returns without their entry\n",
+                p.abandoned, p.orphan_returns
+            );
+        }
+        for r in &self.attach {
+            if let ProbeState::Failed(e) = &r.state {
+                s += &format!("  failed: {} / {} in {}: {e}\n", r.spec, r.symbol, r.binary.display());
+            }
+        }
+        if self.spans_exported > 0 || self.otlp_errors > 0 {
+            s += &format!(
+                "  OTLP: {} spans exported, {} failed exports\n",
+                self.spans_exported, self.otlp_errors
+            );
+        }
+        s
+    }
+}
