@@ -654,6 +654,14 @@ fn kubectl_all_probe_sites_timing() {
             "release"
         }
     );
+    // Peak resident memory of this test process so far (file pages of the map included).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if let Some(hwm) = status.lines().find(|l| l.starts_with("VmHWM:")) {
+        eprintln!(
+            "peak memory of the test process: {}",
+            hwm.trim_start_matches("VmHWM:").trim()
+        );
+    }
     // The fast length decoder against iced-x86 on every function of a large binary.
     let t = Instant::now();
     let checked = b
@@ -722,6 +730,8 @@ fn bad_inputs_are_errors() {
     let e = Binary::open(&p).unwrap_err();
     assert!(matches!(e, ResolveError::NotElf { .. }), "{e:?}");
     assert!(e.to_string().contains("not an ELF file"), "{e}");
+    let e = Binary::open(dir).unwrap_err();
+    assert!(matches!(e, ResolveError::NotElf { .. }), "{e:?}");
     let p = write_tmp(dir, "empty", b"");
     assert!(matches!(Binary::open(&p), Err(ResolveError::NotElf { .. })));
     let p = write_tmp(dir, "tiny-elf", b"\x7fELF\x02\x01\x01");

@@ -109,11 +109,15 @@ impl Binary {
             source,
         };
         let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
+        let meta = file.metadata().map_err(io)?;
+        let len = meta.len();
         let not_elf = |reason: String| ResolveError::NotElf {
             path: path.to_path_buf(),
             reason,
         };
+        if !meta.is_file() {
+            return Err(not_elf("it is not a regular file".into()));
+        }
         if len < 4 {
             return Err(not_elf(format!("the file has only {len} bytes")));
         }
@@ -421,6 +425,7 @@ impl Binary {
                 let ty = st_info & 0xf;
                 if (ty != elf::STT_FUNC && ty != elf::STT_GNU_IFUNC)
                     || st_shndx == elf::SHN_UNDEF
+                    || st_shndx >= elf::SHN_LORESERVE
                     || value == 0
                     || st_name == 0
                     || st_name >= t.str_len
