@@ -16,6 +16,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "kind",
             "n_captures",
             "rate_limit",
+            "bin_id",
             "caps",
         ],
     ),

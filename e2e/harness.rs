@@ -43,12 +43,20 @@ pub fn build_dir() -> &'static Path {
 pub fn program(src: &str, v: GoVersion, stripped: bool) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let key = format!("{src}-{v:?}-{stripped}");
-    let mut built = BUILT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if let Some(p) = built.get(&key) {
         return p.clone();
     }
-    let name = Path::new(src).file_name().unwrap().to_string_lossy().into_owned();
-    let dir = build_dir().join(format!("{v:?}-{}", if stripped { "stripped" } else { "full" }).to_lowercase());
+    let name = Path::new(src)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let dir = build_dir()
+        .join(format!("{v:?}-{}", if stripped { "stripped" } else { "full" }).to_lowercase());
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(&name);
     go::build(v, &go::repo_root().join(src), &out, stripped, &[]);
@@ -73,7 +81,10 @@ impl Run {
     }
 
     pub fn records_of(&self, symbol: &str) -> Vec<serde_json::Value> {
-        self.records().into_iter().filter(|r| r["symbol"] == symbol).collect()
+        self.records()
+            .into_iter()
+            .filter(|r| r["symbol"] == symbol)
+            .collect()
     }
 }
 
@@ -99,8 +110,14 @@ impl Gprobe {
             .stdin(Stdio::null())
             .spawn()
             .expect("start gprobe");
-        let g = Gprobe { child: Some(child), dir };
-        g.wait_for_stderr(|s| s.contains("waiting for one to start") || s.contains("attached "), Duration::from_secs(30));
+        let g = Gprobe {
+            child: Some(child),
+            dir,
+        };
+        g.wait_for_stderr(
+            |s| s.contains("waiting for one to start") || s.contains("attached "),
+            Duration::from_secs(30),
+        );
         g
     }
 
@@ -139,7 +156,10 @@ impl Gprobe {
             }
             if t0.elapsed() > Duration::from_secs(30) {
                 let _ = child.kill();
-                panic!("gprobe did not stop within 30s of SIGINT; stderr:\n{}", self.stderr_now());
+                panic!(
+                    "gprobe did not stop within 30s of SIGINT; stderr:\n{}",
+                    self.stderr_now()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -169,11 +189,25 @@ pub fn run_program(bin: &Path, args: &[&str]) -> String {
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
     let mut out = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let status = child.wait().unwrap();
-    assert!(status.success(), "{} failed ({status}); stderr:\n{err}", bin.display());
+    assert!(
+        status.success(),
+        "{} failed ({status}); stderr:\n{err}",
+        bin.display()
+    );
     out
 }
 

@@ -34,7 +34,17 @@ fn every_fetched_url_appears_exactly_once_on_go119_and_go127_stripped_or_not() {
             let g = Gprobe::start(&spec("urls", &bin, CLIENT_GET), &[]);
             // Started after gprobe: found through the exec tracepoint.
             let urls_file = harness::build_dir().join(format!("urls-{v:?}-{stripped}.txt"));
-            let out = run_program(&bin, &["-n", "6", "-interval", "30ms", "-urls-out", urls_file.to_str().unwrap()]);
+            let out = run_program(
+                &bin,
+                &[
+                    "-n",
+                    "6",
+                    "-interval",
+                    "30ms",
+                    "-urls-out",
+                    urls_file.to_str().unwrap(),
+                ],
+            );
             let run = g.stop();
             assert!(run.status.success(), "gprobe failed: {}", run.stderr);
             let fetched: Vec<String> = std::fs::read_to_string(&urls_file)
@@ -44,23 +54,48 @@ fn every_fetched_url_appears_exactly_once_on_go119_and_go127_stripped_or_not() {
                 .collect();
             assert_eq!(fetched.len(), 6);
             // The traced program behaved as usual.
-            assert_eq!(out.lines().filter(|l| l.starts_with("GET ") && l.contains("-> 200")).count(), 6);
+            assert_eq!(
+                out.lines()
+                    .filter(|l| l.starts_with("GET ") && l.contains("-> 200"))
+                    .count(),
+                6
+            );
             let recs = run.records_of("net/http.(*Client).Get");
-            let mut seen: Vec<String> = recs.iter().map(|r| r["args"]["url"].as_str().unwrap().to_string()).collect();
+            let mut seen: Vec<String> = recs
+                .iter()
+                .map(|r| r["args"]["url"].as_str().unwrap().to_string())
+                .collect();
             seen.sort();
             let mut want = fetched.clone();
             want.sort();
-            assert_eq!(seen, want, "{v:?} stripped={stripped}: traced URLs differ from fetched ones\n{}", run.stderr);
+            assert_eq!(
+                seen, want,
+                "{v:?} stripped={stripped}: traced URLs differ from fetched ones\n{}",
+                run.stderr
+            );
             for r in &recs {
                 assert_eq!(r["probe"], "urls");
                 assert_eq!(r["returns"]["err"], "nil");
                 assert!(r["duration_ns"].as_u64().unwrap() > 0);
-                assert_eq!(r["resource"]["process.executable.path"], bin.to_str().unwrap());
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+                assert_eq!(
+                    r["resource"]["process.executable.path"],
+                    bin.to_str().unwrap()
+                );
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64;
                 let start = r["start_time_unix_nano"].as_u64().unwrap();
-                assert!(now - start < 60_000_000_000, "start time {start} is not wall-clock time");
+                assert!(
+                    now - start < 60_000_000_000,
+                    "start time {start} is not wall-clock time"
+                );
             }
-            assert!(run.stderr.contains("6 calls delivered, 0 lost"), "{}", run.stderr);
+            assert!(
+                run.stderr.contains("6 calls delivered, 0 lost"),
+                "{}",
+                run.stderr
+            );
         }
     }
 }
@@ -74,18 +109,37 @@ fn a_process_running_before_gprobe_starts_is_traced() {
     let _guard = serial();
     let urls_file = harness::build_dir().join("urls-early.txt");
     let mut child = std::process::Command::new(&bin)
-        .args(["-n", "4", "-interval", "30ms", "-delay", "2s", "-urls-out", urls_file.to_str().unwrap()])
+        .args([
+            "-n",
+            "4",
+            "-interval",
+            "30ms",
+            "-delay",
+            "2s",
+            "-urls-out",
+            urls_file.to_str().unwrap(),
+        ])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let g = Gprobe::start(&spec("early", &bin, CLIENT_GET), &[]);
-    assert!(g.stderr_now().contains("attached early / net/http.(*Client).Get"), "{}", g.stderr_now());
+    assert!(
+        g.stderr_now()
+            .contains("attached early / net/http.(*Client).Get"),
+        "{}",
+        g.stderr_now()
+    );
     assert!(child.wait().unwrap().success());
     let run = g.stop();
     let n = std::fs::read_to_string(&urls_file).unwrap().lines().count();
     assert_eq!(n, 4);
-    assert_eq!(run.records_of("net/http.(*Client).Get").len(), 4, "{}", run.stderr);
+    assert_eq!(
+        run.records_of("net/http.(*Client).Get").len(),
+        4,
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -128,7 +182,11 @@ fn compute_e_iterations_are_exact() {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn http_get(addr: &str, path: &str) -> String {
@@ -142,7 +200,9 @@ fn http_get(addr: &str, path: &str) -> String {
                 s.read_to_string(&mut out).unwrap();
                 return out;
             }
-            Err(_) if t0.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(50)),
+            Err(_) if t0.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
             Err(e) => panic!("connect {addr}: {e}"),
         }
     }
@@ -164,25 +224,44 @@ fn latency_is_right_when_goroutines_migrate_between_threads() {
     let out = run_program(&bin, &["-workers", "8", "-calls", "5"]);
     let run = g.stop();
     let calls = program_lines(&out, "call");
-    let migrated = calls.iter().filter(|c| c["tid_entry"] != c["tid_return"]).count();
+    let migrated = calls
+        .iter()
+        .filter(|c| c["tid_entry"] != c["tid_return"])
+        .count();
     let recs = run.records_of("main.sleepFor");
     assert_eq!(recs.len(), 40, "{}", run.stderr);
-    assert!(migrated > 0, "no call resumed on another thread: the test proves nothing\n{out}");
+    assert!(
+        migrated > 0,
+        "no call resumed on another thread: the test proves nothing\n{out}"
+    );
     // Ground truth: the program's own clock around each call. Calls of one requested
     // duration are paired in sorted order (the pairing that minimises the largest error).
     let mut truth: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
     for c in &calls {
-        truth.entry(c["ms"].parse().unwrap()).or_default().push(c["elapsed_ns"].parse::<f64>().unwrap());
+        truth
+            .entry(c["ms"].parse().unwrap())
+            .or_default()
+            .push(c["elapsed_ns"].parse::<f64>().unwrap());
     }
     let mut measured: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
     for r in &recs {
         let ms = r["args"]["ms"].as_i64().unwrap();
-        assert_eq!(r["returns"]["r0"].as_i64().unwrap(), ms, "result read at return");
+        assert_eq!(
+            r["returns"]["r0"].as_i64().unwrap(),
+            ms,
+            "result read at return"
+        );
         let d = r["duration_ns"].as_u64().unwrap() as f64;
-        assert!(d >= ms as f64 * 1e6, "sleepFor({ms}) measured {d} ns: shorter than it slept\n{r}");
+        assert!(
+            d >= ms as f64 * 1e6,
+            "sleepFor({ms}) measured {d} ns: shorter than it slept\n{r}"
+        );
         measured.entry(ms).or_default().push(d);
     }
-    assert_eq!(truth.keys().collect::<Vec<_>>(), measured.keys().collect::<Vec<_>>());
+    assert_eq!(
+        truth.keys().collect::<Vec<_>>(),
+        measured.keys().collect::<Vec<_>>()
+    );
     for (ms, t) in truth.iter_mut() {
         let m = measured.get_mut(ms).unwrap();
         t.sort_by(f64::total_cmp);
@@ -247,7 +326,7 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
         let bin = program("e2e/testdata/zoo", v, false);
         let _guard = serial();
         let g = Gprobe::start(&spec("zoo", &bin, ZOO_PROBES), &[]);
-        let out = run_program(&bin, &["-rounds", "4"]);
+        let out = run_program(&bin, &["-rounds", "4", "-delay", "1500ms"]);
         let run = g.stop();
         assert!(run.status.success());
         let err = &run.stderr;
@@ -260,7 +339,10 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
             "probe net/http.(*Client).Get instead",
             "unknown type Thing: write its underlying type",
         ] {
-            assert!(err.contains(expected), "{v:?}: stderr lacks {expected:?}:\n{err}");
+            assert!(
+                err.contains(expected),
+                "{v:?}: stderr lacks {expected:?}:\n{err}"
+            );
         }
 
         let want = program_lines(&out, "manyArgs");
@@ -269,10 +351,26 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
         for (g, w) in got.iter().zip(&want) {
             let a = &g["args"];
             assert_eq!(a["a"].as_i64().unwrap().to_string(), w["a"]);
-            assert_eq!(a["s"].as_str().unwrap(), w["s"], "string passed on the stack");
-            assert_eq!(a["i"].as_i64().unwrap().to_string(), w["i"], "int in R11 after a stack string");
-            assert_eq!(a["j"].as_i64().unwrap().to_string(), w["j"], "int8 on the stack");
-            assert_eq!(a["k"].as_i64().unwrap().to_string(), w["k"], "int64 on the stack");
+            assert_eq!(
+                a["s"].as_str().unwrap(),
+                w["s"],
+                "string passed on the stack"
+            );
+            assert_eq!(
+                a["i"].as_i64().unwrap().to_string(),
+                w["i"],
+                "int in R11 after a stack string"
+            );
+            assert_eq!(
+                a["j"].as_i64().unwrap().to_string(),
+                w["j"],
+                "int8 on the stack"
+            );
+            assert_eq!(
+                a["k"].as_i64().unwrap().to_string(),
+                w["k"],
+                "int64 on the stack"
+            );
         }
 
         let want = program_lines(&out, "kinds");
@@ -292,7 +390,11 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
             assert_eq!(a["e"] == "non-nil", w["e"] == "true");
         }
         let results: Vec<_> = all.iter().filter(|g| g.get("returns").is_some()).collect();
-        assert_eq!(results.len(), want.len(), "results probe (signature from DWARF)");
+        assert_eq!(
+            results.len(),
+            want.len(),
+            "results probe (signature from DWARF)"
+        );
         for (g, w) in results.iter().zip(&want) {
             let r = &g["returns"];
             assert_eq!(r["ok"].as_bool().unwrap().to_string(), w["ok"]);
@@ -303,7 +405,11 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
         assert_eq!(fails.len(), 4);
         for (i, f) in fails.iter().enumerate() {
             assert_eq!(f["args"]["n"].as_i64().unwrap(), i as i64);
-            assert_eq!(f["returns"]["r0"], if i % 2 == 1 { "non-nil" } else { "nil" }, "DWARF-derived signature");
+            assert_eq!(
+                f["returns"]["r0"],
+                if i % 2 == 1 { "non-nil" } else { "nil" },
+                "DWARF-derived signature"
+            );
             assert!(f["duration_ns"].as_u64().is_some());
         }
         assert!(run.records_of("main.scale").is_empty());
@@ -322,8 +428,10 @@ fn stripped_binary_needs_a_signature_to_capture_but_can_count_calls() {
     run_program(&bin, &["-rounds", "3"]);
     let run = g.stop();
     assert!(
-        run.stderr
-            .contains("main.fail: /proc/") && run.stderr.contains("has no DWARF (stripped) and the probe has no signature: add `signature:"),
+        run.stderr.contains("main.fail: /proc/")
+            && run.stderr.contains(
+                "has no DWARF (stripped) and the probe has no signature: add `signature:"
+            ),
         "{}",
         run.stderr
     );
@@ -339,12 +447,20 @@ fn malformed_specs_are_clear_errors() {
         &[],
     );
     assert!(!run.status.success());
-    assert!(run.stderr.contains("spec.yaml: document 1:") && run.stderr.contains("line"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("spec.yaml: document 1:") && run.stderr.contains("line"),
+        "{}",
+        run.stderr
+    );
 
     let run = gprobe_once(
         "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: x}\nspec:\n  selector: {}\n  probes: [{symbol: main.f}]\n",
         &[],
     );
     assert!(!run.status.success());
-    assert!(run.stderr.contains("no ProbeSpec can run") && run.stderr.contains("selects nothing"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no ProbeSpec can run") && run.stderr.contains("selects nothing"),
+        "{}",
+        run.stderr
+    );
 }

@@ -5,122 +5,11 @@ mod harness;
 
 use harness::go::GoVersion;
 use harness::{can_trace, program, run_program, serial, Gprobe};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{MetricsService, MetricsServiceServer};
-use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
+mod otlp_receiver;
+
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-use prost::Message;
+use otlp_receiver::{attr_str, grpc_receiver, http_receiver};
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
-
-#[derive(Default, Clone)]
-struct Received {
-    traces: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
-    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Received {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        self.traces.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
-    }
-}
-
-#[tonic::async_trait]
-impl MetricsService for Received {
-    async fn export(
-        &self,
-        req: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        self.metrics.lock().unwrap().push(req.into_inner());
-        Ok(tonic::Response::new(ExportMetricsServiceResponse { partial_success: None }))
-    }
-}
-
-/// A gRPC OTLP receiver on loopback; stops when the runtime is dropped.
-fn grpc_receiver(rt: &tokio::runtime::Runtime) -> (Received, String) {
-    let rec = Received::default();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let svc = rec.clone();
-    rt.spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(svc.clone()))
-            .add_service(MetricsServiceServer::new(svc))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-            .await
-            .unwrap();
-    });
-    (rec, format!("http://{addr}"))
-}
-
-/// An HTTP/protobuf OTLP receiver: POST /v1/traces and /v1/metrics, HTTP/1.1 keep-alive.
-fn http_receiver(rt: &tokio::runtime::Runtime) -> (Received, String) {
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-    let rec = Received::default();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shared = rec.clone();
-    rt.spawn(async move {
-        loop {
-            let Ok((sock, _)) = listener.accept().await else { return };
-            let rec = shared.clone();
-            tokio::spawn(async move {
-                let mut r = BufReader::new(sock);
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
-                    let mut len = 0usize;
-                    loop {
-                        let mut h = String::new();
-                        r.read_line(&mut h).await.unwrap();
-                        if h.trim().is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = h.split_once(':') {
-                            if k.eq_ignore_ascii_case("content-length") {
-                                len = v.trim().parse().unwrap();
-                            }
-                        }
-                    }
-                    let mut body = vec![0u8; len];
-                    r.read_exact(&mut body).await.unwrap();
-                    match path.as_str() {
-                        "/v1/traces" => rec.traces.lock().unwrap().push(ExportTraceServiceRequest::decode(&body[..]).unwrap()),
-                        "/v1/metrics" => rec.metrics.lock().unwrap().push(ExportMetricsServiceRequest::decode(&body[..]).unwrap()),
-                        other => panic!("unexpected OTLP path {other}"),
-                    }
-                    r.get_mut()
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n")
-                        .await
-                        .unwrap();
-                }
-            });
-        }
-    });
-    (rec, format!("http://{addr}"))
-}
-
-fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a AnyValue> {
-    attrs.iter().find(|kv| kv.key == key).and_then(|kv| kv.value.as_ref()?.value.as_ref())
-}
-
-fn attr_str(attrs: &[KeyValue], key: &str) -> Option<String> {
-    match attr(attrs, key)? {
-        AnyValue::StringValue(s) => Some(s.clone()),
-        other => Some(format!("{other:?}")),
-    }
-}
 
 const SPEC: &str = r#"apiVersion: gprobe.dev/v1alpha1
 kind: ProbeSpec
@@ -135,19 +24,49 @@ spec:
 "#;
 
 fn check(protocol: &str) {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let (rec, endpoint) = if protocol == "grpc" { grpc_receiver(&rt) } else { http_receiver(&rt) };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (rec, endpoint) = if protocol == "grpc" {
+        grpc_receiver(&rt)
+    } else {
+        http_receiver(&rt)
+    };
     let bin = program("examples/http-client", GoVersion::Go127, false);
     let _guard = serial();
     let g = Gprobe::start(
         &SPEC.replace("BIN", bin.to_str().unwrap()),
-        &["--otlp-endpoint", &endpoint, "--otlp-protocol", protocol, "--metrics-interval", "1s"],
+        &[
+            "--otlp-endpoint",
+            &endpoint,
+            "--otlp-protocol",
+            protocol,
+            "--metrics-interval",
+            "1s",
+        ],
     );
-    let urls_file = harness::build_dir().join(format!("otlp-urls-{}.txt", protocol.replace('/', "-")));
-    run_program(&bin, &["-n", "5", "-interval", "20ms", "-urls-out", urls_file.to_str().unwrap()]);
+    let urls_file =
+        harness::build_dir().join(format!("otlp-urls-{}.txt", protocol.replace('/', "-")));
+    run_program(
+        &bin,
+        &[
+            "-n",
+            "5",
+            "-interval",
+            "20ms",
+            "-urls-out",
+            urls_file.to_str().unwrap(),
+        ],
+    );
     let run = g.stop();
     assert!(run.status.success(), "{}", run.stderr);
-    let fetched: BTreeSet<String> = std::fs::read_to_string(&urls_file).unwrap().lines().map(String::from).collect();
+    let fetched: BTreeSet<String> = std::fs::read_to_string(&urls_file)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
     let jsonl = run.records_of("net/http.(*Client).Get");
     assert_eq!(jsonl.len(), 5);
 
@@ -158,18 +77,39 @@ fn check(protocol: &str) {
     for req in &traces {
         for rs in &req.resource_spans {
             let res = &rs.resource.as_ref().expect("resource").attributes;
-            assert_eq!(attr_str(res, "service.name").as_deref(), Some("http-client"));
-            assert_eq!(attr_str(res, "process.executable.path").as_deref(), bin.to_str());
+            assert_eq!(
+                attr_str(res, "service.name").as_deref(),
+                Some("http-client")
+            );
+            assert_eq!(
+                attr_str(res, "process.executable.path").as_deref(),
+                bin.to_str()
+            );
             for ss in &rs.scope_spans {
                 for s in &ss.spans {
                     spans += 1;
                     assert_eq!(s.name, "net/http.(*Client).Get");
-                    assert_eq!(attr_str(&s.attributes, "gprobe.returns.err").as_deref(), Some("nil"));
-                    assert_eq!(attr_str(&s.attributes, "gprobe.probe").as_deref(), Some("otlp-urls"));
+                    assert_eq!(
+                        attr_str(&s.attributes, "gprobe.returns.err").as_deref(),
+                        Some("nil")
+                    );
+                    assert_eq!(
+                        attr_str(&s.attributes, "gprobe.probe").as_deref(),
+                        Some("otlp-urls")
+                    );
                     let url = attr_str(&s.attributes, "gprobe.args.url").unwrap();
-                    let j = jsonl.iter().find(|r| r["args"]["url"] == url.as_str()).expect("span matches a JSONL record");
-                    assert_eq!(s.start_time_unix_nano, j["start_time_unix_nano"].as_u64().unwrap());
-                    assert_eq!(s.end_time_unix_nano - s.start_time_unix_nano, j["duration_ns"].as_u64().unwrap());
+                    let j = jsonl
+                        .iter()
+                        .find(|r| r["args"]["url"] == url.as_str())
+                        .expect("span matches a JSONL record");
+                    assert_eq!(
+                        s.start_time_unix_nano,
+                        j["start_time_unix_nano"].as_u64().unwrap()
+                    );
+                    assert_eq!(
+                        s.end_time_unix_nano - s.start_time_unix_nano,
+                        j["duration_ns"].as_u64().unwrap()
+                    );
                     urls.insert(url);
                 }
             }
@@ -190,7 +130,10 @@ fn check(protocol: &str) {
                     match (m.name.as_str(), &m.data) {
                         ("gprobe.calls", Some(Data::Sum(s))) => {
                             for p in &s.data_points {
-                                assert_eq!(attr_str(&p.attributes, "code.function").as_deref(), Some("net/http.(*Client).Get"));
+                                assert_eq!(
+                                    attr_str(&p.attributes, "code.function").as_deref(),
+                                    Some("net/http.(*Client).Get")
+                                );
                                 if let Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(v)) = p.value {
                                     calls = Some(v);
                                 }
@@ -206,8 +149,18 @@ fn check(protocol: &str) {
             }
         }
     }
-    assert_eq!(calls, Some(5), "{protocol}: gprobe.calls; {} metric requests; gprobe stderr:\n{}", metrics.len(), run.stderr);
-    assert_eq!(hist_count, Some(5), "{protocol}: gprobe.call.duration count");
+    assert_eq!(
+        calls,
+        Some(5),
+        "{protocol}: gprobe.calls; {} metric requests; gprobe stderr:\n{}",
+        metrics.len(),
+        run.stderr
+    );
+    assert_eq!(
+        hist_count,
+        Some(5),
+        "{protocol}: gprobe.call.duration count"
+    );
     assert!(lost_seen, "{protocol}: gprobe.events.lost exported");
 }
 

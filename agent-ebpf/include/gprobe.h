@@ -68,6 +68,8 @@ struct gp_probe_cfg {
 	__u8 n_captures;
 	__u16 _pad;
 	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
+	__u32 bin_id;     /* the binary this configuration was attached for (see pids) */
+	__u32 _pad2;
 	struct gp_capture caps[GP_MAX_CAPTURES];
 };
 
@@ -105,6 +107,9 @@ struct gp_stats {
 	__u64 unpaired;  /* returns with no remembered entry (entry dropped or too deep) */
 };
 
+/* The pid filter: (tgid, spec) -> the bin_id the process was registered with. Two
+ * configurations can sit on one file (e.g. containers of one image seen through different
+ * overlay mounts); a hit passes only through those of the process's own binary. */
 struct gp_pid_key {
 	__u32 tgid;
 	__u32 spec_id;

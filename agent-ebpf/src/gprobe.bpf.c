@@ -51,7 +51,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct gp_pid_key);
-	__type(value, __u8);
+	__type(value, __u32);
 } pids SEC(".maps");
 
 /* Calls in flight, by goroutine: LRU so abandoned entries (panics) cannot grow it. */
@@ -128,7 +128,8 @@ int gprobe_uprobe(struct x86_regs *r)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gp_pid_key pk = { .tgid = pid_tgid >> 32, .spec_id = cfg->spec_id };
-	if (!bpf_map_lookup_elem(&pids, &pk))
+	__u32 *bin = bpf_map_lookup_elem(&pids, &pk);
+	if (!bin || *bin != cfg->bin_id)
 		return 0;
 	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
 	if (!st)

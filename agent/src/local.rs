@@ -3,7 +3,9 @@
 
 use crate::discover::{inspect, list_pids, ProcEvent, ProcInfo};
 use crate::events::Resource;
-use crate::pipeline::{log_report, warn_new_losses, Pipeline, PipelineError, PipelineOptions, RunSummary};
+use crate::pipeline::{
+    log_report, warn_new_losses, Pipeline, PipelineError, PipelineOptions, RunSummary,
+};
 use crate::session::Session;
 use gprobe_crds::glob::Glob;
 use gprobe_crds::{load_specs, LoadError, ProbeSpec};

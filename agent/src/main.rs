@@ -85,12 +85,13 @@ fn main() -> Result<()> {
                 .or_else(|| std::env::var("NODE_NAME").ok())
                 .filter(|n| !n.is_empty())
                 .context("the node name is needed: pass --node-name or set NODE_NAME (the chart sets it from spec.nodeName)")?;
-            let otlp = OtlpConfig::from_flags_and_env(otlp_endpoint, otlp_protocol, metrics_interval)
-                .map_err(anyhow::Error::msg)?
-                .map(|mut c| {
-                    c.agent_resource.push(("k8s.node.name", node_name.clone()));
-                    c
-                });
+            let otlp =
+                OtlpConfig::from_flags_and_env(otlp_endpoint, otlp_protocol, metrics_interval)
+                    .map_err(anyhow::Error::msg)?
+                    .map(|mut c| {
+                        c.agent_resource.push(("k8s.node.name", node_name.clone()));
+                        c
+                    });
             check_ring_size(ring_buffer_size)?;
             let opts = AgentOptions {
                 node_name,

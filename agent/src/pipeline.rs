@@ -60,7 +60,10 @@ pub struct RunSummary {
 impl Pipeline {
     /// Loads the BPF programs and starts the reader, exporter and process-event tasks.
     /// Must run inside the tokio runtime.
-    pub fn start(opts: &PipelineOptions, out: Box<dyn Write + Send>) -> Result<Pipeline, PipelineError> {
+    pub fn start(
+        opts: &PipelineOptions,
+        out: Box<dyn Write + Send>,
+    ) -> Result<Pipeline, PipelineError> {
         let (tracer, rings) = Tracer::load(&opts.load)?;
         let registry = Arc::new(Registry::default());
         let losses: LossCounters = Default::default();
@@ -86,7 +89,13 @@ impl Pipeline {
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let processor = Processor::new(registry, Clock::new(), 65_536);
-        let reader_task = tokio::spawn(reader::run(rings.events, processor, tx, stop_rx, opts.poll_interval));
+        let reader_task = tokio::spawn(reader::run(
+            rings.events,
+            processor,
+            tx,
+            stop_rx,
+            opts.poll_interval,
+        ));
         let (ptx, proc_events) = mpsc::channel(4096);
         let watcher_task = tokio::spawn(discover::watch_processes(rings.procs, ptx));
         Ok(Pipeline {
@@ -142,9 +151,15 @@ pub fn log_report(r: &AttachReport) {
             r.binary.display(),
             uprobes,
             if *uprobes == 1 { "" } else { "s" },
-            r.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
+            r.pids
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         ),
-        ProbeState::Failed(e) => tracing::error!("{} / {} in {}: {e}", r.spec, r.symbol, r.binary.display()),
+        ProbeState::Failed(e) => {
+            tracing::error!("{} / {} in {}: {e}", r.spec, r.symbol, r.binary.display())
+        }
     }
 }
 
@@ -154,7 +169,9 @@ pub fn warn_new_losses(
     last: &mut HashMap<(Arc<str>, Arc<str>), (u64, u64)>,
 ) {
     for (k, c) in counters {
-        let prev = last.insert(k.clone(), (c.lost, c.throttled)).unwrap_or((0, 0));
+        let prev = last
+            .insert(k.clone(), (c.lost, c.throttled))
+            .unwrap_or((0, 0));
         if c.lost > prev.0 {
             tracing::warn!(
                 "{} / {}: {} calls lost (ring buffer full; raise --ring-buffer-size)",
@@ -177,7 +194,8 @@ pub fn warn_new_losses(
 impl RunSummary {
     /// The end-of-run report: per probe, calls delivered and every way a call was not.
     pub fn render(&self) -> String {
-        let mut keys: Vec<&(Arc<str>, Arc<str>)> = self.counters.keys().chain(self.delivered.keys()).collect();
+        let mut keys: Vec<&(Arc<str>, Arc<str>)> =
+            self.counters.keys().chain(self.delivered.keys()).collect();
         keys.sort();
         keys.dedup();
         let mut s = String::from("gprobe summary:\n");
@@ -201,7 +219,12 @@ impl RunSummary {
         }
         for r in &self.attach {
             if let ProbeState::Failed(e) = &r.state {
-                s += &format!("  failed: {} / {} in {}: {e}\n", r.spec, r.symbol, r.binary.display());
+                s += &format!(
+                    "  failed: {} / {} in {}: {e}\n",
+                    r.spec,
+                    r.symbol,
+                    r.binary.display()
+                );
             }
         }
         if self.spans_exported > 0 || self.otlp_errors > 0 {

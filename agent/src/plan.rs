@@ -60,12 +60,14 @@ impl ProbePlan {
     pub fn configs(
         &self,
         spec_id: u32,
+        bin_id: u32,
         func_id: u32,
         rate_limit: u32,
     ) -> (GpProbeCfg, Option<GpProbeCfg>) {
         let make = |kind, caps: &[CapturePlan]| {
             let mut cfg = GpProbeCfg {
                 spec_id,
+                bin_id,
                 func_id,
                 kind,
                 n_captures: caps.len() as u8,

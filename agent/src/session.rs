@@ -53,6 +53,8 @@ struct Attached {
 }
 
 struct BinState {
+    /// Tells this binary's configurations apart in the BPF pid filter.
+    bin_id: u32,
     binary: Result<Arc<Binary>, String>,
     /// A path to the file valid from here (a /proc/PID/exe of some process running it).
     attach_path: PathBuf,
@@ -71,6 +73,7 @@ pub struct Session {
     registry: Arc<Registry>,
     specs: BTreeMap<u32, ActiveSpec>,
     next_spec_id: u32,
+    next_bin_id: u32,
     binaries: HashMap<FileKey, BinState>,
     procs: HashMap<u32, ProcState>,
     /// Counters of configurations already detached, so totals never go backwards.
@@ -85,6 +88,7 @@ impl Session {
             registry,
             specs: BTreeMap::new(),
             next_spec_id: 1,
+            next_bin_id: 1,
             binaries: HashMap::new(),
             procs: HashMap::new(),
             retired: HashMap::new(),
@@ -176,7 +180,12 @@ impl Session {
         }
         self.registry
             .set_process(proc.pid, Some(Arc::new(resource)));
+        let next_bin_id = &mut self.next_bin_id;
         let bin = self.binaries.entry(proc.key).or_insert_with(|| BinState {
+            bin_id: {
+                *next_bin_id += 1;
+                *next_bin_id - 1
+            },
             binary: Binary::open(&proc.exe_link)
                 .map(Arc::new)
                 .map_err(|e| e.to_string()),
@@ -208,6 +217,7 @@ impl Session {
                                 &self.registry,
                                 &bin.attach_path,
                                 sid,
+                                bin.bin_id,
                                 &active.name,
                                 probe.latency,
                                 active.spec.spec.limits.events_per_second,
@@ -229,7 +239,7 @@ impl Session {
                 });
                 bin.probes.insert((sid, pi), outcome);
             }
-            if let Err(e) = self.tracer.allow_pid(proc.pid, sid) {
+            if let Err(e) = self.tracer.allow_pid(proc.pid, sid, bin.bin_id) {
                 tracing::warn!("pid {}: enabling the pid filter failed: {e}", proc.pid);
             }
         }
@@ -414,6 +424,7 @@ fn attach_plan(
     registry: &Registry,
     path: &std::path::Path,
     spec_id: u32,
+    bin_id: u32,
     spec_name: &Arc<str>,
     latency: bool,
     rate_limit: u32,
@@ -432,7 +443,7 @@ fn attach_plan(
         })
     };
     // func_id pairs entry and return in BPF; the entry configuration id is unique.
-    let (entry_cfg, ret_cfg) = plan.configs(spec_id, 0, rate_limit);
+    let (entry_cfg, ret_cfg) = plan.configs(spec_id, bin_id, 0, rate_limit);
     let entry_id = tracer.add_config(&entry_cfg).map_err(|e| e.to_string())?;
     let mut fixed_entry = entry_cfg;
     fixed_entry.func_id = entry_id;

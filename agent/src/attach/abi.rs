@@ -59,6 +59,8 @@ pub struct GpProbeCfg {
     pub n_captures: u8,
     pub _pad: u16,
     pub rate_limit: u32,
+    pub bin_id: u32,
+    pub _pad2: u32,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
 }
 
@@ -126,7 +128,8 @@ check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, si
     max_len => OFFSETOF_GP_CAPTURE_MAX_LEN, loc => OFFSETOF_GP_CAPTURE_LOC);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, spec_id => OFFSETOF_GP_PROBE_CFG_SPEC_ID, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
-    rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+    rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT,
+    bin_id => OFFSETOF_GP_PROBE_CFG_BIN_ID, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,
     tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID, kind => OFFSETOF_GP_EVENT_KIND,

@@ -74,7 +74,7 @@ pub struct Tracer {
     ebpf: Ebpf,
     probes: Array<MapData, GpProbeCfg>,
     stats: PerCpuArray<MapData, GpStats>,
-    pids: BpfHashMap<MapData, GpPidKey, u8>,
+    pids: BpfHashMap<MapData, GpPidKey, u32>,
     /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
     free_ids: std::collections::VecDeque<u32>,
 }
@@ -219,10 +219,11 @@ impl Tracer {
         }
     }
 
-    /// Lets `tgid`'s hits of spec `spec_id`'s probes through.
-    pub fn allow_pid(&mut self, tgid: u32, spec_id: u32) -> Result<(), AttachError> {
+    /// Lets `tgid`'s hits of spec `spec_id`'s probes through, for the configurations
+    /// attached for binary `bin_id` only.
+    pub fn allow_pid(&mut self, tgid: u32, spec_id: u32, bin_id: u32) -> Result<(), AttachError> {
         self.pids
-            .insert(GpPidKey { tgid, spec_id }, 1, 0)
+            .insert(GpPidKey { tgid, spec_id }, bin_id, 0)
             .map_err(map_err("pids"))
     }
 

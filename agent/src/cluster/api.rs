@@ -14,7 +14,10 @@ pub const FIELD_MANAGER: &str = "gprobe-agent";
 #[derive(Debug, Clone)]
 pub enum SpecEvent {
     Upsert(Box<ProbeSpec>),
-    Delete { namespace: String, name: String },
+    Delete {
+        namespace: String,
+        name: String,
+    },
     /// The full set after a (re)list: anything not in it is gone.
     Resync(Vec<ProbeSpec>),
 }
@@ -64,7 +67,11 @@ pub async fn apply_attachment(
     node: &str,
     status: &ProbeAttachmentStatus,
 ) -> Result<(), kube::Error> {
-    let ns = spec.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+    let ns = spec
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
     let api: Api<ProbeAttachment> = Api::namespaced(client.clone(), &ns);
     let obj = new_attachment(spec, node);
     let name = obj.metadata.name.clone().unwrap_or_default();
@@ -112,20 +119,35 @@ mod tests {
             assert_eq!(req.method(), http::Method::PATCH);
             let uri = req.uri().to_string();
             assert!(
-                uri.starts_with("/apis/gprobe.dev/v1alpha1/namespaces/shop/probeattachments/urls-node-1?"),
+                uri.starts_with(
+                    "/apis/gprobe.dev/v1alpha1/namespaces/shop/probeattachments/urls-node-1?"
+                ),
                 "{uri}"
             );
-            assert!(uri.contains("fieldManager=gprobe-agent") && uri.contains("force=true"), "{uri}");
+            assert!(
+                uri.contains("fieldManager=gprobe-agent") && uri.contains("force=true"),
+                "{uri}"
+            );
             let body = body_json(req).await;
             assert_eq!(body["spec"]["probeSpec"], "urls");
             assert_eq!(body["spec"]["nodeName"], "node-1");
             assert_eq!(body["metadata"]["ownerReferences"][0]["uid"], "1111-2222");
             assert_eq!(body["metadata"]["ownerReferences"][0]["kind"], "ProbeSpec");
             assert_eq!(body["metadata"]["labels"]["gprobe.dev/probespec"], "urls");
-            send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&body).unwrap())).unwrap());
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap(),
+            );
 
             let (req, send) = handle.next_request().await.expect("status patch");
-            assert!(req.uri().path().ends_with("/probeattachments/urls-node-1/status"), "{}", req.uri());
+            assert!(
+                req.uri()
+                    .path()
+                    .ends_with("/probeattachments/urls-node-1/status"),
+                "{}",
+                req.uri()
+            );
             let body = body_json(req).await;
             assert_eq!(body["kind"], "ProbeAttachment");
             assert_eq!(body["status"]["observedGeneration"], 3);
@@ -134,7 +156,11 @@ mod tests {
             let mut reply = body.clone();
             reply["metadata"] = serde_json::json!({"name": "urls-node-1", "namespace": "shop"});
             reply["spec"] = serde_json::json!({"probeSpec": "urls", "nodeName": "node-1"});
-            send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap());
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                    .unwrap(),
+            );
         });
         let status = ProbeAttachmentStatus {
             observed_generation: Some(3),
@@ -150,7 +176,9 @@ mod tests {
             }],
             ..Default::default()
         };
-        apply_attachment(&client, &spec(), "node-1", &status).await.unwrap();
+        apply_attachment(&client, &spec(), "node-1", &status)
+            .await
+            .unwrap();
         server.await.unwrap();
     }
 
@@ -163,18 +191,29 @@ mod tests {
         let server = tokio::spawn(async move {
             let (req, send) = handle.next_request().await.expect("list");
             assert_eq!(req.uri().path(), "/apis/gprobe.dev/v1alpha1/probespecs");
-            assert!(!req.uri().to_string().contains("watch=true"), "{}", req.uri());
+            assert!(
+                !req.uri().to_string().contains("watch=true"),
+                "{}",
+                req.uri()
+            );
             let mut item = serde_json::to_value(spec()).unwrap();
             item["metadata"]["resourceVersion"] = "10".into();
             let list = serde_json::json!({
                 "apiVersion": "gprobe.dev/v1alpha1", "kind": "ProbeSpecList",
                 "metadata": {"resourceVersion": "10"}, "items": [item.clone()]
             });
-            send.send_response(Response::builder().body(Body::from(serde_json::to_vec(&list).unwrap())).unwrap());
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
+                    .unwrap(),
+            );
 
             let (req, send) = handle.next_request().await.expect("watch");
             let uri = req.uri().to_string();
-            assert!(uri.contains("watch=true") && uri.contains("resourceVersion=10"), "{uri}");
+            assert!(
+                uri.contains("watch=true") && uri.contains("resourceVersion=10"),
+                "{uri}"
+            );
             item["metadata"]["resourceVersion"] = "11".into();
             let ev = serde_json::json!({"type": "DELETED", "object": item});
             let mut lines = serde_json::to_vec(&ev).unwrap();
@@ -189,7 +228,9 @@ mod tests {
             other => panic!("expected the initial list, got {other:?}"),
         }
         match rx.recv().await.unwrap() {
-            SpecEvent::Delete { namespace, name } => assert_eq!((namespace.as_str(), name.as_str()), ("shop", "urls")),
+            SpecEvent::Delete { namespace, name } => {
+                assert_eq!((namespace.as_str(), name.as_str()), ("shop", "urls"))
+            }
             other => panic!("expected a delete, got {other:?}"),
         }
         server.await.unwrap();

@@ -47,7 +47,9 @@ pub async fn serve(addr: SocketAddr, health: Health) {
         }
     };
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else { continue };
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
         let h = health.clone();
         tokio::spawn(async move {
             let mut buf = [0u8; 1024];
@@ -85,7 +87,10 @@ mod tests {
         h.set_ready(true);
         h.set_attached(3);
         assert_eq!(h.respond("/readyz").0, 200);
-        assert!(h.respond("/metrics").1.contains("gprobe_agent_links_attached 3"));
+        assert!(h
+            .respond("/metrics")
+            .1
+            .contains("gprobe_agent_links_attached 3"));
         assert_eq!(h.respond("/nope").0, 404);
     }
 }

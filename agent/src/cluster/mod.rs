@@ -11,7 +11,9 @@ use crate::discover::cgroup::{container_of_pid, pids_of_container};
 use crate::discover::cri::{Container, CriClient, CriError};
 use crate::discover::{inspect, ProcEvent, ProcInfo};
 use crate::events::Resource;
-use crate::pipeline::{log_report, warn_new_losses, Pipeline, PipelineError, PipelineOptions, RunSummary};
+use crate::pipeline::{
+    log_report, warn_new_losses, Pipeline, PipelineError, PipelineOptions, RunSummary,
+};
 use crate::session::{AttachReport, ProbeState};
 use api::SpecEvent;
 use gprobe_crds::{ContainerRef, LinkState, LinkStatus, ProbeAttachmentStatus, ProbeSpec};
@@ -70,7 +72,10 @@ struct Agent {
 
 fn key_of(spec: &ProbeSpec) -> (String, String) {
     (
-        spec.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+        spec.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
         spec.metadata.name.clone().unwrap_or_default(),
     )
 }
@@ -78,7 +83,11 @@ fn key_of(spec: &ProbeSpec) -> (String, String) {
 /// Resource attributes of a container process (OpenTelemetry semantic conventions).
 pub fn container_resource(c: &Container, p: &ProcInfo, node: &str) -> Resource {
     let (image_name, tag) = split_image(&c.image);
-    let service = if c.name.is_empty() { image_name.rsplit('/').next().unwrap_or("").to_string() } else { c.name.clone() };
+    let service = if c.name.is_empty() {
+        image_name.rsplit('/').next().unwrap_or("").to_string()
+    } else {
+        c.name.clone()
+    };
     Resource {
         attributes: vec![
             ("service.name", service),
@@ -101,8 +110,18 @@ pub fn split_image(image: &str) -> (String, String) {
     let no_digest = image.split('@').next().unwrap_or(image);
     let last = no_digest.rsplit('/').next().unwrap_or(no_digest);
     match last.rsplit_once(':') {
-        Some((_, tag)) => (no_digest[..no_digest.len() - tag.len() - 1].to_string(), tag.to_string()),
-        None => (no_digest.to_string(), if image.contains('@') { String::new() } else { "latest".into() }),
+        Some((_, tag)) => (
+            no_digest[..no_digest.len() - tag.len() - 1].to_string(),
+            tag.to_string(),
+        ),
+        None => (
+            no_digest.to_string(),
+            if image.contains('@') {
+                String::new()
+            } else {
+                "latest".into()
+            },
+        ),
     }
 }
 
@@ -113,7 +132,9 @@ impl Agent {
         let mut ids: Vec<u32> = self
             .specs
             .values()
-            .filter(|e| select::selects_container(&e.spec, c) && select::selects_executable(&e.spec, &exe))
+            .filter(|e| {
+                select::selects_container(&e.spec, c) && select::selects_executable(&e.spec, &exe)
+            })
             .map(|e| e.id)
             .collect();
         ids.sort_unstable();
@@ -121,7 +142,9 @@ impl Agent {
     }
 
     fn add_pid(&mut self, cid: &str, pid: u32) {
-        let Some(known) = self.containers.get(cid) else { return };
+        let Some(known) = self.containers.get(cid) else {
+            return;
+        };
         let info = match inspect(pid) {
             Ok(i) => i,
             Err(e) => {
@@ -160,27 +183,47 @@ impl Agent {
         }
     }
 
-    fn sync_containers(&mut self, running: Vec<Container>) {
+    /// Brings the known containers in line with the runtime's; true if any came or went.
+    fn sync_containers(&mut self, running: Vec<Container>) -> bool {
+        let mut changed = false;
         let live: HashSet<String> = running.iter().map(|c| c.id.clone()).collect();
-        let gone: Vec<String> = self.containers.keys().filter(|id| !live.contains(*id)).cloned().collect();
+        let gone: Vec<String> = self
+            .containers
+            .keys()
+            .filter(|id| !live.contains(*id))
+            .cloned()
+            .collect();
         for id in gone {
             if let Some(k) = self.containers.remove(&id) {
+                changed = true;
                 for pid in k.pids.keys() {
                     self.pipeline.session.remove_process(*pid);
                 }
-                tracing::info!("container {} ({}/{}) is gone", &id[..12.min(id.len())], k.info.pod_namespace, k.info.pod_name);
+                tracing::info!(
+                    "container {} ({}/{}) is gone",
+                    &id[..12.min(id.len())],
+                    k.info.pod_namespace,
+                    k.info.pod_name
+                );
             }
         }
         for c in running {
             if self.containers.contains_key(&c.id) {
                 continue;
             }
+            changed = true;
             let id = c.id.clone();
             let mut pids: Vec<u32> = pids_of_container(&id);
             if c.pid != 0 && !pids.contains(&c.pid) {
                 pids.push(c.pid);
             }
-            self.containers.insert(id.clone(), Known { info: c, pids: HashMap::new() });
+            self.containers.insert(
+                id.clone(),
+                Known {
+                    info: c,
+                    pids: HashMap::new(),
+                },
+            );
             for pid in pids {
                 // Track every process (even unselected ones) so spec changes can re-match.
                 if let Some(k) = self.containers.get_mut(&id) {
@@ -189,6 +232,7 @@ impl Agent {
                 self.add_pid_force(&id, pid);
             }
         }
+        changed
     }
 
     fn add_pid_force(&mut self, cid: &str, pid: u32) {
@@ -241,9 +285,17 @@ impl Agent {
             }
             SpecEvent::Resync(all) => {
                 let keep: HashSet<(String, String)> = all.iter().map(key_of).collect();
-                let gone: Vec<_> = self.specs.keys().filter(|k| !keep.contains(*k)).cloned().collect();
+                let gone: Vec<_> = self
+                    .specs
+                    .keys()
+                    .filter(|k| !keep.contains(*k))
+                    .cloned()
+                    .collect();
                 for k in gone {
-                    self.apply_spec_event(SpecEvent::Delete { namespace: k.0, name: k.1 });
+                    self.apply_spec_event(SpecEvent::Delete {
+                        namespace: k.0,
+                        name: k.1,
+                    });
                 }
                 for s in all {
                     self.upsert(s);
@@ -284,7 +336,12 @@ impl Agent {
     fn attachment_status(&self) -> Vec<(ProbeSpec, ProbeAttachmentStatus)> {
         let report = self.pipeline.session.report();
         let counters = self.pipeline.session.counters();
-        let delivered = self.pipeline.delivered_by_pid.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let delivered = self
+            .pipeline
+            .delivered_by_pid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let now = rfc3339_now();
         let mut out = Vec::new();
         let mut entries: Vec<&SpecEntry> = self.specs.values().collect();
@@ -300,7 +357,12 @@ impl Agent {
             cids.sort();
             for cid in cids {
                 let k = &self.containers[cid];
-                let pids: Vec<u32> = k.pids.iter().filter(|(_, ids)| ids.contains(&e.id)).map(|(p, _)| *p).collect();
+                let pids: Vec<u32> = k
+                    .pids
+                    .iter()
+                    .filter(|(_, ids)| ids.contains(&e.id))
+                    .map(|(p, _)| *p)
+                    .collect();
                 if pids.is_empty() {
                     continue;
                 }
@@ -316,7 +378,11 @@ impl Agent {
                 for probe in &e.spec.spec.probes {
                     let rows: Vec<&AttachReport> = report
                         .iter()
-                        .filter(|r| r.spec == name && r.symbol == probe.symbol && r.pids.iter().any(|p| pids.contains(p)))
+                        .filter(|r| {
+                            r.spec == name
+                                && r.symbol == probe.symbol
+                                && r.pids.iter().any(|p| pids.contains(p))
+                        })
                         .collect();
                     let failed = rows.iter().find_map(|r| match &r.state {
                         ProbeState::Failed(m) => Some(m.clone()),
@@ -324,15 +390,28 @@ impl Agent {
                     });
                     let hits: u64 = pids
                         .iter()
-                        .map(|p| delivered.get(&(Arc::from(name), Arc::from(probe.symbol.as_str()), *p)).copied().unwrap_or(0))
+                        .map(|p| {
+                            delivered
+                                .get(&(Arc::from(name), Arc::from(probe.symbol.as_str()), *p))
+                                .copied()
+                                .unwrap_or(0)
+                        })
                         .sum();
-                    let c = counters.get(&(Arc::from(name), Arc::from(probe.symbol.as_str()))).copied().unwrap_or_default();
+                    let c = counters
+                        .get(&(Arc::from(name), Arc::from(probe.symbol.as_str())))
+                        .copied()
+                        .unwrap_or_default();
                     st.links.push(LinkStatus {
                         container: cid.clone(),
                         pod: k.info.pod_name.clone(),
                         symbol: probe.symbol.clone(),
-                        state: if failed.is_some() || rows.is_empty() { LinkState::AttachError } else { LinkState::Attached },
-                        message: failed.or_else(|| rows.is_empty().then(|| "not attached yet".to_string())),
+                        state: if failed.is_some() || rows.is_empty() {
+                            LinkState::AttachError
+                        } else {
+                            LinkState::Attached
+                        },
+                        message: failed
+                            .or_else(|| rows.is_empty().then(|| "not attached yet".to_string())),
                         hits,
                         lost: c.lost,
                         throttled: c.throttled,
@@ -343,6 +422,57 @@ impl Agent {
             out.push((e.spec.clone(), st));
         }
         out
+    }
+}
+
+/// Writes each spec's attachment status where it goes (API server, report file) if it
+/// changed since the last time.
+async fn publish(
+    agent: &Agent,
+    client: Option<&kube::Client>,
+    report_file: Option<&std::path::Path>,
+    health: &health::Health,
+    last_report: &mut BTreeMap<(String, String), ProbeAttachmentStatus>,
+) {
+    let statuses = agent.attachment_status();
+    health.set_attached(
+        statuses
+            .iter()
+            .map(|(_, s)| s.links.iter().filter(|l| l.state == LinkState::Attached).count())
+            .sum(),
+    );
+    for (spec, st) in &statuses {
+        let key = key_of(spec);
+        let mut cmp = st.clone();
+        cmp.update_time = None;
+        if last_report.get(&key) == Some(&cmp) {
+            continue;
+        }
+        if let Some(c) = client {
+            if let Err(e) = api::apply_attachment(c, spec, &agent.node, st).await {
+                tracing::warn!("updating the ProbeAttachment of {}/{}: {e}", key.0, key.1);
+                continue;
+            }
+        }
+        last_report.insert(key, cmp);
+    }
+    if let Some(path) = report_file {
+        let doc: BTreeMap<String, &ProbeAttachmentStatus> = statuses
+            .iter()
+            .map(|(s, st)| {
+                let (ns, name) = key_of(s);
+                (format!("{ns}/{name}"), st)
+            })
+            .collect();
+        let tmp = path.with_extension("tmp");
+        if let Ok(text) = serde_json::to_vec_pretty(&doc) {
+            if std::fs::write(&tmp, text)
+                .and_then(|_| std::fs::rename(&tmp, path))
+                .is_err()
+            {
+                tracing::warn!("writing {} failed", path.display());
+            }
+        }
     }
 }
 
@@ -362,11 +492,19 @@ fn rfc3339_now() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem / 60) % 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
 }
 
 /// Runs the node agent until SIGINT/SIGTERM (or `duration`).
-pub async fn run(opts: AgentOptions, out: Box<dyn std::io::Write + Send>) -> Result<RunSummary, AgentError> {
+pub async fn run(
+    opts: AgentOptions,
+    out: Box<dyn std::io::Write + Send>,
+) -> Result<RunSummary, AgentError> {
     let mut cri = CriClient::connect(&opts.cri_socket).await?;
     let (stx, mut srx) = mpsc::channel(64);
     let client = match &opts.spec_dir {
@@ -375,7 +513,9 @@ pub async fn run(opts: AgentOptions, out: Box<dyn std::io::Write + Send>) -> Res
             None
         }
         None => {
-            let client = kube::Client::try_default().await.map_err(AgentError::Kube)?;
+            let client = kube::Client::try_default()
+                .await
+                .map_err(AgentError::Kube)?;
             tokio::spawn(api::watch_specs(client.clone(), stx));
             Some(client)
         }
@@ -418,7 +558,10 @@ pub async fn run(opts: AgentOptions, out: Box<dyn std::io::Write + Send>) -> Res
             _ = poll.tick() => match cri.running().await {
                 Ok(running) => {
                     health.set_ready(true);
-                    agent.sync_containers(running);
+                    if agent.sync_containers(running) {
+                        // Report new and removed containers now, not at the next tick.
+                        publish(&agent, client.as_ref(), opts.report_file.as_deref(), &health, &mut last_report).await;
+                    }
                 }
                 Err(e) => {
                     health.set_ready(false);
@@ -427,35 +570,7 @@ pub async fn run(opts: AgentOptions, out: Box<dyn std::io::Write + Send>) -> Res
             },
             _ = report_tick.tick() => {
                 warn_new_losses(&agent.pipeline.session.counters(), &mut last_lost);
-                let statuses = agent.attachment_status();
-                health.set_attached(statuses.iter().map(|(_, s)| s.links.iter().filter(|l| l.state == LinkState::Attached).count()).sum());
-                for (spec, st) in &statuses {
-                    let key = key_of(spec);
-                    let mut cmp = st.clone();
-                    cmp.update_time = None;
-                    if last_report.get(&key) == Some(&cmp) {
-                        continue;
-                    }
-                    if let Some(c) = &client {
-                        if let Err(e) = api::apply_attachment(c, spec, &agent.node, st).await {
-                            tracing::warn!("updating the ProbeAttachment of {}/{}: {e}", key.0, key.1);
-                            continue;
-                        }
-                    }
-                    last_report.insert(key, cmp);
-                }
-                if let Some(path) = &opts.report_file {
-                    let doc: BTreeMap<String, &ProbeAttachmentStatus> = statuses
-                        .iter()
-                        .map(|(s, st)| (format!("{}/{}", key_of(s).0, key_of(s).1), st))
-                        .collect();
-                    let tmp = path.with_extension("tmp");
-                    if let Ok(text) = serde_json::to_vec_pretty(&doc) {
-                        if std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
-                            tracing::warn!("writing {} failed", path.display());
-                        }
-                    }
-                }
+                publish(&agent, client.as_ref(), opts.report_file.as_deref(), &health, &mut last_report).await;
             }
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
@@ -471,16 +586,25 @@ mod tests {
 
     #[test]
     fn images_split_into_name_and_tag() {
-        assert_eq!(split_image("registry.example:5000/shop/cart:v1.2"), ("registry.example:5000/shop/cart".into(), "v1.2".into()));
+        assert_eq!(
+            split_image("registry.example:5000/shop/cart:v1.2"),
+            ("registry.example:5000/shop/cart".into(), "v1.2".into())
+        );
         assert_eq!(split_image("nginx"), ("nginx".into(), "latest".into()));
         assert_eq!(split_image("r/x@sha256:abc"), ("r/x".into(), "".into()));
-        assert_eq!(split_image("localhost:5000/x"), ("localhost:5000/x".into(), "latest".into()));
+        assert_eq!(
+            split_image("localhost:5000/x"),
+            ("localhost:5000/x".into(), "latest".into())
+        );
     }
 
     #[test]
     fn timestamps_are_rfc3339() {
         let t = rfc3339_now();
         assert_eq!(t.len(), 20, "{t}");
-        assert!(t.starts_with("20") && t.ends_with('Z') && &t[10..11] == "T", "{t}");
+        assert!(
+            t.starts_with("20") && t.ends_with('Z') && &t[10..11] == "T",
+            "{t}"
+        );
     }
 }

@@ -33,7 +33,9 @@ pub fn labels_match(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> b
 }
 
 fn any_glob(patterns: &[String], text: &str) -> bool {
-    patterns.iter().any(|p| Glob::new(p).is_ok_and(|g| g.matches(text)))
+    patterns
+        .iter()
+        .any(|p| Glob::new(p).is_ok_and(|g| g.matches(text)))
 }
 
 /// Image patterns match the reference; a `sha256:` pattern matches the image id/digest.
@@ -93,7 +95,10 @@ mod tests {
             pod_name: "p".into(),
             pod_namespace: ns.into(),
             pod_uid: "u".into(),
-            pod_labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            pod_labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             pid: 1,
         }
     }
@@ -107,20 +112,63 @@ mod tests {
 
     #[test]
     fn all_given_fields_must_match_and_only_in_the_specs_namespace() {
-        let s = spec(r#"{images: ["registry.example/shop/*:v1.*"], podSelector: {matchLabels: {app: shop}}, containerNames: [app]}"#);
-        let good = container("shop", "registry.example/shop/cart:v1.2", &[("app", "shop")], "app");
+        let s = spec(
+            r#"{images: ["registry.example/shop/*:v1.*"], podSelector: {matchLabels: {app: shop}}, containerNames: [app]}"#,
+        );
+        let good = container(
+            "shop",
+            "registry.example/shop/cart:v1.2",
+            &[("app", "shop")],
+            "app",
+        );
         assert!(selects_container(&s, &good));
-        assert!(!selects_container(&s, &container("other", "registry.example/shop/cart:v1.2", &[("app", "shop")], "app")));
-        assert!(!selects_container(&s, &container("shop", "registry.example/shop/cart:v2.0", &[("app", "shop")], "app")));
-        assert!(!selects_container(&s, &container("shop", "registry.example/shop/cart:v1.2", &[("app", "web")], "app")));
-        assert!(!selects_container(&s, &container("shop", "registry.example/shop/cart:v1.2", &[("app", "shop")], "sidecar")));
+        assert!(!selects_container(
+            &s,
+            &container(
+                "other",
+                "registry.example/shop/cart:v1.2",
+                &[("app", "shop")],
+                "app"
+            )
+        ));
+        assert!(!selects_container(
+            &s,
+            &container(
+                "shop",
+                "registry.example/shop/cart:v2.0",
+                &[("app", "shop")],
+                "app"
+            )
+        ));
+        assert!(!selects_container(
+            &s,
+            &container(
+                "shop",
+                "registry.example/shop/cart:v1.2",
+                &[("app", "web")],
+                "app"
+            )
+        ));
+        assert!(!selects_container(
+            &s,
+            &container(
+                "shop",
+                "registry.example/shop/cart:v1.2",
+                &[("app", "shop")],
+                "sidecar"
+            )
+        ));
         let by_digest = spec(r#"{images: ["sha256:abcdef"]}"#);
         assert!(selects_container(&by_digest, &good));
     }
 
     #[test]
     fn match_expressions() {
-        let labels: BTreeMap<String, String> = [("app".to_string(), "shop".to_string()), ("tier".to_string(), "web".to_string())].into();
+        let labels: BTreeMap<String, String> = [
+            ("app".to_string(), "shop".to_string()),
+            ("tier".to_string(), "web".to_string()),
+        ]
+        .into();
         let req = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
             key: key.into(),
             operator: op.into(),
@@ -130,11 +178,26 @@ mod tests {
             match_expressions: Some(exprs),
             match_labels: None,
         };
-        assert!(labels_match(&sel(vec![req("app", "In", &["shop", "cart"])]), &labels));
-        assert!(!labels_match(&sel(vec![req("app", "NotIn", &["shop"])]), &labels));
-        assert!(labels_match(&sel(vec![req("tier", "Exists", &[])]), &labels));
-        assert!(labels_match(&sel(vec![req("canary", "DoesNotExist", &[])]), &labels));
-        assert!(!labels_match(&sel(vec![req("tier", "Frobs", &[])]), &labels));
+        assert!(labels_match(
+            &sel(vec![req("app", "In", &["shop", "cart"])]),
+            &labels
+        ));
+        assert!(!labels_match(
+            &sel(vec![req("app", "NotIn", &["shop"])]),
+            &labels
+        ));
+        assert!(labels_match(
+            &sel(vec![req("tier", "Exists", &[])]),
+            &labels
+        ));
+        assert!(labels_match(
+            &sel(vec![req("canary", "DoesNotExist", &[])]),
+            &labels
+        ));
+        assert!(!labels_match(
+            &sel(vec![req("tier", "Frobs", &[])]),
+            &labels
+        ));
         assert!(labels_match(&LabelSelector::default(), &labels));
     }
 

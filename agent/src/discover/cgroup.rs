@@ -59,7 +59,10 @@ mod tests {
 
     #[test]
     fn host_processes_have_none() {
-        assert_eq!(container_id("0::/user.slice/user-0.slice/session-1.scope\n"), None);
+        assert_eq!(
+            container_id("0::/user.slice/user-0.slice/session-1.scope\n"),
+            None
+        );
         assert_eq!(container_id("0::/\n"), None);
         assert_eq!(container_id(""), None);
     }

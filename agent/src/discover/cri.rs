@@ -3,8 +3,8 @@
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
-    ContainerState, ContainerStateValue, ContainerStatusRequest, ContainerFilter, ListContainersRequest,
-    ListPodSandboxRequest, VersionRequest,
+    ContainerFilter, ContainerState, ContainerStateValue, ContainerStatusRequest,
+    ListContainersRequest, ListPodSandboxRequest, VersionRequest,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -65,7 +65,9 @@ impl CriClient {
         let channel = Endpoint::from_static("http://[::]")
             .connect_with_connector(tower::service_fn(move |_: Uri| {
                 let p = p.clone();
-                async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?)) }
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(p).await?))
+                }
             }))
             .await
             .map_err(|source| CriError::Connect {
@@ -110,7 +112,8 @@ impl CriClient {
             .into_inner()
             .containers;
         let mut out = Vec::with_capacity(containers.len());
-        let live: std::collections::HashSet<String> = containers.iter().map(|c| c.id.clone()).collect();
+        let live: std::collections::HashSet<String> =
+            containers.iter().map(|c| c.id.clone()).collect();
         self.pids.retain(|id, _| live.contains(id));
         for c in containers {
             let pod = pods.get(&c.pod_sandbox_id);
@@ -136,7 +139,11 @@ impl CriClient {
             };
             // The kubelet's reference is in the annotations/labels it set; containerd also
             // reports the creation image spec. An id-only value (sha256:...) is a last resort.
-            let spec_image = c.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
+            let spec_image = c
+                .image
+                .as_ref()
+                .map(|i| i.image.clone())
+                .unwrap_or_default();
             let user_image = c
                 .image
                 .as_ref()
@@ -144,7 +151,11 @@ impl CriClient {
                 .filter(|s| !s.is_empty());
             let image = user_image.unwrap_or_else(|| spec_image.clone());
             out.push(Container {
-                name: c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default(),
+                name: c
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default(),
                 id: c.id,
                 image,
                 image_id: c.image_ref,

@@ -66,6 +66,16 @@ pub fn inspect(pid: u32) -> Result<ProcInfo, ProcError> {
         Err(e) => return Err(io("reading /proc/PID/exe", e)),
     };
     let meta = std::fs::metadata(&exe_link).map_err(|e| io("stat of the executable", e))?;
+    // On overlayfs (container images) stat reports the overlay mount's device, different in
+    // every container, while uprobes attach to the real file underneath, shared by all
+    // containers of one image. /proc/PID/maps shows the real device and inode.
+    let key = std::fs::read_to_string(base.join("maps"))
+        .ok()
+        .and_then(|maps| real_file_key(&maps, &exe))
+        .unwrap_or(FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        });
     let comm = std::fs::read_to_string(base.join("comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_default();
@@ -73,12 +83,36 @@ pub fn inspect(pid: u32) -> Result<ProcInfo, ProcError> {
         pid,
         exe,
         exe_link,
-        key: FileKey {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        },
+        key,
         comm,
     })
+}
+
+/// The (device, inode) of the first mapping of `exe` in a /proc/PID/maps text.
+fn real_file_key(maps: &str, exe: &std::path::Path) -> Option<FileKey> {
+    let exe = exe.to_str()?;
+    for line in maps.lines() {
+        // addr perms offset dev inode path
+        let mut f = line.split_whitespace();
+        let (_, _, _, dev, ino) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        if f.next() != Some(exe) {
+            continue;
+        }
+        let (maj, min) = dev.split_once(':')?;
+        let (maj, min) = (
+            u64::from_str_radix(maj, 16).ok()?,
+            u64::from_str_radix(min, 16).ok()?,
+        );
+        let ino: u64 = ino.parse().ok()?;
+        if ino == 0 {
+            return None;
+        }
+        return Some(FileKey {
+            dev: libc::makedev(maj as u32, min as u32),
+            ino,
+        });
+    }
+    None
 }
 
 #[cfg(test)]
@@ -92,10 +126,30 @@ mod tests {
         let meta = std::fs::metadata(std::env::current_exe().unwrap()).unwrap();
         assert_eq!(me.key.ino, meta.ino());
         assert!(list_pids().contains(&std::process::id()));
+        // Not on overlayfs: maps and stat agree.
+        assert_eq!(me.key.dev, meta.dev());
         // pid_max is at most 2^22: this pid cannot exist.
         assert!(matches!(
             inspect(4_194_304 + 7),
             Err(ProcError::Gone { .. })
         ));
+    }
+
+    #[test]
+    fn real_file_identity_comes_from_maps() {
+        let maps = "00400000-00401000 r--p 00000000 00:3f 123 /app/shop\n00401000-00500000 r-xp 00001000 fd:01 98765 /app/shop\n";
+        // The first mapping of the file wins (all mappings of one file agree in practice).
+        let k = real_file_key(maps, std::path::Path::new("/app/shop")).unwrap();
+        assert_eq!(
+            k,
+            FileKey {
+                dev: libc::makedev(0, 0x3f),
+                ino: 123
+            }
+        );
+        assert_eq!(
+            real_file_key(maps, std::path::Path::new("/app/other")),
+            None
+        );
     }
 }

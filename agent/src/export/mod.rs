@@ -53,7 +53,10 @@ impl Exporters {
 
     pub async fn export(&mut self, batch: &[CallRecord]) -> std::io::Result<()> {
         {
-            let mut by_pid = self.delivered_by_pid.lock().unwrap_or_else(|e| e.into_inner());
+            let mut by_pid = self
+                .delivered_by_pid
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             for rec in batch {
                 *by_pid
                     .entry((rec.probe.spec.clone(), rec.probe.symbol.clone(), rec.pid))

@@ -151,7 +151,9 @@ impl OtlpExporter {
         };
         let timeout = Duration::from_secs(10);
         let http_client = || OnRuntime {
-            inner: Arc::new(opentelemetry_http::hyper::HyperClient::with_default_connector(timeout, None)),
+            inner: Arc::new(
+                opentelemetry_http::hyper::HyperClient::with_default_connector(timeout, None),
+            ),
             handle: tokio::runtime::Handle::current(),
         };
         let (spans, metrics) = match cfg.protocol {

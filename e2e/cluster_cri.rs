@@ -1,0 +1,301 @@
+//! Cluster mode end to end on this machine: a private containerd, real pods created over CRI
+//! with kubelet-style labels, Go images built and imported here, and `gprobe agent` with
+//! ProbeSpecs from --spec-dir exporting to a real OTLP receiver.
+
+mod cri_support;
+mod harness;
+mod otlp_receiver;
+
+use cri_support::{can_run_containers, Containerd, Pod, PodSpec};
+use harness::go::{GoVersion, TempDir};
+use harness::{can_trace, gprobe_bin, serial};
+use otlp_receiver::{attr_str, grpc_receiver, spans};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SPEC: &str = r#"apiVersion: gprobe.dev/v1alpha1
+kind: ProbeSpec
+metadata: {name: shop-urls, namespace: shop}
+spec:
+  selector:
+    images: ["registry.test/shop/*:v1.*"]
+    podSelector: {matchLabels: {app: shop}}
+    containerNames: [app]
+  probes:
+    - symbol: "net/http.(*Client).Get"
+      signature: "func(c *Client, url string) (resp *Response, err error)"
+      capture: [url]
+      latency: true
+"#;
+
+fn pod(ctrd: &Containerd, name: &str, app: &str, image: &str) -> Pod {
+    ctrd.run_pod(&PodSpec {
+        name: name.into(),
+        namespace: "shop".into(),
+        uid: format!("uid-{name}"),
+        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        container: "app".into(),
+        image: image.into(),
+        args: vec![
+            "-n".into(),
+            "0".into(),
+            "-interval".into(),
+            "100ms".into(),
+            "-delay".into(),
+            "0s".into(),
+        ],
+    })
+    .unwrap_or_else(|e| panic!("pod {name}: {e}"))
+}
+
+fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(
+            t0.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// BPF links the agent holds (its uprobes, plus two tracepoints): fds in /proc/PID/fd.
+fn perf_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|rd| {
+            rd.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|t| t.to_string_lossy().contains("bpf_link"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn report(path: &Path) -> serde_json::Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn attached_pods(path: &Path) -> BTreeSet<String> {
+    report(path)["shop/shop-urls"]["links"]
+        .as_array()
+        .map(|links| {
+            links
+                .iter()
+                .filter(|l| l["state"] == "Attached")
+                .map(|l| l["pod"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn urls_in_logs(logs: &str) -> BTreeSet<String> {
+    logs.lines()
+        .filter_map(|l| l.strip_prefix("GET "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
+struct Agent(Option<Child>, TempDir);
+
+impl Agent {
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.1.path().join("stderr")).unwrap_or_default()
+    }
+    fn stop(&mut self) -> String {
+        if let Some(mut c) = self.0.take() {
+            // SAFETY: signalling our own child by pid.
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let t0 = Instant::now();
+            while c.try_wait().unwrap().is_none() {
+                if t0.elapsed() > Duration::from_secs(30) {
+                    let _ = c.kill();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.wait();
+        }
+        self.stderr()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[test]
+fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() {
+    if !can_trace("cluster cri") || !can_run_containers("cluster cri") {
+        return;
+    }
+    let bin = harness::program("examples/http-client", GoVersion::Go127, false);
+    let _guard = serial();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (rec, endpoint) = grpc_receiver(&rt);
+    let ctrd = Containerd::start().expect("containerd");
+    for image in [
+        "registry.test/shop/http-client:v1.2",
+        "registry.test/shop/http-client:v1.3",
+        "registry.test/other/http-client:v1.2",
+    ] {
+        ctrd.import_image(image, &bin).expect("import");
+    }
+
+    let dir = TempDir::new("agent");
+    let specs = dir.path().join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    std::fs::write(specs.join("shop.yaml"), SPEC).unwrap();
+    let report_file = dir.path().join("report.json");
+    // Pods running before the agent starts: the selected one, one of the same image whose
+    // labels do not match (it shares the binary's inode, so its calls fire the same uprobes),
+    // and one with the right labels but another image.
+    let a = pod(
+        &ctrd,
+        "shop-a",
+        "shop",
+        "registry.test/shop/http-client:v1.2",
+    );
+    let b = pod(&ctrd, "web-b", "web", "registry.test/shop/http-client:v1.2");
+    let c = pod(
+        &ctrd,
+        "other-c",
+        "shop",
+        "registry.test/other/http-client:v1.2",
+    );
+
+    let child = Command::new(gprobe_bin())
+        .args(["agent", "--node-name", "test-node", "--spec-dir"])
+        .arg(&specs)
+        .arg("--cri-socket")
+        .arg(ctrd.socket())
+        .arg("--report-file")
+        .arg(&report_file)
+        .args([
+            "--otlp-endpoint",
+            &endpoint,
+            "--metrics-interval",
+            "1s",
+            "--container-poll-interval",
+            "200ms",
+        ])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let agent_pid = child.id();
+    let mut agent = Agent(Some(child), dir);
+    wait_until("shop-a attached", Duration::from_secs(30), || {
+        attached_pods(&report_file).contains("shop-a")
+    });
+    assert_eq!(
+        attached_pods(&report_file),
+        BTreeSet::from(["shop-a".to_string()]),
+        "{}",
+        agent.stderr()
+    );
+    let fds_one = perf_fds(agent_pid);
+
+    // A pod started later is traced within a second or so.
+    let started = Instant::now();
+    let d = pod(
+        &ctrd,
+        "shop-d",
+        "shop",
+        "registry.test/shop/http-client:v1.3",
+    );
+    wait_until("shop-d attached", Duration::from_secs(10), || {
+        attached_pods(&report_file).contains("shop-d")
+    });
+    eprintln!(
+        "shop-d reported attached {:?} after its start",
+        started.elapsed()
+    );
+    let fds_two = perf_fds(agent_pid);
+    assert!(
+        fds_two > fds_one,
+        "a new binary adds uprobes: {fds_one} -> {fds_two}"
+    );
+    wait_until("spans from shop-d", Duration::from_secs(10), || {
+        spans(&rec)
+            .iter()
+            .any(|(r, _)| attr_str(r, "k8s.pod.name").as_deref() == Some("shop-d"))
+    });
+
+    // A removed pod leaves no probe behind.
+    let a_logs = ctrd.logs(&a);
+    ctrd.remove_pod(&a).unwrap();
+    wait_until(
+        "shop-a gone from the report",
+        Duration::from_secs(5),
+        || !attached_pods(&report_file).contains("shop-a"),
+    );
+    wait_until("shop-a's uprobes detached", Duration::from_secs(5), || {
+        perf_fds(agent_pid) == fds_one
+    });
+    let stderr = agent.stop();
+
+    let all = spans(&rec);
+    let pods: BTreeSet<String> = all
+        .iter()
+        .filter_map(|(r, _)| attr_str(r, "k8s.pod.name"))
+        .collect();
+    assert_eq!(
+        pods,
+        BTreeSet::from(["shop-a".to_string(), "shop-d".to_string()]),
+        "only selected pods are reported\n{stderr}"
+    );
+    let a_spans: Vec<_> = all
+        .iter()
+        .filter(|(r, _)| attr_str(r, "k8s.pod.name").as_deref() == Some("shop-a"))
+        .collect();
+    let (res, _) = a_spans[0];
+    for (k, v) in [
+        ("k8s.namespace.name", "shop"),
+        ("k8s.pod.uid", "uid-shop-a"),
+        ("k8s.container.name", "app"),
+        ("k8s.node.name", "test-node"),
+        ("container.id", a.container_id.as_str()),
+        ("container.image.name", "registry.test/shop/http-client"),
+        ("container.image.tag", "v1.2"),
+        ("process.executable.path", "/app/http-client"),
+    ] {
+        assert_eq!(
+            attr_str(res, k).as_deref(),
+            Some(v),
+            "resource attribute {k}"
+        );
+    }
+    // Every URL shop-a traced is one it fetched (its log), and it fetched them while traced.
+    let fetched = urls_in_logs(&a_logs);
+    let traced: BTreeSet<String> = a_spans
+        .iter()
+        .filter_map(|(_, s)| attr_str(&s.attributes, "gprobe.args.url"))
+        .collect();
+    assert!(traced.len() >= 3, "shop-a traced {} URLs", traced.len());
+    assert!(
+        traced.is_subset(&fetched),
+        "traced URLs not in shop-a's log: {:?}",
+        traced.difference(&fetched).collect::<Vec<_>>()
+    );
+    let mut seen = std::collections::BTreeMap::new();
+    for (_, s) in &a_spans {
+        seen.entry(attr_str(&s.attributes, "gprobe.args.url").unwrap()).or_insert_with(Vec::new).push((s.start_time_unix_nano, s.span_id.clone()));
+    }
+    let dups: Vec<_> = seen.iter().filter(|(_, v)| v.len() > 1).take(3).collect();
+    assert_eq!(traced.len(), a_spans.len(), "each URL once: {dups:?}\n{stderr}");
+
+    for p in [&b, &c, &d] {
+        ctrd.remove_pod(p).unwrap();
+    }
+}
