@@ -290,10 +290,16 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
     );
     let mut seen = std::collections::BTreeMap::new();
     for (_, s) in &a_spans {
-        seen.entry(attr_str(&s.attributes, "gprobe.args.url").unwrap()).or_insert_with(Vec::new).push((s.start_time_unix_nano, s.span_id.clone()));
+        seen.entry(attr_str(&s.attributes, "gprobe.args.url").unwrap())
+            .or_insert_with(Vec::new)
+            .push((s.start_time_unix_nano, s.span_id.clone()));
     }
     let dups: Vec<_> = seen.iter().filter(|(_, v)| v.len() > 1).take(3).collect();
-    assert_eq!(traced.len(), a_spans.len(), "each URL once: {dups:?}\n{stderr}");
+    assert_eq!(
+        traced.len(),
+        a_spans.len(),
+        "each URL once: {dups:?}\n{stderr}"
+    );
 
     for p in [&b, &c, &d] {
         ctrd.remove_pod(p).unwrap();

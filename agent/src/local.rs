@@ -9,10 +9,8 @@ use crate::pipeline::{
 use crate::session::Session;
 use gprobe_crds::glob::Glob;
 use gprobe_crds::{load_specs, LoadError, ProbeSpec};
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -181,7 +179,7 @@ pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSumm
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut stats_tick = tokio::time::interval(Duration::from_secs(1));
-    let mut last_lost: HashMap<(Arc<str>, Arc<str>), (u64, u64)> = HashMap::new();
+    let mut last_lost = crate::pipeline::LastLosses::new();
     loop {
         tokio::select! {
             ev = pipeline.proc_events.recv() => match ev {

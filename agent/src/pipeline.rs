@@ -163,10 +163,13 @@ pub fn log_report(r: &AttachReport) {
     }
 }
 
+/// Per (spec, symbol): (lost, throttled) as last seen.
+pub type LastLosses = HashMap<(Arc<str>, Arc<str>), (u64, u64)>;
+
 /// Logs when counters show new losses.
 pub fn warn_new_losses(
     counters: &HashMap<(Arc<str>, Arc<str>), ProbeCounters>,
-    last: &mut HashMap<(Arc<str>, Arc<str>), (u64, u64)>,
+    last: &mut LastLosses,
 ) {
     for (k, c) in counters {
         let prev = last

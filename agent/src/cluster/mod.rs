@@ -438,7 +438,12 @@ async fn publish(
     health.set_attached(
         statuses
             .iter()
-            .map(|(_, s)| s.links.iter().filter(|l| l.state == LinkState::Attached).count())
+            .map(|(_, s)| {
+                s.links
+                    .iter()
+                    .filter(|l| l.state == LinkState::Attached)
+                    .count()
+            })
             .sum(),
     );
     for (spec, st) in &statuses {

@@ -6,8 +6,8 @@ use std::io::Write;
 pub fn write_header(out: &mut Vec<u8>) {
     let _ = writeln!(
         out,
-        "{:<15} {:>7} {:<20} {:<36} {:>12}  {}",
-        "TIME", "PID", "PROBE", "SYMBOL", "DURATION", "VALUES"
+        "{:<15} {:>7} {:<20} {:<36} {:>12}  VALUES",
+        "TIME", "PID", "PROBE", "SYMBOL", "DURATION"
     );
 }
 
