@@ -114,8 +114,24 @@ impl opentelemetry_http::HttpClient for OnRuntime {
     }
 }
 
+fn with_tls<B: opentelemetry_otlp::WithTonicConfig>(
+    b: B,
+    tls: Option<opentelemetry_otlp::tonic_types::transport::ClientTlsConfig>,
+) -> B {
+    match tls {
+        Some(t) => b.with_tls_config(t),
+        None => b,
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum OtlpError {
+    #[error("reading the OTLP CA certificate {path} (OTEL_EXPORTER_OTLP_CERTIFICATE): {source}")]
+    Certificate {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("setting up the OTLP {signal} exporter for {endpoint} failed: {source}")]
     Build {
         signal: &'static str,
@@ -150,6 +166,24 @@ impl OtlpExporter {
             source,
         };
         let timeout = Duration::from_secs(10);
+        // gRPC over TLS for https:// endpoints: the system's roots, plus the CA file of
+        // OTEL_EXPORTER_OTLP_CERTIFICATE when set (the Helm chart mounts one there).
+        let tls = if cfg.endpoint.starts_with("https://") {
+            let mut t = opentelemetry_otlp::tonic_types::transport::ClientTlsConfig::new()
+                .with_native_roots();
+            if let Ok(path) = std::env::var("OTEL_EXPORTER_OTLP_CERTIFICATE") {
+                let pem = std::fs::read(&path).map_err(|e| OtlpError::Certificate {
+                    path: path.clone(),
+                    source: e,
+                })?;
+                t = t.ca_certificate(
+                    opentelemetry_otlp::tonic_types::transport::Certificate::from_pem(pem),
+                );
+            }
+            Some(t)
+        } else {
+            None
+        };
         let http_client = || OnRuntime {
             inner: Arc::new(
                 opentelemetry_http::hyper::HyperClient::with_default_connector(timeout, None),
@@ -158,18 +192,22 @@ impl OtlpExporter {
         };
         let (spans, metrics) = match cfg.protocol {
             Protocol::Grpc => (
-                opentelemetry_otlp::SpanExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(&cfg.endpoint)
-                    .with_timeout(timeout)
-                    .build()
-                    .map_err(|e| build_err("trace", e))?,
-                opentelemetry_otlp::MetricExporter::builder()
-                    .with_tonic()
-                    .with_endpoint(&cfg.endpoint)
-                    .with_timeout(timeout)
-                    .build()
-                    .map_err(|e| build_err("metrics", e))?,
+                with_tls(
+                    opentelemetry_otlp::SpanExporter::builder().with_tonic(),
+                    tls.clone(),
+                )
+                .with_endpoint(&cfg.endpoint)
+                .with_timeout(timeout)
+                .build()
+                .map_err(|e| build_err("trace", e))?,
+                with_tls(
+                    opentelemetry_otlp::MetricExporter::builder().with_tonic(),
+                    tls.clone(),
+                )
+                .with_endpoint(&cfg.endpoint)
+                .with_timeout(timeout)
+                .build()
+                .map_err(|e| build_err("metrics", e))?,
             ),
             Protocol::HttpProtobuf => (
                 opentelemetry_otlp::SpanExporter::builder()
@@ -386,5 +424,54 @@ impl OtlpExporter {
         if let Ok(Err(e)) = res {
             tracing::warn!("OTLP metrics shutdown: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(endpoint: &str, protocol: Protocol) -> OtlpConfig {
+        OtlpConfig {
+            endpoint: endpoint.into(),
+            protocol,
+            metrics_interval: Duration::from_secs(60),
+            agent_resource: vec![],
+        }
+    }
+
+    #[test]
+    fn http_urls_get_the_signal_path_unless_they_have_one() {
+        let c = cfg("http://collector:4318", Protocol::HttpProtobuf);
+        assert_eq!(c.http_url("traces"), "http://collector:4318/v1/traces");
+        let c = cfg(
+            "http://collector:4318/custom/traces",
+            Protocol::HttpProtobuf,
+        );
+        assert_eq!(c.http_url("traces"), "http://collector:4318/custom/traces");
+        assert!("grpcx".parse::<Protocol>().is_err());
+        assert!(OtlpConfig::from_flags_and_env(
+            Some("collector:4317".into()),
+            None,
+            Duration::from_secs(1)
+        )
+        .unwrap_err()
+        .contains("needs a scheme"));
+    }
+
+    #[tokio::test]
+    async fn https_endpoints_use_tls_and_a_missing_ca_file_is_a_clear_error() {
+        let losses = LossCounters::default();
+        // This is the only test that touches this variable.
+        std::env::set_var("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem");
+        let err = OtlpExporter::new(
+            &cfg("https://collector:4317", Protocol::Grpc),
+            losses.clone(),
+        )
+        .err()
+        .expect("missing CA file");
+        std::env::remove_var("OTEL_EXPORTER_OTLP_CERTIFICATE");
+        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
+        assert!(OtlpExporter::new(&cfg("https://collector:4317", Protocol::Grpc), losses).is_ok());
     }
 }
