@@ -2,7 +2,7 @@
 
 use crate::duration::{parse_duration, parse_size};
 use crate::export::otlp::Protocol;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -30,6 +30,21 @@ pub enum OutputFormat {
     None,
 }
 
+/// OTLP export flags, shared by `run` and `agent`.
+#[derive(Debug, Args)]
+pub struct OtlpArgs {
+    /// OTLP endpoint for spans and metrics, e.g. http://localhost:4317 (https:// uses TLS).
+    /// Default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none = no OTLP.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// OTLP transport: grpc or http/protobuf. Default: $OTEL_EXPORTER_OTLP_PROTOCOL or grpc.
+    #[arg(long, value_parser = |s: &str| s.parse::<Protocol>())]
+    pub otlp_protocol: Option<Protocol>,
+    /// How often metrics are exported over OTLP (a final export happens at exit).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub metrics_interval: Duration,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Trace the processes of this machine that the ProbeSpecs select, printing each call.
@@ -43,16 +58,8 @@ pub enum Command {
         /// Output format on stdout.
         #[arg(long, value_enum)]
         output: Option<OutputFormat>,
-        /// OTLP endpoint for spans and metrics, e.g. http://localhost:4317. Default:
-        /// $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or $OTEL_EXPORTER_OTLP_ENDPOINT; none = no OTLP.
-        #[arg(long, value_name = "URL")]
-        otlp_endpoint: Option<String>,
-        /// OTLP transport: grpc or http/protobuf. Default: $OTEL_EXPORTER_OTLP_PROTOCOL or grpc.
-        #[arg(long, value_parser = |s: &str| s.parse::<Protocol>())]
-        otlp_protocol: Option<Protocol>,
-        /// How often metrics are exported over OTLP (a final export happens at exit).
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        metrics_interval: Duration,
+        #[command(flatten)]
+        otlp: OtlpArgs,
         /// Size of the kernel ring buffer for call events (power of two, >= 4KiB).
         #[arg(long, default_value = "8MiB", value_parser = parse_size)]
         ring_buffer_size: u64,
@@ -88,15 +95,8 @@ pub enum Command {
         /// Output on stdout (none by default: a DaemonSet exports over OTLP).
         #[arg(long, value_enum, default_value = "none")]
         output: OutputFormat,
-        /// OTLP endpoint (default: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / $OTEL_EXPORTER_OTLP_ENDPOINT).
-        #[arg(long, value_name = "URL")]
-        otlp_endpoint: Option<String>,
-        /// OTLP transport: grpc or http/protobuf (default: $OTEL_EXPORTER_OTLP_PROTOCOL or grpc).
-        #[arg(long, value_parser = |s: &str| s.parse::<Protocol>())]
-        otlp_protocol: Option<Protocol>,
-        /// How often metrics are exported over OTLP.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        metrics_interval: Duration,
+        #[command(flatten)]
+        otlp: OtlpArgs,
         /// Size of the kernel ring buffer for call events.
         #[arg(long, default_value = "8MiB", value_parser = parse_size)]
         ring_buffer_size: u64,

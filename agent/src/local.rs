@@ -168,16 +168,7 @@ pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSumm
         tracing::info!("no running process matches yet; waiting for one to start");
     }
 
-    let deadline = async {
-        match opts.duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    // Streams, created once, so a signal that arrives while the loop is busy is not missed.
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut stop = crate::pipeline::StopSignal::new(opts.duration)?;
     let mut stats_tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_lost = crate::pipeline::LastLosses::new();
     loop {
@@ -188,9 +179,7 @@ pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSumm
                 None => break,
             },
             _ = stats_tick.tick() => warn_new_losses(&pipeline.session.counters(), &mut last_lost),
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = &mut deadline => break,
+            _ = stop.wait() => break,
         }
     }
 

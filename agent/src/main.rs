@@ -75,9 +75,7 @@ fn main() -> Result<()> {
             health_addr,
             container_poll_interval,
             output,
-            otlp_endpoint,
-            otlp_protocol,
-            metrics_interval,
+            otlp,
             ring_buffer_size,
             duration,
         } => {
@@ -85,13 +83,16 @@ fn main() -> Result<()> {
                 .or_else(|| std::env::var("NODE_NAME").ok())
                 .filter(|n| !n.is_empty())
                 .context("the node name is needed: pass --node-name or set NODE_NAME (the chart sets it from spec.nodeName)")?;
-            let otlp =
-                OtlpConfig::from_flags_and_env(otlp_endpoint, otlp_protocol, metrics_interval)
-                    .map_err(anyhow::Error::msg)?
-                    .map(|mut c| {
-                        c.agent_resource.push(("k8s.node.name", node_name.clone()));
-                        c
-                    });
+            let otlp = OtlpConfig::from_flags_and_env(
+                otlp.otlp_endpoint,
+                otlp.otlp_protocol,
+                otlp.metrics_interval,
+            )
+            .map_err(anyhow::Error::msg)?
+            .map(|mut c| {
+                c.agent_resource.push(("k8s.node.name", node_name.clone()));
+                c
+            });
             check_ring_size(ring_buffer_size)?;
             let opts = AgentOptions {
                 node_name,
@@ -119,17 +120,18 @@ fn main() -> Result<()> {
             specs,
             duration,
             output,
-            otlp_endpoint,
-            otlp_protocol,
-            metrics_interval,
+            otlp,
             ring_buffer_size,
             wakeup_size,
             poll_interval,
         } => {
             let format = format_of(output);
-            let otlp =
-                OtlpConfig::from_flags_and_env(otlp_endpoint, otlp_protocol, metrics_interval)
-                    .map_err(anyhow::Error::msg)?;
+            let otlp = OtlpConfig::from_flags_and_env(
+                otlp.otlp_endpoint,
+                otlp.otlp_protocol,
+                otlp.metrics_interval,
+            )
+            .map_err(anyhow::Error::msg)?;
             check_ring_size(ring_buffer_size)?;
             let opts = RunOptions {
                 spec_files: specs,

@@ -141,6 +141,39 @@ impl Pipeline {
     }
 }
 
+/// What ends a run: SIGINT, SIGTERM or the optional duration. The signal streams are made
+/// once, so a signal that arrives while the loop is busy is not missed.
+pub struct StopSignal {
+    sigint: tokio::signal::unix::Signal,
+    sigterm: tokio::signal::unix::Signal,
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl StopSignal {
+    pub fn new(duration: Option<Duration>) -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            sigint: signal(SignalKind::interrupt())?,
+            sigterm: signal(SignalKind::terminate())?,
+            deadline: duration.map(|d| tokio::time::Instant::now() + d),
+        })
+    }
+
+    pub async fn wait(&mut self) {
+        let deadline = async {
+            match self.deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.sigint.recv() => {}
+            _ = self.sigterm.recv() => {}
+            _ = deadline => {}
+        }
+    }
+}
+
 /// Logs one attach outcome.
 pub fn log_report(r: &AttachReport) {
     match &r.state {

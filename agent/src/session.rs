@@ -280,20 +280,26 @@ impl Session {
             None => false,
         };
         if empty {
-            if let Some(bin) = self.binaries.remove(&p.key) {
-                for ((sid, pi), att) in bin.probes {
-                    if let (Ok(att), Some(active)) = (att, self.specs.get(&sid)) {
-                        let symbol: Arc<str> = active.spec.spec.probes[pi].symbol.as_str().into();
-                        retire(
-                            &mut self.tracer,
-                            &self.registry,
-                            &mut self.retired,
-                            &active.name,
-                            &symbol,
-                            att,
-                        );
-                    }
-                }
+            self.retire_binary(p.key);
+        }
+    }
+
+    /// Detaches every probe of a binary; its counters move to `retired`.
+    fn retire_binary(&mut self, key: FileKey) {
+        let Some(bin) = self.binaries.remove(&key) else {
+            return;
+        };
+        for ((sid, pi), att) in bin.probes {
+            if let (Ok(att), Some(active)) = (att, self.specs.get(&sid)) {
+                let symbol: Arc<str> = active.spec.spec.probes[pi].symbol.as_str().into();
+                retire(
+                    &mut self.tracer,
+                    &self.registry,
+                    &mut self.retired,
+                    &active.name,
+                    &symbol,
+                    att,
+                );
             }
         }
     }
@@ -356,23 +362,7 @@ impl Session {
     pub fn detach_all(&mut self) {
         let keys: Vec<FileKey> = self.binaries.keys().copied().collect();
         for key in keys {
-            let Some(bin) = self.binaries.remove(&key) else {
-                continue;
-            };
-            for ((sid, pi), att) in bin.probes {
-                if let (Ok(att), Some(active)) = (att, self.specs.get(&sid)) {
-                    let symbol: Arc<str> = active.spec.spec.probes[pi].symbol.as_str().into();
-                    // Counters stay readable: the configurations are freed, the ids only reused later.
-                    retire(
-                        &mut self.tracer,
-                        &self.registry,
-                        &mut self.retired,
-                        &active.name,
-                        &symbol,
-                        att,
-                    );
-                }
-            }
+            self.retire_binary(key);
         }
         for (pid, p) in self.procs.drain() {
             for sid in p.specs {

@@ -536,15 +536,7 @@ pub async fn run(
         specs: HashMap::new(),
         containers: HashMap::new(),
     };
-    let deadline = async {
-        match opts.duration {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(deadline);
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut stop = crate::pipeline::StopSignal::new(opts.duration)?;
     let mut poll = tokio::time::interval(opts.container_poll);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut report_tick = tokio::time::interval(Duration::from_secs(2));
@@ -577,9 +569,7 @@ pub async fn run(
                 warn_new_losses(&agent.pipeline.session.counters(), &mut last_lost);
                 publish(&agent, client.as_ref(), opts.report_file.as_deref(), &health, &mut last_report).await;
             }
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = &mut deadline => break,
+            _ = stop.wait() => break,
         }
     }
     Ok(agent.pipeline.stop().await?)
