@@ -38,12 +38,15 @@ func main() {
 	calls := flag.Int("calls", 5, "calls per goroutine")
 	delay := flag.Duration("delay", 500*time.Millisecond, "pause before the first call")
 	flag.Parse()
-	runtime.GOMAXPROCS(2)
+	// More Ps than cores and busy goroutines locked to their threads: a goroutine that
+	// wakes from its sleep is rarely picked up by the thread it slept on.
+	runtime.GOMAXPROCS(4)
 	time.Sleep(*delay)
 	// Busy goroutines keep the Ps occupied so sleepers resume on other threads.
 	stop := make(chan struct{})
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 4; i++ {
 		go func() {
+			runtime.LockOSThread()
 			x := 0
 			for {
 				select {
