@@ -243,7 +243,19 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
     wait_until("shop-a's uprobes detached", Duration::from_secs(5), || {
         perf_fds(agent_pid) == fds_one
     });
+    // Deleting the ProbeSpec detaches its probes everywhere (the spec folder is re-read
+    // every second). Two links remain: the exec and exit tracepoints.
+    std::fs::remove_file(specs.join("shop.yaml")).unwrap();
+    wait_until(
+        "the deleted spec's uprobes detached",
+        Duration::from_secs(5),
+        || perf_fds(agent_pid) == 2,
+    );
     let stderr = agent.stop();
+    assert!(
+        stderr.contains("ProbeSpec shop/shop-urls deleted: its probes are detached"),
+        "{stderr}"
+    );
 
     let all = spans(&rec);
     let pods: BTreeSet<String> = all
