@@ -382,6 +382,8 @@ else:
     got = {(g, r): sorted(rule["verbs"]) for rule in agent_roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     want = {("gprobe.dev", "probespecs"): ["get", "list", "watch"],
             ("gprobe.dev", "probeattachments"): sorted(["get", "list", "watch", "create", "patch", "update", "delete"]),
+            ("gprobe.dev", "probeattachments/status"): ["get", "patch", "update"],
+            ("gprobe.dev", "probespecs/finalizers"): ["update"],
             ("", "nodes"): ["get"]}
     if got != want: err(f"agent ClusterRole is {got}, want {want}")
 
