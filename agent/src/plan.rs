@@ -2,7 +2,7 @@
 //! (uprobe offsets, BPF capture configurations) and what the decoder needs (names, types).
 
 use crate::attach::abi::{self, GpCapture, GpLoc, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES};
-use crate::resolve::abi::{layout, signature_types, Loc, Placed, INT_REGS};
+use crate::resolve::abi::{layout, signature_types, Loc, Placed};
 use crate::resolve::gotype::GoType;
 use crate::resolve::{Binary, ResolveError};
 use gprobe_crds::signature::{parse_signature, ValueRef};
@@ -321,22 +321,5 @@ fn capture_plan(name: &str, placed: &Placed, max_string_bytes: u32) -> Result<Ca
             "{} values cannot be captured; capture a scalar, string, []byte, pointer or interface parameter",
             placed.ty
         )),
-    }
-}
-
-/// Describes where a captured value is read from, for `--verbose` attach reports.
-pub fn describe(c: &CapturePlan) -> String {
-    let l = |l: &GpLoc| match l.kind {
-        abi::LOC_REG => INT_REGS
-            .get(l.reg as usize)
-            .copied()
-            .unwrap_or("?")
-            .to_string(),
-        abi::LOC_STACK => format!("[SP+{}]", l.off),
-        _ => "-".into(),
-    };
-    match c.bpf.kind {
-        abi::CAP_BYTES => format!("{}=({},{})", c.name, l(&c.bpf.loc[0]), l(&c.bpf.loc[1])),
-        _ => format!("{}={}", c.name, l(&c.bpf.loc[0])),
     }
 }

@@ -149,7 +149,6 @@ impl Session {
                     let symbol: Arc<str> = active.spec.spec.probes[k.1].symbol.as_str().into();
                     retire(
                         &mut self.tracer,
-                        &self.registry,
                         &mut self.retired,
                         &active.name,
                         &symbol,
@@ -294,7 +293,6 @@ impl Session {
                 let symbol: Arc<str> = active.spec.spec.probes[pi].symbol.as_str().into();
                 retire(
                     &mut self.tracer,
-                    &self.registry,
                     &mut self.retired,
                     &active.name,
                     &symbol,
@@ -385,7 +383,6 @@ fn add_counters(c: &mut ProbeCounters, tracer: &Tracer, att: &Attached) {
 
 fn retire(
     tracer: &mut Tracer,
-    registry: &Registry,
     retired: &mut HashMap<(Arc<str>, Arc<str>), ProbeCounters>,
     spec: &Arc<str>,
     symbol: &Arc<str>,
@@ -399,9 +396,8 @@ fn retire(
     for link in att.links {
         tracer.detach(link);
     }
-    // Records already in the ring buffer still decode: keep the metadata registered; the
-    // id is only reused after the reader has seen newer records.
-    let _ = registry;
+    // Records already in the ring buffer still decode: the metadata stays registered, and
+    // freed ids are reused last (FIFO), long after the reader has seen newer records.
     tracer.remove_config(att.entry_cfg);
     if let Some(r) = att.ret_cfg {
         tracer.remove_config(r);
