@@ -1,0 +1,452 @@
+//! The userspace path alone: ring buffer records (built with the layout of
+//! agent/src/attach/abi.rs) -> `events::reader::Processor::process` -> JSONL or OTLP spans.
+//! Single-threaded, so elements per second are calls per second per core.
+//!
+//!     cargo bench -p gprobe-agent --bench userspace
+//!
+//! bench/run.sh runs it and reads criterion's estimates (CRITERION_HOME).
+
+use criterion::{
+    criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
+};
+use gprobe_agent::attach::abi::{GpEvent, GpValue, EV_CALL, EV_ENTRY, EV_RETURN};
+use gprobe_agent::events::reader::{Processor, Registry};
+use gprobe_agent::events::{CallRecord, Clock, ProbeMeta, Resource};
+use gprobe_agent::export::jsonl::write_record;
+use gprobe_agent::export::otlp::{OtlpConfig, OtlpExporter, Protocol};
+use gprobe_agent::plan::Decode;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Records per batch: the reader's batch limit (events/reader.rs `drain`).
+const BATCH: usize = 4096;
+const PID: u32 = 4242;
+
+const INT_CFG: u32 = 1;
+const STR_CFG: u32 = 2;
+const LAT_ENTRY_CFG: u32 = 3;
+const LAT_RET_CFG: u32 = 4;
+
+fn int64() -> Decode {
+    Decode::Int {
+        size: 8,
+        signed: true,
+    }
+}
+
+fn registry() -> Arc<Registry> {
+    let reg = Arc::new(Registry::default());
+    let meta = |latency, caps: Vec<(&str, Decode)>| {
+        Some(Arc::new(ProbeMeta {
+            spec: "bench".into(),
+            symbol: "main.target".into(),
+            latency,
+            captures: caps.into_iter().map(|(n, d)| (Arc::from(n), d)).collect(),
+        }))
+    };
+    reg.set_probe(INT_CFG, meta(false, vec![("n", int64())]));
+    reg.set_probe(
+        STR_CFG,
+        meta(false, vec![("n", int64()), ("s", Decode::Str)]),
+    );
+    reg.set_probe(LAT_ENTRY_CFG, meta(true, vec![("n", int64())]));
+    reg.set_probe(LAT_RET_CFG, meta(true, vec![("r0", int64())]));
+    // The resource `gprobe run` gives a process (local.rs `resource_of`).
+    reg.set_process(
+        PID,
+        Some(Arc::new(Resource {
+            attributes: vec![
+                ("service.name", "loop".into()),
+                ("process.pid", PID.to_string()),
+                ("process.executable.path", "/tmp/gprobe-bench/loop".into()),
+                ("host.name", "bench-host".into()),
+            ],
+        })),
+    );
+    reg
+}
+
+/// One ring buffer record: a `GpEvent` header and its values, each a `GpValue` and its
+/// bytes padded to 8, exactly as gprobe.bpf.c writes them.
+fn record(kind: u16, probe_id: u32, seq: u64, values: &[&[u8]]) -> Vec<u8> {
+    let mut data = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        let hdr = GpValue {
+            cap: i as u8,
+            flags: 0,
+            len: v.len() as u16,
+            full_len: v.len() as u32,
+        };
+        data.push(hdr.cap);
+        data.push(hdr.flags);
+        data.extend_from_slice(&hdr.len.to_ne_bytes());
+        data.extend_from_slice(&hdr.full_len.to_ne_bytes());
+        data.extend_from_slice(v);
+        data.resize(data.len().div_ceil(8) * 8, 0);
+    }
+    let ev = GpEvent {
+        ts_ns: 1_000_000_000 + seq * 4_000,
+        call_id: if kind == EV_CALL { 0 } else { (seq << 10) | 1 },
+        goroutine: 0x00c0_0000_6000,
+        duration_ns: if kind == EV_RETURN { 900 } else { 0 },
+        pid: PID,
+        tid: PID + 1,
+        probe_id,
+        kind,
+        data_len: data.len() as u16,
+    };
+    let mut out = Vec::with_capacity(48 + data.len());
+    for w in [ev.ts_ns, ev.call_id, ev.goroutine, ev.duration_ns] {
+        out.extend_from_slice(&w.to_ne_bytes());
+    }
+    for w in [ev.pid, ev.tid, ev.probe_id] {
+        out.extend_from_slice(&w.to_ne_bytes());
+    }
+    out.extend_from_slice(&ev.kind.to_ne_bytes());
+    out.extend_from_slice(&ev.data_len.to_ne_bytes());
+    assert_eq!(out.len(), std::mem::size_of::<GpEvent>());
+    out.extend_from_slice(&data);
+    out
+}
+
+/// A batch of records for `BATCH` calls, and how many records that is.
+fn workload(name: &str) -> Vec<Vec<u8>> {
+    let s64 = [b'x'; 64];
+    (0..BATCH as u64)
+        .flat_map(|i| {
+            let n = (i as i64).to_le_bytes();
+            match name {
+                "int" => vec![record(EV_CALL, INT_CFG, i, &[&n])],
+                "str64" => vec![record(EV_CALL, STR_CFG, i, &[&n, &s64])],
+                "latency" => vec![
+                    record(EV_ENTRY, LAT_ENTRY_CFG, i, &[&n]),
+                    record(EV_RETURN, LAT_RET_CFG, i, &[&(i as i64 + 64).to_le_bytes()]),
+                ],
+                _ => unreachable!(),
+            }
+        })
+        .collect()
+}
+
+/// What `reader::drain` does per batch: reset the caches, process every record.
+fn process_batch(p: &mut Processor, recs: &[Vec<u8>], out: &mut Vec<CallRecord>) {
+    p.new_batch();
+    for r in recs {
+        if let Some(c) = p.process(r) {
+            out.push(c);
+        }
+    }
+}
+
+fn bench_jsonl(c: &mut Criterion) {
+    let mut g = c.benchmark_group("jsonl");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for name in ["int", "str64", "latency"] {
+        let recs = workload(name);
+        let mut p = Processor::new(registry(), Clock::new(), 65_536);
+        let mut calls = Vec::with_capacity(BATCH);
+        let mut out = Vec::with_capacity(BATCH * 512);
+        // Sanity: every call comes out, none is lost or unpaired.
+        process_batch(&mut p, &recs, &mut calls);
+        assert_eq!(calls.len(), BATCH, "{name}");
+        write_record(&calls[0], &mut out);
+        assert!(out.starts_with(b"{\"probe\":\"bench\""), "{name}");
+        g.bench_function(BenchmarkId::new("process+encode", name), |b| {
+            b.iter(|| {
+                calls.clear();
+                out.clear();
+                process_batch(&mut p, &recs, &mut calls);
+                for c in &calls {
+                    write_record(c, &mut out);
+                }
+                black_box(out.len())
+            })
+        });
+        g.bench_function(BenchmarkId::new("process", name), |b| {
+            b.iter(|| {
+                calls.clear();
+                process_batch(&mut p, &recs, &mut calls);
+                black_box(calls.len())
+            })
+        });
+        assert_eq!(p.stats.malformed + p.stats.unknown_probe, 0);
+        assert_eq!(
+            p.stats.pairing.orphan_returns + p.stats.pairing.abandoned,
+            0
+        );
+    }
+    g.finish();
+}
+
+fn bench_otlp(c: &mut Criterion) {
+    // The exporter's gRPC channel is built on a tokio runtime; it is never flushed, so
+    // nothing is sent to the (closed) endpoint.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let _enter = rt.enter();
+    let cfg = OtlpConfig {
+        endpoint: "http://127.0.0.1:1".into(),
+        protocol: Protocol::Grpc,
+        metrics_interval: Duration::from_secs(3600),
+        agent_resource: vec![("service.name", "gprobe".into())],
+    };
+    let exporter = || OtlpExporter::new(&cfg, Default::default()).expect("OTLP exporter");
+    let mut g = c.benchmark_group("otlp");
+    g.throughput(Throughput::Elements(BATCH as u64))
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    for name in ["int", "latency"] {
+        let recs = workload(name);
+        let mut p = Processor::new(registry(), Clock::new(), 65_536);
+        let mut calls = Vec::with_capacity(BATCH);
+        g.bench_function(BenchmarkId::new("process+spans", name), |b| {
+            // Spans pile up until a flush that never comes, so each sample gets a fresh
+            // exporter, built and dropped outside the timed part (dropping one waits about
+            // a second for the SDK's retries against the closed port: samples are few and
+            // flat). In the agent, `pending` keeps its capacity across flushes; here
+            // untimed batches first grow it so that the timed ones never reallocate it.
+            b.iter_custom(|iters| {
+                let mut ex = exporter();
+                let mut m = 1;
+                while m <= iters {
+                    m *= 2;
+                }
+                for _ in 0..=m {
+                    calls.clear();
+                    process_batch(&mut p, &recs, &mut calls);
+                    ex.record(&calls);
+                }
+                let mut dt = Duration::ZERO;
+                for _ in 0..iters {
+                    calls.clear();
+                    let t0 = Instant::now();
+                    process_batch(&mut p, &recs, &mut calls);
+                    ex.record(&calls);
+                    dt += t0.elapsed();
+                }
+                drop(ex);
+                dt
+            })
+        });
+    }
+    g.finish();
+
+    // The same spans and metrics built the way BENCHMARKS.md recommends for
+    // `OtlpExporter::record` (see `sketch`), on the same SDK types and meter pipeline.
+    let meters = SdkMeterProvider::builder()
+        .with_reader(
+            PeriodicReader::builder(
+                opentelemetry_otlp::MetricExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(&cfg.endpoint)
+                    .build()
+                    .expect("metric exporter"),
+            )
+            .with_interval(Duration::from_secs(3600))
+            .build(),
+        )
+        .build();
+    let mut g = c.benchmark_group("otlp-sketch");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for name in ["int", "latency"] {
+        let recs = workload(name);
+        let mut p = Processor::new(registry(), Clock::new(), 65_536);
+        let mut calls = Vec::with_capacity(BATCH);
+        let mut sk = sketch::Spans::new(&meters.meter("gprobe"));
+        let mut out = Vec::with_capacity(BATCH);
+        g.bench_function(BenchmarkId::new("process+spans", name), |b| {
+            b.iter_custom(|iters| {
+                let mut dt = Duration::ZERO;
+                for _ in 0..iters {
+                    calls.clear();
+                    let t0 = Instant::now();
+                    process_batch(&mut p, &recs, &mut calls);
+                    sk.record(&calls, &mut out);
+                    dt += t0.elapsed();
+                    out.clear(); // the flush's work, untimed as for OtlpExporter
+                }
+                dt
+            })
+        });
+    }
+    g.finish();
+}
+
+/// What `OtlpExporter::record` could do per call, measured next to it (BENCHMARKS.md,
+/// "userspace"): attribute values shared through `Arc<str>` instead of copied into new
+/// Strings, keys of captured values built once per probe instead of `format!`ed per
+/// value, the span name borrowed, and the calls counter added once per batch and probe
+/// instead of once per call. Same SDK types (SpanData, KeyValue, Counter, Histogram).
+mod sketch {
+    use gprobe_agent::events::{CallRecord, ProbeMeta, Resource, Value, ValueKind};
+    use opentelemetry::metrics::{Counter, Histogram, Meter};
+    use opentelemetry::trace::{
+        SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+    };
+    use opentelemetry::{InstrumentationScope, Key, KeyValue, StringValue};
+    use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+    use std::borrow::Cow;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    /// Built once per probe configuration (in the agent: when it is attached).
+    struct ProbeKeys {
+        attrs: [KeyValue; 2],
+        name: &'static str,
+        calls: u64,
+    }
+
+    pub struct Spans {
+        calls: Counter<u64>,
+        duration: Histogram<f64>,
+        scope: InstrumentationScope,
+        probes: HashMap<*const ProbeMeta, ProbeKeys>,
+        keys: HashMap<(*const u8, bool), Key>,
+        rng: u64,
+    }
+
+    impl Spans {
+        pub fn new(meter: &Meter) -> Self {
+            Self {
+                calls: meter.u64_counter("gprobe.calls").build(),
+                duration: meter.f64_histogram("gprobe.call.duration").build(),
+                scope: InstrumentationScope::builder("gprobe").build(),
+                probes: HashMap::new(),
+                keys: HashMap::new(),
+                rng: 0x9e37_79b9_7f4a_7c15,
+            }
+        }
+
+        fn next_u64(&mut self) -> u64 {
+            self.rng ^= self.rng >> 12;
+            self.rng ^= self.rng << 25;
+            self.rng ^= self.rng >> 27;
+            self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d).max(1)
+        }
+
+        fn push(&mut self, out: &mut Vec<KeyValue>, returns: bool, vals: &[Value]) {
+            for v in vals {
+                let key = self
+                    .keys
+                    .entry((Arc::as_ptr(&v.name) as *const u8, returns))
+                    .or_insert_with(|| {
+                        let p = if returns {
+                            "gprobe.returns"
+                        } else {
+                            "gprobe.args"
+                        };
+                        Key::from(Arc::<str>::from(format!("{p}.{}", v.name)))
+                    })
+                    .clone();
+                out.push(match &v.kind {
+                    ValueKind::Bool(b) => KeyValue::new(key, *b),
+                    ValueKind::Int(i) => KeyValue::new(key, *i),
+                    ValueKind::Uint(u) => KeyValue::new(key, *u as i64),
+                    ValueKind::Float(f) => KeyValue::new(key, *f),
+                    ValueKind::Pointer(p) => KeyValue::new(key, format!("{p:#x}")),
+                    ValueKind::Str { text, .. } => KeyValue::new(key, text.clone()),
+                    ValueKind::Interface { nil } => {
+                        KeyValue::new(key, if *nil { "nil" } else { "non-nil" })
+                    }
+                    ValueKind::Fault => KeyValue::new(key, "<unreadable>"),
+                });
+            }
+        }
+
+        pub fn record(&mut self, batch: &[CallRecord], out: &mut Vec<(Arc<Resource>, SpanData)>) {
+            for rec in batch {
+                let pk = self
+                    .probes
+                    .entry(Arc::as_ptr(&rec.probe))
+                    .or_insert_with(|| ProbeKeys {
+                        attrs: [
+                            KeyValue::new(
+                                "gprobe.probe",
+                                StringValue::from(rec.probe.spec.clone()),
+                            ),
+                            KeyValue::new(
+                                "code.function",
+                                StringValue::from(rec.probe.symbol.clone()),
+                            ),
+                        ],
+                        // Symbols are few and live as long as their probes.
+                        name: Box::leak(rec.probe.symbol.to_string().into_boxed_str()),
+                        calls: 0,
+                    });
+                pk.calls += 1;
+                if let Some(d) = rec.duration_ns {
+                    self.duration.record(d as f64 / 1e9, &pk.attrs);
+                }
+                let n = 4 + rec.args.len() + rec.returns.as_ref().map_or(0, |r| r.len());
+                let mut attributes = Vec::with_capacity(n);
+                attributes.extend_from_slice(&pk.attrs);
+                attributes.push(KeyValue::new("thread.id", rec.tid as i64));
+                let name = pk.name;
+                self.push(&mut attributes, false, &rec.args);
+                if let Some(r) = &rec.returns {
+                    self.push(&mut attributes, true, r);
+                }
+                if rec.unfinished {
+                    attributes.push(KeyValue::new("gprobe.unfinished", true));
+                }
+                let trace_id =
+                    TraceId::from(((self.next_u64() as u128) << 64) | self.next_u64() as u128);
+                let span_id = SpanId::from(self.next_u64());
+                let start = UNIX_EPOCH + Duration::from_nanos(rec.start_time_unix_nano);
+                out.push((
+                    rec.resource.clone(),
+                    SpanData {
+                        span_context: SpanContext::new(
+                            trace_id,
+                            span_id,
+                            TraceFlags::SAMPLED,
+                            false,
+                            TraceState::default(),
+                        ),
+                        parent_span_id: SpanId::INVALID,
+                        parent_span_is_remote: false,
+                        span_kind: SpanKind::Internal,
+                        name: Cow::Borrowed(name),
+                        start_time: start,
+                        end_time: start + Duration::from_nanos(rec.duration_ns.unwrap_or(0)),
+                        attributes,
+                        dropped_attributes_count: 0,
+                        events: SpanEvents::default(),
+                        links: SpanLinks::default(),
+                        status: Status::Unset,
+                        instrumentation_scope: self.scope.clone(),
+                    },
+                ));
+            }
+            for pk in self.probes.values_mut() {
+                if pk.calls > 0 {
+                    self.calls.add(pk.calls, &pk.attrs);
+                    pk.calls = 0;
+                }
+            }
+        }
+    }
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(30)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = bench_jsonl, bench_otlp
+}
+criterion_main!(benches);
