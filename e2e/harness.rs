@@ -33,10 +33,23 @@ pub fn gprobe_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gprobe"))
 }
 
-/// Go programs built once per test binary, in one temporary folder.
+/// Go programs built once per test binary, in one temporary folder, removed when the
+/// test binary exits (a static is never dropped, so an exit hook removes it).
 pub fn build_dir() -> &'static Path {
-    static DIR: OnceLock<TempDir> = OnceLock::new();
-    DIR.get_or_init(|| TempDir::new("e2e-builds")).path()
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    extern "C" fn remove_build_dir() {
+        if let Some(d) = DIR.get() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    DIR.get_or_init(|| {
+        let dir = TempDir::new("e2e-builds");
+        // SAFETY: registers a plain function without captures; it only reads DIR.
+        unsafe { libc::atexit(remove_build_dir) };
+        let path = dir.path().to_path_buf();
+        std::mem::forget(dir);
+        path
+    })
 }
 
 /// Builds (once) `src` (relative to the repo root) with Go `v`, stripped or not.

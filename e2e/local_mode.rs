@@ -556,6 +556,53 @@ fn a_full_ring_buffer_loses_calls_but_counts_every_one() {
 }
 
 #[test]
+fn a_full_ring_buffer_with_latency_probes_counts_every_call_once() {
+    if !can_trace("ring buffer full, latency") {
+        return;
+    }
+    let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
+    let _guard = serial();
+    let spec = spec(
+        "burst",
+        &bin,
+        "    - symbol: main.tick\n      signature: \"func(i int64) int64\"\n      capture: [i, r0]\n      latency: true\n",
+    ) + "  limits: {eventsPerSecond: 0}\n";
+    let g = Gprobe::start(
+        &spec,
+        &["--ring-buffer-size", "16KiB", "--wakeup-size", "8KiB"],
+    );
+    run_program(&bin, &["-n", "100000"]);
+    let run = g.stop();
+    let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.tick");
+    assert_eq!(throttled, 0);
+    assert!(lost > 0, "the buffer never filled: the test proves nothing");
+    // A call whose RETURN record was dropped is delivered (unfinished), not lost.
+    assert_eq!(delivered + lost, 100_000, "{}", run.stderr);
+    let records = run.records_of("main.tick");
+    assert_eq!(records.len() as u64, delivered);
+    let unfinished = records
+        .iter()
+        .filter(|r| r["unfinished"] == serde_json::json!(true))
+        .count() as u64;
+    let returns_lost = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("of the delivered calls lost their return"))
+        .map(|l| l.split_whitespace().next().unwrap().parse::<u64>().unwrap())
+        .unwrap_or(0);
+    assert_eq!(unfinished, returns_lost, "{}", run.stderr);
+    // Every finished call is paired with its own return: r0 = 2 * i.
+    for r in records
+        .iter()
+        .filter(|r| r["unfinished"] != serde_json::json!(true))
+    {
+        let i = r["args"]["i"].as_i64().unwrap();
+        assert_eq!(r["returns"]["r0"].as_i64(), Some(2 * i), "{r}");
+        assert!(r["duration_ns"].as_u64().is_some(), "{r}");
+    }
+}
+
+#[test]
 fn symbols_lists_functions_with_dwarf_signatures_and_stripped_ones_without() {
     let full = program("e2e/testdata/zoo", GoVersion::Go127, false);
     let stripped = program("e2e/testdata/zoo", GoVersion::Go127, true);

@@ -16,7 +16,7 @@ struct x86_regs {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20); /* the agent may resize it before load */
+	__uint(max_entries, 1 << 20); /* the agent sets it before load (--ring-buffer-size) */
 } events SEC(".maps");
 
 struct {

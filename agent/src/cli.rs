@@ -60,10 +60,13 @@ pub enum Command {
         output: Option<OutputFormat>,
         #[command(flatten)]
         otlp: OtlpArgs,
-        /// Size of the kernel ring buffer for call events (power of two, >= 4KiB).
-        #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+        /// Size of the kernel ring buffer for call events (power of two, >= 4KiB). The
+        /// agent maps it whole, so it counts in its RSS; 1MiB held every call at the
+        /// highest rates measured (BENCHMARKS.md).
+        #[arg(long, default_value = "1MiB", value_parser = parse_size)]
         ring_buffer_size: u64,
-        /// Wake the reader once this much event data waits (0 = on every event).
+        /// Wake the reader once this much event data waits (at most half the ring
+        /// buffer). 0 wakes it on every event, which costs microseconds per traced call.
         #[arg(long, default_value = "256KiB", value_parser = parse_size)]
         wakeup_size: u64,
         /// Read the ring buffer at least this often (bounds output delay when quiet).
@@ -97,8 +100,8 @@ pub enum Command {
         output: OutputFormat,
         #[command(flatten)]
         otlp: OtlpArgs,
-        /// Size of the kernel ring buffer for call events.
-        #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+        /// Size of the kernel ring buffer for call events (power of two, >= 4KiB).
+        #[arg(long, default_value = "1MiB", value_parser = parse_size)]
         ring_buffer_size: u64,
         /// Stop after this long (tests); default: until SIGTERM.
         #[arg(long, value_parser = parse_duration)]

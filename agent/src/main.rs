@@ -40,6 +40,17 @@ fn check_ring_size(n: u64) -> Result<()> {
     Ok(())
 }
 
+/// A wake-up threshold above half the ring would let it fill before the reader wakes
+/// (it would then rely on --poll-interval alone).
+fn check_wakeup_size(wakeup: u64, ring: u64) -> Result<()> {
+    anyhow::ensure!(
+        wakeup <= ring / 2,
+        "--wakeup-size {wakeup} must be at most half of --ring-buffer-size {ring}: \
+         lower it or enlarge the ring buffer"
+    );
+    Ok(())
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -103,7 +114,10 @@ fn main() -> Result<()> {
                     otlp,
                     load: LoadOptions {
                         ring_buffer_bytes: ring_buffer_size as u32,
-                        ..Default::default()
+                        // The default threshold, kept at most half of a small ring.
+                        wakeup_bytes: LoadOptions::default()
+                            .wakeup_bytes
+                            .min(ring_buffer_size / 2),
                     },
                     poll_interval: std::time::Duration::from_millis(25),
                 },
@@ -133,6 +147,7 @@ fn main() -> Result<()> {
             )
             .map_err(anyhow::Error::msg)?;
             check_ring_size(ring_buffer_size)?;
+            check_wakeup_size(wakeup_size, ring_buffer_size)?;
             let opts = RunOptions {
                 spec_files: specs,
                 duration,
@@ -150,5 +165,23 @@ fn main() -> Result<()> {
             eprint!("{}", summary.render());
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_and_wakeup_sizes_are_checked() {
+        assert!(check_ring_size(1 << 20).is_ok());
+        assert!(check_ring_size(3 << 20).is_err());
+        assert!(check_ring_size(2048).is_err());
+        assert!(check_wakeup_size(256 << 10, 1 << 20).is_ok());
+        assert!(check_wakeup_size(8 << 10, 16 << 10).is_ok());
+        let e = check_wakeup_size(256 << 10, 16 << 10)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most half of --ring-buffer-size"), "{e}");
     }
 }

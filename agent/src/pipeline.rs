@@ -196,8 +196,8 @@ pub fn log_report(r: &AttachReport) {
     }
 }
 
-/// Per (spec, symbol): (lost, throttled) as last seen.
-pub type LastLosses = HashMap<(Arc<str>, Arc<str>), (u64, u64)>;
+/// Per (spec, symbol): the counters as last seen.
+pub type LastLosses = HashMap<(Arc<str>, Arc<str>), ProbeCounters>;
 
 /// Logs when counters show new losses.
 pub fn warn_new_losses(
@@ -205,23 +205,30 @@ pub fn warn_new_losses(
     last: &mut LastLosses,
 ) {
     for (k, c) in counters {
-        let prev = last
-            .insert(k.clone(), (c.lost, c.throttled))
-            .unwrap_or((0, 0));
-        if c.lost > prev.0 {
+        let prev = last.insert(k.clone(), *c).unwrap_or_default();
+        if c.lost > prev.lost {
             tracing::warn!(
                 "{} / {}: {} calls lost (ring buffer full; raise --ring-buffer-size)",
                 k.0,
                 k.1,
-                c.lost - prev.0
+                c.lost - prev.lost
             );
         }
-        if c.throttled > prev.1 {
+        if c.returns_lost > prev.returns_lost {
+            tracing::warn!(
+                "{} / {}: {} returns lost (ring buffer full; raise --ring-buffer-size): \
+                 those calls will be reported unfinished",
+                k.0,
+                k.1,
+                c.returns_lost - prev.returns_lost
+            );
+        }
+        if c.throttled > prev.throttled {
             tracing::warn!(
                 "{} / {}: {} calls over limits.eventsPerSecond not recorded",
                 k.0,
                 k.1,
-                c.throttled - prev.1
+                c.throttled - prev.throttled
             );
         }
     }
@@ -245,6 +252,12 @@ impl RunSummary {
                 "  {} / {}: {} calls delivered, {} lost (ring buffer full), {} throttled (eventsPerSecond)\n",
                 k.0, k.1, d, c.lost, c.throttled
             );
+            if c.returns_lost > 0 {
+                s += &format!(
+                    "    {} of the delivered calls lost their return (ring buffer full) and are reported unfinished\n",
+                    c.returns_lost
+                );
+            }
         }
         let p = self.reader.pairing;
         if p.abandoned > 0 || p.orphan_returns > 0 {

@@ -35,8 +35,12 @@ pub struct AttachReport {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeCounters {
     pub hits: u64,
+    /// Calls not delivered: their CALL or ENTRY record found the ring buffer full.
     pub lost: u64,
     pub throttled: u64,
+    /// Latency probes: calls delivered without their return (the RETURN record found the
+    /// ring buffer full; the entry is reported as unfinished). Not in `lost`.
+    pub returns_lost: u64,
 }
 
 struct ActiveSpec {
@@ -376,8 +380,8 @@ fn add_counters(c: &mut ProbeCounters, tracer: &Tracer, att: &Attached) {
     c.lost += e.lost;
     c.throttled += e.throttled;
     if let Some(r) = att.ret_cfg {
-        // A call whose RETURN record was lost is lost once; its ENTRY was delivered.
-        c.lost += tracer.stats(r).lost;
+        // The ENTRY of such a call was delivered: it is not a lost call.
+        c.returns_lost += tracer.stats(r).lost;
     }
 }
 

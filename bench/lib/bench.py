@@ -527,15 +527,15 @@ def section_bpfvariants():
 
 THROUGHPUT_RUNS = [
     # (label, config, gprobe extra args, target extra args)
-    ("int, 8 MiB ring (default)", "gprobe-int", [], []),
-    ("64-byte string, 8 MiB ring", "gprobe-str64", [], []),
-    ("int + latency, 8 MiB ring", "gprobe-latency", [], []),
-    ("int, 1 MiB ring", "gprobe-int", ["--ring-buffer-size", "1MiB"], []),
-    ("int, 16 KiB ring", "gprobe-int", ["--ring-buffer-size", "16KiB"], []),
-    ("int + latency, 16 KiB ring", "gprobe-latency", ["--ring-buffer-size", "16KiB"], []),
-    ("int, 8 MiB ring, 2 goroutines", "gprobe-int", [], ["-goroutines", "2"]),
-    ("int, 1 MiB ring, 2 goroutines", "gprobe-int", ["--ring-buffer-size", "1MiB"],
-     ["-goroutines", "2"]),
+    ("int, 1 MiB ring (default)", "gprobe-int", [], []),
+    ("64-byte string, 1 MiB ring", "gprobe-str64", [], []),
+    ("int + latency, 1 MiB ring", "gprobe-latency", [], []),
+    ("int, 8 MiB ring", "gprobe-int", ["--ring-buffer-size", "8MiB"], []),
+    ("int, 16 KiB ring", "gprobe-int", ["--ring-buffer-size", "16KiB", "--wakeup-size", "8KiB"], []),
+    ("int + latency, 16 KiB ring", "gprobe-latency",
+     ["--ring-buffer-size", "16KiB", "--wakeup-size", "8KiB"], []),
+    ("int, 1 MiB ring, 2 goroutines", "gprobe-int", [], ["-goroutines", "2"]),
+    ("64-byte string, 1 MiB ring, 2 goroutines", "gprobe-str64", [], ["-goroutines", "2"]),
 ]
 
 
@@ -574,11 +574,13 @@ def section_throughput():
                ["run", "produced calls", "k calls/s", "delivered", "lost (counted)",
                 "abandoned/orphan returns", "produced == delivered + lost",
                 "agent cores", "agent VmHWM MiB"], rows)
-    main = data[0]
+    # The target's highest rate with gprobe's defaults (several goroutines beat one).
+    main = max((d for d, run in zip(data, THROUGHPUT_RUNS) if not run[2]),
+               key=lambda d: d["rate"])
     ok = main["lost"] == 0 and main["exact"] and main["agent_cores"] < 0.25
     RESULTS["sections"]["throughput"] = {
         "md": md, "data": data,
-        "target": f"zero loss at {main['rate'] / 1e3:.0f} k calls/s with the agent under 0.25 "
+        "target": f"zero loss at {main['rate'] / 1e3:.0f} k calls/s ({main['label']}) with the agent under 0.25 "
                   f"core: lost {main['lost']}, {main['agent_cores']:.3f} cores, {met(ok)}"}
     print("  target:", RESULTS["sections"]["throughput"]["target"])
 
@@ -775,7 +777,7 @@ def section_rss():
         procs.append(p)
     states = []
     for label, extra in (("100 probes, 10 idle processes", []),
-                         ("same, --ring-buffer-size 1MiB", ["--ring-buffer-size", "1MiB"])):
+                         ("same, --ring-buffer-size 8MiB", ["--ring-buffer-size", "8MiB"])):
         g = Gprobe(spec, extra)
         g.wait_for(lambda s: s.count("attached rss / ") >= 100, 120, "100 probes to attach")
         time.sleep(3)  # idle
@@ -797,9 +799,9 @@ def section_rss():
     idle = states[0][1]
     rss = idle["VmRSS"] / 1024
     RESULTS["sections"]["rss"] = {
-        "md": md, "base": base, "idle": idle, "idle_1mib_ring": states[1][1],
+        "md": md, "base": base, "idle": idle, "idle_8mib_ring": states[1][1],
         "target": f"RSS <= 32 MiB idle with 100 probes: {rss:.1f} MiB, {met(rss <= 32)} "
-                  f"(with --ring-buffer-size 1MiB: {states[1][1]['VmRSS'] / 1024:.1f} MiB)"}
+                  f"(with --ring-buffer-size 8MiB: {states[1][1]['VmRSS'] / 1024:.1f} MiB)"}
     print("  target:", RESULTS["sections"]["rss"]["target"])
 
 

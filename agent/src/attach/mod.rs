@@ -59,7 +59,7 @@ pub struct LoadOptions {
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
-            ring_buffer_bytes: 8 << 20,
+            ring_buffer_bytes: 1 << 20,
             wakeup_bytes: 256 << 10,
         }
     }
