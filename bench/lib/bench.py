@@ -478,44 +478,63 @@ def section_bpfvariants():
     sym = subprocess.run([ARGS.gprobe, "symbols", ARGS.loop, "--filter", r"^main\.target$",
                           "--verbose"], capture_output=True, text=True, check=True).stdout
     offset = re.search(r"body=(0x[0-9a-f]+)", sym).group(1)
-    rows, data = [], {}
+    chosen = [v for v in variants.VARIANTS
+              if not ARGS.variants or v[0] in ARGS.variants.split(",")]
+    objs = {}
+    for name, _what, patches in chosen:
+        src = os.path.join(vdir, f"{name}.bpf.c")
+        objs[name] = os.path.join(vdir, f"{name}.bpf.o")
+        with open(src, "w") as f:
+            f.write(variants.source(original, patches))
+        subprocess.run(["clang-19", "-O2", "-g", "-target", "bpf", "-mcpu=v3",
+                        "-D__TARGET_ARCH_x86", "-I", inc, "-I/usr/include/x86_64-linux-gnu",
+                        "-c", src, "-o", objs[name]], check=True)
+
+    def one(name, mode):
+        """ns per hit (bpf_stats) and the target's CPU ns per call, one run."""
+        t = Target(["-n", str(ARGS.calls)], pinned=True)
+        # stderr to a file: a verifier log can fill a pipe and block the loader while we
+        # wait for its "ready" line.
+        errf = open(os.path.join(vdir, f"{name}.{mode}.stderr"), "w+")
+        lp = spawn([*pin("tracer", True), loader, objs[name], ARGS.loop, offset, str(t.pid),
+                    mode], stdout=subprocess.PIPE, stderr=errf, text=True)
+        if lp.stdout.readline().strip() != "ready":
+            stop(lp)
+            stop(t.p)
+            errf.seek(0)
+            raise RuntimeError(f"loader failed on {name}: {errf.read()[-4000:]}")
+        errf.close()
+        t.go()
+        r = t.result()
+        stop(lp, signal.SIGINT, 30)
+        st = json.loads(lp.stdout.read().strip().splitlines()[-1])
+        if st["run_cnt"] != r["calls"]:
+            raise RuntimeError(f"{name}: {st} for {r['calls']} calls")
+        return st["run_time_ns"] / max(st["run_cnt"], 1), r["cpu_ns_per_call"]
+
+    # Rounds of every variant one after the other, so drift over the minutes of the
+    # section (and any first-run effect) falls on all variants alike.
+    samples = {(n, m): [] for n, _, _ in chosen for m in ("int", "str64")}
     with BpfStats():
-        for name, what, patches in variants.VARIANTS:
-            src = os.path.join(vdir, f"{name}.bpf.c")
-            obj = os.path.join(vdir, f"{name}.bpf.o")
-            with open(src, "w") as f:
-                f.write(variants.source(original, patches))
-            subprocess.run(["clang-19", "-O2", "-g", "-target", "bpf", "-mcpu=v3",
-                            "-D__TARGET_ARCH_x86", "-I", inc, "-I/usr/include/x86_64-linux-gnu",
-                            "-c", src, "-o", obj], check=True)
-            res = {}
-            for mode in ("int", "str64"):
-                vals, per_call = [], []
-                for _ in range(ARGS.stat_runs):
-                    t = Target(["-n", str(ARGS.calls)], pinned=True)
-                    lp = spawn([*pin("tracer", True), loader, obj, ARGS.loop, offset,
-                                str(t.pid), mode],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                    if lp.stdout.readline().strip() != "ready":
-                        stop(lp)
-                        raise RuntimeError(f"loader failed on {name}: {lp.stderr.read()}")
-                    t.go()
-                    r = t.result()
-                    stop(lp, signal.SIGINT, 30)
-                    st = json.loads(lp.stdout.read().strip().splitlines()[-1])
-                    vals.append(st["run_time_ns"] / max(st["run_cnt"], 1))
-                    per_call.append(r["cpu_ns_per_call"])
-                    if st["run_cnt"] != r["calls"]:
-                        raise RuntimeError(f"{name}: {st} for {r['calls']} calls")
-                res[mode] = median(vals)
-                res[mode + "_call"] = median(per_call)
-            data[name] = res
-            rows.append([name, what, fmt(res["int"], 0), fmt(res["str64"], 0),
-                         fmt(res["int_call"], 0), fmt(res["str64_call"], 0)])
-            print(f"  {name:14} int {res['int']:6.0f} ns  str64 {res['str64']:6.0f} ns per hit",
-                  flush=True)
+        for rnd in range(ARGS.stat_runs):
+            for name, _what, _ in chosen:
+                for mode in ("int", "str64"):
+                    samples[(name, mode)].append(one(name, mode))
+            print(f"  round {rnd + 1}/{ARGS.stat_runs} done", flush=True)
+    rows, data = [], {}
+    for name, what, _ in chosen:
+        res = {}
+        for mode in ("int", "str64"):
+            res[mode] = median([v for v, _ in samples[(name, mode)]])
+            res[mode + "_call"] = median([c for _, c in samples[(name, mode)]])
+            res[mode + "_runs"] = [round(v) for v, _ in samples[(name, mode)]]
+        data[name] = res
+        rows.append([name, what, fmt(res["int"], 0), fmt(res["str64"], 0),
+                     fmt(res["int_call"], 0), fmt(res["str64_call"], 0)])
+        print(f"  {name:14} int {res['int']:6.0f} ns {res['int_runs']}  "
+              f"str64 {res['str64']:6.0f} ns {res['str64_runs']}", flush=True)
     md = table(f"2b. gprobe_uprobe variants, same libbpf loader (bench/bpf-variants; "
-               f"median of {ARGS.stat_runs} runs of {ARGS.calls:,} calls; bpf_stats on)",
+               f"median of {ARGS.stat_runs} interleaved runs of {ARGS.calls:,} calls; bpf_stats on)",
                ["variant", "what changes", "ns per hit, capture [n]",
                 "ns per hit, capture [s] (64 B)", "target CPU ns/call, [n]",
                 "target CPU ns/call, [s]"], rows)
@@ -876,6 +895,8 @@ def main():
     ap.add_argument("--no-pin", action="store_true",
                     help="do not pin target and tracer to separate CPUs in cost/bpf sections")
     ap.add_argument("--stat-runs", type=int, default=5)
+    ap.add_argument("--variants", default="",
+                    help="bpfvariants: only these variants (comma-separated names)")
     ap.add_argument("--tp-seconds", type=int, default=5)
     ap.add_argument("--resolve-runs", type=int, default=3)
     ap.add_argument("--starts", type=int, default=20)
