@@ -1,17 +1,18 @@
 //! The one module that speaks OTLP: a span per call (grouped by the process it came from,
 //! whose attributes become the span's resource) and metrics per probe and symbol.
 
-use crate::events::{CallRecord, Resource, ValueKind};
+use crate::events::{CallRecord, ProbeMeta, Resource, Value, ValueKind};
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider as _};
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
-use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry::{InstrumentationScope, Key, KeyValue};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use thiserror::Error;
 
@@ -144,6 +145,67 @@ pub enum OtlpError {
 /// BPF-side counters per (spec, symbol), cumulative, read by the metrics callback.
 pub type LossCounters = Arc<Mutex<HashMap<(Arc<str>, Arc<str>), (u64, u64)>>>;
 
+/// Entries of `OtlpExporter::probes` at which retired probes are first pruned.
+const PRUNE_MIN: usize = 1024;
+
+/// What every call of one probe configuration shares, built on its first call.
+struct ProbeAttrs {
+    /// Keeps the `ProbeMeta` allocation, whose address is the map key, from being reused
+    /// by another probe while this entry exists; dead once the probe is retired and its
+    /// records are gone.
+    probe: Weak<ProbeMeta>,
+    /// `gprobe.probe` and `code.function`, sharing the probe's `Arc<str>`s: the metrics'
+    /// attributes and the first two of every span's.
+    attrs: [KeyValue; 2],
+    /// The span name: the symbol, interned.
+    name: &'static str,
+    /// `gprobe.args.NAME` / `gprobe.returns.NAME` by capture name, in capture order.
+    args: Vec<(Arc<str>, Key)>,
+    returns: Vec<(Arc<str>, Key)>,
+    /// Calls in the current batch.
+    calls: u64,
+}
+
+/// The attribute key of a captured value: usually at the value's own index (values come
+/// in capture order), built once per probe and name.
+fn value_key(keys: &mut Vec<(Arc<str>, Key)>, i: usize, prefix: &str, name: &Arc<str>) -> Key {
+    if let Some((n, k)) = keys.get(i) {
+        if Arc::ptr_eq(n, name) || **n == **name {
+            return k.clone();
+        }
+    }
+    if let Some((_, k)) = keys.iter().find(|(n, _)| **n == **name) {
+        return k.clone();
+    }
+    let k = Key::from(Arc::<str>::from(format!("{prefix}.{name}")));
+    keys.push((name.clone(), k.clone()));
+    k
+}
+
+fn push_values(
+    out: &mut Vec<KeyValue>,
+    keys: &mut Vec<(Arc<str>, Key)>,
+    prefix: &str,
+    vals: &[Value],
+) {
+    for (i, v) in vals.iter().enumerate() {
+        let key = value_key(keys, i, prefix, &v.name);
+        out.push(match &v.kind {
+            ValueKind::Bool(b) => KeyValue::new(key, *b),
+            ValueKind::Int(i) => KeyValue::new(key, *i),
+            ValueKind::Uint(u) if *u <= i64::MAX as u64 => KeyValue::new(key, *u as i64),
+            ValueKind::Uint(u) => KeyValue::new(key, u.to_string()),
+            ValueKind::Float(f) => KeyValue::new(key, *f),
+            ValueKind::Pointer(p) => KeyValue::new(key, format!("{p:#x}")),
+            ValueKind::Str { text, .. } => KeyValue::new(key, text.clone()),
+            ValueKind::Interface { nil } => {
+                KeyValue::new(key, if *nil { "nil" } else { "non-nil" })
+            }
+            ValueKind::Fault => KeyValue::new(key, "<unreadable>"),
+        });
+    }
+}
+
 pub struct OtlpExporter {
     spans: opentelemetry_otlp::SpanExporter,
     meters: SdkMeterProvider,
@@ -153,6 +215,15 @@ pub struct OtlpExporter {
     last_flush: Instant,
     rng: u64,
     scope: InstrumentationScope,
+    /// Per probe configuration, keyed by the address of its `ProbeMeta` (a `usize`: a raw
+    /// pointer would make the exporter `!Send`).
+    probes: HashMap<usize, ProbeAttrs>,
+    /// `probes` is pruned of retired probes when it reaches this size.
+    prune_at: usize,
+    /// Span names (symbols), interned: see `probe_attrs`.
+    names: HashSet<&'static str>,
+    /// Probes with calls in the current batch.
+    touched: Vec<usize>,
     pub export_errors: u64,
     pub spans_exported: u64,
 }
@@ -288,6 +359,10 @@ impl OtlpExporter {
             scope: InstrumentationScope::builder("gprobe")
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
+            probes: HashMap::new(),
+            prune_at: PRUNE_MIN,
+            names: HashSet::new(),
+            touched: Vec::new(),
             export_errors: 0,
             spans_exported: 0,
         })
@@ -301,53 +376,76 @@ impl OtlpExporter {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d).max(1)
     }
 
-    pub fn record(&mut self, batch: &[CallRecord]) {
-        for rec in batch {
-            let attrs = [
-                KeyValue::new("gprobe.probe", rec.probe.spec.to_string()),
-                KeyValue::new("code.function", rec.probe.symbol.to_string()),
-            ];
-            self.calls.add(1, &attrs);
-            if let Some(d) = rec.duration_ns {
-                self.duration.record(d as f64 / 1e9, &attrs);
+    /// The cached attributes, span name and counter of `rec`'s probe, built on its first
+    /// call.
+    fn probe_attrs<'a>(
+        probes: &'a mut HashMap<usize, ProbeAttrs>,
+        names: &mut HashSet<&'static str>,
+        touched: &mut Vec<usize>,
+        rec: &CallRecord,
+    ) -> &'a mut ProbeAttrs {
+        let id = Arc::as_ptr(&rec.probe) as usize;
+        let pa = probes.entry(id).or_insert_with(|| {
+            let symbol = &rec.probe.symbol;
+            // SpanData wants a `'static` name: one leaked copy per distinct symbol, never
+            // freed but bounded by the functions ever traced, instead of a String per span.
+            let name = match names.get(&**symbol) {
+                Some(n) => *n,
+                None => {
+                    let n: &'static str = Box::leak(symbol.to_string().into_boxed_str());
+                    names.insert(n);
+                    n
+                }
+            };
+            ProbeAttrs {
+                probe: Arc::downgrade(&rec.probe),
+                attrs: [
+                    KeyValue::new("gprobe.probe", rec.probe.spec.clone()),
+                    KeyValue::new("code.function", symbol.clone()),
+                ],
+                name,
+                args: Vec::new(),
+                returns: Vec::new(),
+                calls: 0,
             }
+        });
+        if pa.calls == 0 {
+            touched.push(id);
+        }
+        pa
+    }
+
+    pub fn record(&mut self, batch: &[CallRecord]) {
+        // Counts were all added at the end of the last batch: a safe point to drop the
+        // entries of retired probes. Pruning only when the map has doubled since keeps it
+        // linear in the probes alive, amortized.
+        if self.probes.len() >= self.prune_at {
+            self.probes.retain(|_, p| p.probe.strong_count() > 0);
+            self.prune_at = (self.probes.len() * 2).max(PRUNE_MIN);
+        }
+        for rec in batch {
+            let pa = Self::probe_attrs(&mut self.probes, &mut self.names, &mut self.touched, rec);
+            pa.calls += 1;
+            if let Some(d) = rec.duration_ns {
+                self.duration.record(d as f64 / 1e9, &pa.attrs);
+            }
+            let n_values = rec.args.len() + rec.returns.as_ref().map_or(0, Vec::len);
+            let mut attributes = Vec::with_capacity(4 + n_values);
+            attributes.extend_from_slice(&pa.attrs);
+            attributes.push(KeyValue::new("thread.id", rec.tid as i64));
+            push_values(&mut attributes, &mut pa.args, "gprobe.args", &rec.args);
+            if let Some(r) = &rec.returns {
+                push_values(&mut attributes, &mut pa.returns, "gprobe.returns", r);
+            }
+            if rec.unfinished {
+                attributes.push(KeyValue::new("gprobe.unfinished", true));
+            }
+            let name = pa.name;
             let trace_id =
                 TraceId::from(((self.next_u64() as u128) << 64) | self.next_u64() as u128);
             let span_id = SpanId::from(self.next_u64());
             let start = UNIX_EPOCH + Duration::from_nanos(rec.start_time_unix_nano);
             let end = start + Duration::from_nanos(rec.duration_ns.unwrap_or(0));
-            let mut attributes = vec![
-                KeyValue::new("gprobe.probe", rec.probe.spec.to_string()),
-                KeyValue::new("code.function", rec.probe.symbol.to_string()),
-                KeyValue::new("thread.id", rec.tid as i64),
-            ];
-            let mut add = |prefix: &str, vals: &[crate::events::Value]| {
-                for v in vals {
-                    let key = format!("{prefix}.{}", v.name);
-                    attributes.push(match &v.kind {
-                        ValueKind::Bool(b) => KeyValue::new(key, *b),
-                        ValueKind::Int(i) => KeyValue::new(key, *i),
-                        ValueKind::Uint(u) if *u <= i64::MAX as u64 => {
-                            KeyValue::new(key, *u as i64)
-                        }
-                        ValueKind::Uint(u) => KeyValue::new(key, u.to_string()),
-                        ValueKind::Float(f) => KeyValue::new(key, *f),
-                        ValueKind::Pointer(p) => KeyValue::new(key, format!("{p:#x}")),
-                        ValueKind::Str { text, .. } => KeyValue::new(key, text.clone()),
-                        ValueKind::Interface { nil } => {
-                            KeyValue::new(key, if *nil { "nil" } else { "non-nil" })
-                        }
-                        ValueKind::Fault => KeyValue::new(key, "<unreadable>"),
-                    });
-                }
-            };
-            add("gprobe.args", &rec.args);
-            if let Some(r) = &rec.returns {
-                add("gprobe.returns", r);
-            }
-            if rec.unfinished {
-                attributes.push(KeyValue::new("gprobe.unfinished", true));
-            }
             let span = SpanData {
                 span_context: SpanContext::new(
                     trace_id,
@@ -359,7 +457,7 @@ impl OtlpExporter {
                 parent_span_id: SpanId::INVALID,
                 parent_span_is_remote: false,
                 span_kind: SpanKind::Internal,
-                name: rec.probe.symbol.to_string().into(),
+                name: Cow::Borrowed(name),
                 start_time: start,
                 end_time: end,
                 attributes,
@@ -370,6 +468,13 @@ impl OtlpExporter {
                 instrumentation_scope: self.scope.clone(),
             };
             self.pending.push((rec.resource.clone(), span));
+        }
+        // One add per probe and batch: the SDK hashes the attribute set on every add.
+        for id in self.touched.drain(..) {
+            if let Some(pa) = self.probes.get_mut(&id) {
+                self.calls.add(pa.calls, &pa.attrs);
+                pa.calls = 0;
+            }
         }
     }
 
@@ -457,6 +562,132 @@ mod tests {
         )
         .unwrap_err()
         .contains("needs a scheme"));
+    }
+
+    fn call(probe: &Arc<ProbeMeta>, args: Vec<Value>, returns: Option<Vec<Value>>) -> CallRecord {
+        CallRecord {
+            probe: probe.clone(),
+            pid: 4242,
+            tid: 4250,
+            start_time_unix_nano: 1_763_770_000_000_000_000,
+            duration_ns: returns.as_ref().map(|_| 183_000),
+            args,
+            returns,
+            resource: Arc::new(Resource::default()),
+            unfinished: false,
+        }
+    }
+
+    fn val(name: &str, kind: ValueKind) -> Value {
+        Value {
+            name: name.into(),
+            kind,
+        }
+    }
+
+    fn meta(spec: &str, symbol: &str) -> Arc<ProbeMeta> {
+        Arc::new(ProbeMeta {
+            spec: spec.into(),
+            symbol: symbol.into(),
+            latency: true,
+            captures: vec![],
+        })
+    }
+
+    // Multi-threaded: dropping the exporter sends the final metrics, whose gRPC call needs
+    // a runtime thread that the drop is not blocking.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn spans_carry_the_probe_and_values_and_retired_probes_are_pruned() {
+        let mut ex = OtlpExporter::new(
+            &cfg("http://127.0.0.1:1", Protocol::Grpc),
+            LossCounters::default(),
+        )
+        .unwrap();
+        let get = meta("http-client-urls", "net/http.(*Client).Get");
+        let batch = vec![
+            call(
+                &get,
+                vec![
+                    val(
+                        "url",
+                        ValueKind::Str {
+                            text: "http://a/".into(),
+                            truncated: false,
+                        },
+                    ),
+                    val("n", ValueKind::Uint(u64::MAX)),
+                ],
+                Some(vec![val("err", ValueKind::Interface { nil: true })]),
+            ),
+            // Values out of capture order still get their own keys.
+            call(
+                &get,
+                vec![
+                    val("n", ValueKind::Uint(7)),
+                    val("url", ValueKind::Pointer(0xc000)),
+                ],
+                Some(vec![val("err", ValueKind::Fault)]),
+            ),
+        ];
+        ex.record(&batch);
+        ex.record(&batch[..1]);
+        let attrs = |i: usize| -> Vec<(String, String)> {
+            ex.pending[i]
+                .1
+                .attributes
+                .iter()
+                .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                .collect()
+        };
+        let owned = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let first = owned(&[
+            ("gprobe.probe", "http-client-urls"),
+            ("code.function", "net/http.(*Client).Get"),
+            ("thread.id", "4250"),
+            ("gprobe.args.url", "http://a/"),
+            ("gprobe.args.n", "18446744073709551615"),
+            ("gprobe.returns.err", "nil"),
+        ]);
+        assert_eq!(attrs(0), first);
+        assert_eq!(
+            attrs(1),
+            owned(&[
+                ("gprobe.probe", "http-client-urls"),
+                ("code.function", "net/http.(*Client).Get"),
+                ("thread.id", "4250"),
+                ("gprobe.args.n", "7"),
+                ("gprobe.args.url", "0xc000"),
+                ("gprobe.returns.err", "<unreadable>"),
+            ])
+        );
+        assert_eq!(attrs(2), first);
+        assert!(ex
+            .pending
+            .iter()
+            .all(|(_, s)| s.name == "net/http.(*Client).Get"));
+        assert_eq!(
+            ex.pending[0].1.end_time,
+            ex.pending[0].1.start_time + Duration::from_nanos(183_000)
+        );
+        assert_eq!(ex.probes.len(), 1);
+        assert!(ex.touched.is_empty());
+        assert!(ex.probes.values().all(|p| p.calls == 0));
+
+        // A retired probe's entry goes at the next prune; a live one stays.
+        let other = meta("other", "main.other");
+        ex.record(&[call(&other, vec![], None)]);
+        assert_eq!(ex.probes.len(), 2);
+        drop(batch);
+        drop(get);
+        ex.prune_at = 2;
+        ex.record(&[call(&other, vec![], None)]);
+        assert_eq!(ex.probes.len(), 1);
+        assert_eq!(ex.prune_at, PRUNE_MIN);
+        assert_eq!(ex.pending.last().unwrap().1.name, "main.other");
     }
 
     #[tokio::test]
