@@ -150,14 +150,7 @@ impl Session {
                 .collect();
             for k in gone {
                 if let Some(Ok(att)) = bin.probes.remove(&k) {
-                    let symbol: Arc<str> = active.spec.spec.probes[k.1].symbol.as_str().into();
-                    retire(
-                        &mut self.tracer,
-                        &mut self.retired,
-                        &active.name,
-                        &symbol,
-                        att,
-                    );
+                    retire(&mut self.tracer, &mut self.retired, &active, k.1, att);
                 }
             }
         }
@@ -294,14 +287,7 @@ impl Session {
         };
         for ((sid, pi), att) in bin.probes {
             if let (Ok(att), Some(active)) = (att, self.specs.get(&sid)) {
-                let symbol: Arc<str> = active.spec.spec.probes[pi].symbol.as_str().into();
-                retire(
-                    &mut self.tracer,
-                    &mut self.retired,
-                    &active.name,
-                    &symbol,
-                    att,
-                );
+                retire(&mut self.tracer, &mut self.retired, active, pi, att);
             }
         }
     }
@@ -385,15 +371,17 @@ fn add_counters(c: &mut ProbeCounters, tracer: &Tracer, att: &Attached) {
     }
 }
 
+/// Detaches probe `probe` of `spec`, keeping its counters in `retired`.
 fn retire(
     tracer: &mut Tracer,
     retired: &mut HashMap<(Arc<str>, Arc<str>), ProbeCounters>,
-    spec: &Arc<str>,
-    symbol: &Arc<str>,
+    spec: &ActiveSpec,
+    probe: usize,
     att: Attached,
 ) {
+    let symbol: Arc<str> = spec.spec.spec.probes[probe].symbol.as_str().into();
     add_counters(
-        retired.entry((spec.clone(), symbol.clone())).or_default(),
+        retired.entry((spec.name.clone(), symbol)).or_default(),
         tracer,
         &att,
     );
