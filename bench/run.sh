@@ -3,7 +3,7 @@
 # the criterion benches and the Go targets, then runs the six measurements of
 # BENCHMARKS.md and writes bench/results/latest.md (and latest.json). Needs root (BPF).
 #
-#   bench/run.sh                      everything (about 10 minutes on a quiet 2-core VM)
+#   bench/run.sh                      everything (about 12 minutes on a quiet 2-core VM)
 #   bench/run.sh --only cost,attach   some sections: cost bpfstats bpfvariants throughput
 #                                     userspace resolve attach rss
 #   bench/run.sh --quiet-wait 1200    first wait up to 20 minutes for a quiet machine

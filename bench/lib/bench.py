@@ -890,7 +890,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="cost,bpfstats,bpfvariants,throughput,userspace,resolve,"
                                       "attach,rss")
-    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--calls", type=int, default=100_000)
     ap.add_argument("--no-pin", action="store_true",
                     help="do not pin target and tracer to separate CPUs in cost/bpf sections")
