@@ -520,6 +520,10 @@ fn calls_over_the_rate_limit_are_counted_not_lost_silently() {
     assert!(throttled > 0);
 }
 
+/// 8 KiB hold about 110 records, under a millisecond of two goroutines calling flat out
+/// while they keep both CPUs busy: the reader (woken per 4 KiB) cannot keep up.
+const TINY_RING: &[&str] = &["--ring-buffer-size", "8KiB", "--wakeup-size", "4KiB"];
+
 #[test]
 fn a_full_ring_buffer_loses_calls_but_counts_every_one() {
     if !can_trace("ring buffer full") {
@@ -527,12 +531,8 @@ fn a_full_ring_buffer_loses_calls_but_counts_every_one() {
     }
     let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
     let _guard = serial();
-    // 16 KiB holds about 250 records; the reader is woken per 8 KiB and polls every 25 ms.
-    let g = Gprobe::start(
-        &burst_spec(&bin, 0),
-        &["--ring-buffer-size", "16KiB", "--wakeup-size", "8KiB"],
-    );
-    run_program(&bin, &["-n", "100000"]);
+    let g = Gprobe::start(&burst_spec(&bin, 0), TINY_RING);
+    run_program(&bin, &["-n", "100000", "-goroutines", "2"]);
     let run = g.stop();
     let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.tick");
     assert_eq!(throttled, 0);
@@ -567,11 +567,8 @@ fn a_full_ring_buffer_with_latency_probes_counts_every_call_once() {
         &bin,
         "    - symbol: main.tick\n      signature: \"func(i int64) int64\"\n      capture: [i, r0]\n      latency: true\n",
     ) + "  limits: {eventsPerSecond: 0}\n";
-    let g = Gprobe::start(
-        &spec,
-        &["--ring-buffer-size", "16KiB", "--wakeup-size", "8KiB"],
-    );
-    run_program(&bin, &["-n", "100000"]);
+    let g = Gprobe::start(&spec, TINY_RING);
+    run_program(&bin, &["-n", "100000", "-goroutines", "2"]);
     let run = g.stop();
     let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.tick");
     assert_eq!(throttled, 0);

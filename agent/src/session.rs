@@ -59,7 +59,11 @@ struct Attached {
 struct BinState {
     /// Tells this binary's configurations apart in the BPF pid filter.
     bin_id: u32,
-    binary: Result<Arc<Binary>, String>,
+    /// The file as the resolver reads it, while probes are being planned; `None` once
+    /// they are (its mapping would otherwise stay resident for as long as the probes are
+    /// attached: 16-21 MB for a kubectl-size binary). Re-opened for a new spec. An error
+    /// is kept, so a bad file is not re-read for every process.
+    binary: Option<Result<Arc<Binary>, String>>,
     /// A path to the file valid from here (a /proc/PID/exe of some process running it).
     attach_path: PathBuf,
     display_path: PathBuf,
@@ -182,9 +186,7 @@ impl Session {
                 *next_bin_id += 1;
                 *next_bin_id - 1
             },
-            binary: Binary::open(&proc.exe_link)
-                .map(Arc::new)
-                .map_err(|e| e.to_string()),
+            binary: None,
             attach_path: proc.exe_link.clone(),
             display_path: proc.exe.clone(),
             probes: BTreeMap::new(),
@@ -193,6 +195,18 @@ impl Session {
         // The first process of the file may be gone; attach through a live one.
         if !bin.attach_path.exists() {
             bin.attach_path = proc.exe_link.clone();
+        }
+        let needs_planning = spec_ids.iter().any(|sid| {
+            self.specs.get(sid).is_some_and(|a| {
+                (0..a.spec.spec.probes.len()).any(|pi| !bin.probes.contains_key(&(*sid, pi)))
+            })
+        });
+        if needs_planning && bin.binary.is_none() {
+            bin.binary = Some(
+                Binary::open(&proc.exe_link)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string()),
+            );
         }
         for &sid in spec_ids {
             let Some(active) = self.specs.get(&sid) else {
@@ -204,22 +218,25 @@ impl Session {
                 }
                 let outcome = match (&bin.binary, active.invalid.get(&pi)) {
                     (_, Some(problem)) => Err(problem.clone()),
-                    (Err(e), _) => Err(e.clone()),
-                    (Ok(b), None) => plan_probe(b, probe, active.spec.spec.limits.max_string_bytes)
-                        .map_err(|e| e.to_string())
-                        .and_then(|plan| {
-                            attach_plan(
-                                &mut self.tracer,
-                                &self.registry,
-                                &bin.attach_path,
-                                sid,
-                                bin.bin_id,
-                                &active.name,
-                                probe.latency,
-                                active.spec.spec.limits.events_per_second,
-                                &plan,
-                            )
-                        }),
+                    (None, None) => Err("internal: binary not opened for planning".to_string()),
+                    (Some(Err(e)), _) => Err(e.clone()),
+                    (Some(Ok(b)), None) => {
+                        plan_probe(b, probe, active.spec.spec.limits.max_string_bytes)
+                            .map_err(|e| e.to_string())
+                            .and_then(|plan| {
+                                attach_plan(
+                                    &mut self.tracer,
+                                    &self.registry,
+                                    &bin.attach_path,
+                                    sid,
+                                    bin.bin_id,
+                                    &active.name,
+                                    probe.latency,
+                                    active.spec.spec.limits.events_per_second,
+                                    &plan,
+                                )
+                            })
+                    }
                 };
                 reports.push(AttachReport {
                     spec: active.name.to_string(),
@@ -238,6 +255,9 @@ impl Session {
             if let Err(e) = self.tracer.allow_pid(proc.pid, sid, bin.bin_id) {
                 tracing::warn!("pid {}: enabling the pid filter failed: {e}", proc.pid);
             }
+        }
+        if matches!(bin.binary, Some(Ok(_))) {
+            bin.binary = None;
         }
         bin.pids.insert(proc.pid);
         self.procs.insert(
