@@ -280,6 +280,14 @@ def met(ok):
     return "met" if ok else "**missed**"
 
 
+def record_section(name, md, target=None, **data):
+    """Keeps a section's table and raw figures for the report; prints its target line."""
+    RESULTS["sections"][name] = {"md": md, **data}
+    if target is not None:
+        RESULTS["sections"][name]["target"] = target
+        print("  target:", target)
+
+
 # ------------------------------------------------------------------------- 1. cost/call
 
 
@@ -375,16 +383,13 @@ def section_cost():
                 "median of per-round ratios", "wall ns/call", "x bpftrace count() (wall)",
                 "CPU ns/call per round"], rows)
     ratio_int = res["cpu"]["gprobe-int"]["ratio"]
-    RESULTS["sections"]["cost"] = {
-        "md": md, "cpu_ns_per_call": cpu, "wall_ns_per_call": wall, "summary": res,
-        "checks": checks,
-        "target": f"gprobe int capture <= 1.1x bpftrace count(), same run: {ratio_int:.3f}x "
-                  f"(CPU time; wall {res['wall']['gprobe-int']['ratio']:.3f}x), "
-                  f"{met(ratio_int <= 1.1)}",
-    }
     for c in checks:
         print("  CHECK:", c)
-    print("  target:", RESULTS["sections"]["cost"]["target"])
+    record_section(
+        "cost", md,
+        f"gprobe int capture <= 1.1x bpftrace count(), same run: {ratio_int:.3f}x "
+        f"(CPU time; wall {res['wall']['gprobe-int']['ratio']:.3f}x), {met(ratio_int <= 1.1)}",
+        cpu_ns_per_call=cpu, wall_ns_per_call=wall, summary=res, checks=checks)
 
 
 # ------------------------------------------------------------------------ 2. BPF stats
@@ -451,11 +456,9 @@ def section_bpfstats():
                f"{ARGS.stat_runs} runs of {ARGS.calls:,} calls)",
                ["configuration", "program", "ns per hit", "hits per call", "per run"], rows)
     s64 = data["gprobe-str64"]["ns_per_hit"]
-    RESULTS["sections"]["bpfstats"] = {
-        "md": md, "data": data,
-        "target": f"64-byte string capture <= 100 ns per entry hit: {s64:.0f} ns, "
-                  f"{met(s64 <= 100)}"}
-    print("  target:", RESULTS["sections"]["bpfstats"]["target"])
+    record_section("bpfstats", md,
+                   f"64-byte string capture <= 100 ns per entry hit: {s64:.0f} ns, "
+                   f"{met(s64 <= 100)}", data=data)
 
 
 # ---------------------------------------------------------------- 2b. BPF program variants
@@ -538,7 +541,7 @@ def section_bpfvariants():
                ["variant", "what changes", "ns per hit, capture [n]",
                 "ns per hit, capture [s] (64 B)", "target CPU ns/call, [n]",
                 "target CPU ns/call, [s]"], rows)
-    RESULTS["sections"]["bpfvariants"] = {"md": md, "data": data}
+    record_section("bpfvariants", md, data=data)
 
 
 # ------------------------------------------------------------------------ 3. throughput
@@ -597,11 +600,10 @@ def section_throughput():
     main = max((d for d, run in zip(data, THROUGHPUT_RUNS) if not run[2]),
                key=lambda d: d["rate"])
     ok = main["lost"] == 0 and main["exact"] and main["agent_cores"] < 0.25
-    RESULTS["sections"]["throughput"] = {
-        "md": md, "data": data,
-        "target": f"zero loss at {main['rate'] / 1e3:.0f} k calls/s ({main['label']}) with the agent under 0.25 "
-                  f"core: lost {main['lost']}, {main['agent_cores']:.3f} cores, {met(ok)}"}
-    print("  target:", RESULTS["sections"]["throughput"]["target"])
+    record_section("throughput", md,
+                   f"zero loss at {main['rate'] / 1e3:.0f} k calls/s ({main['label']}) with the "
+                   f"agent under 0.25 core: lost {main['lost']}, {main['agent_cores']:.3f} "
+                   f"cores, {met(ok)}", data=data)
 
 
 # ------------------------------------------------------------------------- 3b. userspace
@@ -632,11 +634,10 @@ def section_userspace():
                ["group", "stage", "workload", "ns per call", "M calls/s", "M records/s"], rows)
     full = data.get("jsonl/process+encode/int", {}).get("records_per_s", 0)
     otlp = data.get("otlp/process+spans/int", {}).get("records_per_s", 0)
-    RESULTS["sections"]["userspace"] = {
-        "md": md, "data": data,
-        "target": f">= 2,000,000 events/s per core: JSONL {full / 1e6:.2f} M/s "
-                  f"{met(full >= 2e6)}; OTLP spans {otlp / 1e6:.2f} M/s {met(otlp >= 2e6)}"}
-    print("  target:", RESULTS["sections"]["userspace"]["target"])
+    record_section("userspace", md,
+                   f">= 2,000,000 events/s per core: JSONL {full / 1e6:.2f} M/s "
+                   f"{met(full >= 2e6)}; OTLP spans {otlp / 1e6:.2f} M/s {met(otlp >= 2e6)}",
+                   data=data)
 
 
 # --------------------------------------------------------------------------- 4. resolve
@@ -688,8 +689,7 @@ def section_resolve():
         tgt = (f"{os.path.basename(big['path'])} ({big['size'] / 1e6:.1f} MB) <= 150 ms and "
                f"peak < 2x size: {big['resolve_ms']:.0f} ms, peak "
                f"{big['hwm_bytes'] / big['size']:.2f}x, {met(ok)}")
-    RESULTS["sections"]["resolve"] = {"md": md, "data": data, "target": tgt}
-    print("  target:", tgt)
+    record_section("resolve", md, tgt, data=data)
 
 
 # ---------------------------------------------------------------------- 5. attach latency
@@ -736,10 +736,8 @@ def section_attach():
                "attaches anew)",
                ["starts", "never traced", "min ms", "p50 ms", "p99 ms", "max ms",
                 "median calls missed before attach"], rows)
-    RESULTS["sections"]["attach"] = {
-        "md": md, "latencies_ms": lat, "p50": p50, "p99": p99, "missing": missing,
-        "target": f"p99 <= 100 ms: {p99:.1f} ms, {met(p99 <= 100)}"}
-    print("  target:", RESULTS["sections"]["attach"]["target"])
+    record_section("attach", md, f"p99 <= 100 ms: {p99:.1f} ms, {met(p99 <= 100)}",
+                   latencies_ms=lat, p50=p50, p99=p99, missing=missing)
 
 
 # ------------------------------------------------------------------------------- 6. RSS
@@ -817,11 +815,10 @@ def section_rss():
                 "of which gprobe's executable", "VmHWM"], rows)
     idle = states[0][1]
     rss = idle["VmRSS"] / 1024
-    RESULTS["sections"]["rss"] = {
-        "md": md, "base": base, "idle": idle, "idle_8mib_ring": states[1][1],
-        "target": f"RSS <= 32 MiB idle with 100 probes: {rss:.1f} MiB, {met(rss <= 32)} "
-                  f"(with --ring-buffer-size 8MiB: {states[1][1]['VmRSS'] / 1024:.1f} MiB)"}
-    print("  target:", RESULTS["sections"]["rss"]["target"])
+    record_section("rss", md,
+                   f"RSS <= 32 MiB idle with 100 probes: {rss:.1f} MiB, {met(rss <= 32)} "
+                   f"(with --ring-buffer-size 8MiB: {states[1][1]['VmRSS'] / 1024:.1f} MiB)",
+                   base=base, idle=idle, idle_8mib_ring=states[1][1])
 
 
 # ------------------------------------------------------------------------------- report
