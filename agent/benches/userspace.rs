@@ -38,12 +38,9 @@ fn int64() -> Decode {
 fn registry() -> Arc<Registry> {
     let reg = Arc::new(Registry::default());
     let meta = |latency, caps: Vec<(&str, Decode)>| {
-        Some(Arc::new(ProbeMeta {
-            spec: "bench".into(),
-            symbol: "main.target".into(),
-            latency,
-            captures: caps.into_iter().map(|(n, d)| (Arc::from(n), d)).collect(),
-        }))
+        let mut m = ProbeMeta::simple("bench", "main.target", latency);
+        m.captures = caps.into_iter().map(|(n, d)| (Arc::from(n), d)).collect();
+        Some(Arc::new(m))
     };
     reg.set_probe(INT_CFG, meta(false, vec![("n", int64())]));
     reg.set_probe(

@@ -12,4 +12,5 @@ pub mod pipeline;
 pub mod plan;
 pub mod resolve;
 pub mod session;
+pub mod stats;
 pub mod symbols;

@@ -431,9 +431,15 @@ fn attach_plan(
     let symbol: Arc<str> = plan.symbol.as_str().into();
     let meta = |caps: &[crate::plan::CapturePlan]| {
         Arc::new(ProbeMeta {
+            key: crate::stats::ProbeKey {
+                spec: spec_name.clone(),
+                index: 0,
+                symbol: symbol.clone(),
+            },
             spec: spec_name.clone(),
             symbol: symbol.clone(),
             latency,
+            redact: true,
             captures: caps
                 .iter()
                 .map(|c| (Arc::from(c.name.as_str()), c.decode))

@@ -9,17 +9,41 @@ pub use decode::{decode_values, Value, ValueKind};
 pub use pairing::{Pairing, PairingStats};
 
 use crate::plan::Decode;
+use crate::stats::ProbeKey;
 use std::sync::Arc;
 
 /// What the decoder knows about one probe configuration (one uprobe cookie).
 #[derive(Debug)]
 pub struct ProbeMeta {
-    /// The ProbeSpec's `metadata.name`.
+    /// Which probe of which spec: what its counts are kept under.
+    pub key: ProbeKey,
+    /// The ProbeSpec's `metadata.name` (the `"probe"` of a record).
     pub spec: Arc<str>,
     pub symbol: Arc<str>,
     pub latency: bool,
+    /// Replace URL credentials and secret-looking query values in captured strings.
+    pub redact: bool,
     /// Decoders by capture index, for this configuration's captures.
     pub captures: Vec<(Arc<str>, Decode)>,
+}
+
+impl ProbeMeta {
+    /// Metadata for tests and benchmarks: spec `spec`, probe 0, no captures.
+    pub fn simple(spec: &str, symbol: &str, latency: bool) -> Self {
+        let (spec, symbol): (Arc<str>, Arc<str>) = (spec.into(), symbol.into());
+        Self {
+            key: ProbeKey {
+                spec: spec.clone(),
+                index: 0,
+                symbol: symbol.clone(),
+            },
+            spec,
+            symbol,
+            latency,
+            redact: true,
+            captures: Vec::new(),
+        }
+    }
 }
 
 /// Attributes of the process (and container) a call came from.

@@ -98,12 +98,7 @@ mod tests {
 
     fn rec(pid: u32) -> CallRecord {
         CallRecord {
-            probe: Arc::new(ProbeMeta {
-                spec: "s".into(),
-                symbol: "main.f".into(),
-                latency: true,
-                captures: vec![],
-            }),
+            probe: Arc::new(ProbeMeta::simple("s", "main.f", true)),
             pid,
             tid: pid,
             start_time_unix_nano: 1,

@@ -114,12 +114,11 @@ mod tests {
     #[test]
     fn record_matches_the_documented_shape() {
         let rec = CallRecord {
-            probe: Arc::new(ProbeMeta {
-                spec: "http-client-urls".into(),
-                symbol: "net/http.(*Client).Get".into(),
-                latency: true,
-                captures: vec![],
-            }),
+            probe: Arc::new(ProbeMeta::simple(
+                "http-client-urls",
+                "net/http.(*Client).Get",
+                true,
+            )),
             pid: 4242,
             tid: 4250,
             start_time_unix_nano: 1763770000000000000,

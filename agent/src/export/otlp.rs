@@ -586,12 +586,7 @@ mod tests {
     }
 
     fn meta(spec: &str, symbol: &str) -> Arc<ProbeMeta> {
-        Arc::new(ProbeMeta {
-            spec: spec.into(),
-            symbol: symbol.into(),
-            latency: true,
-            captures: vec![],
-        })
+        Arc::new(ProbeMeta::simple(spec, symbol, true))
     }
 
     // Multi-threaded: dropping the exporter sends the final metrics, whose gRPC call needs

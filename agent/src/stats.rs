@@ -1,0 +1,287 @@
+//! The one owner of every count gprobe reports: per probe (delivered, lost, throttled, ...),
+//! per process (matched, traced, missed with the reason) and OTLP export. Stages add to it;
+//! the summary, the metrics and the cluster status read it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Which probe: the spec (its `namespace/name` in cluster mode, its name locally), the
+/// probe's index in the spec, and its symbol (or USDT probe name).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeKey {
+    pub spec: Arc<str>,
+    pub index: u16,
+    pub symbol: Arc<str>,
+}
+
+impl std::fmt::Display for ProbeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} / {}", self.spec, self.symbol)
+    }
+}
+
+/// Counts of one probe, over every binary and process it was attached to.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ProbeStats {
+    /// Attached to at least one process at some time.
+    pub attached: bool,
+    /// The latest reason it could not be attached somewhere (`None` if it never failed).
+    pub error: Option<String>,
+    /// Calls delivered to the output (JSONL/table and OTLP's queue).
+    pub delivered: u64,
+    /// Calls not delivered: their record found the ring buffer full.
+    pub lost: u64,
+    /// Calls over `limits.eventsPerSecond`, not recorded.
+    pub throttled: u64,
+    /// Calls delivered without their return (the RETURN record found the ring full).
+    pub returns_lost: u64,
+    /// Calls still in flight when their process exited or gprobe stopped.
+    pub unfinished: u64,
+    /// Entries evicted from the pairing table (too many calls in flight at once).
+    pub abandoned: u64,
+    /// Calls nested deeper than the pairing stack in one goroutine: not recorded.
+    pub too_deep: u64,
+    /// Uprobe hits seen in the kernel.
+    pub hits: u64,
+}
+
+/// Kernel-side counters of one probe (summed over its configurations).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KernelCounts {
+    pub hits: u64,
+    pub lost: u64,
+    pub throttled: u64,
+    pub returns_lost: u64,
+    pub too_deep: u64,
+}
+
+impl std::ops::AddAssign for KernelCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.hits += o.hits;
+        self.lost += o.lost;
+        self.throttled += o.throttled;
+        self.returns_lost += o.returns_lost;
+        self.too_deep += o.too_deep;
+    }
+}
+
+/// A matched process that was not traced from its first call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missed {
+    pub pid: u32,
+    pub executable: String,
+    pub reason: String,
+}
+
+/// At most this many missed processes are kept by name (the count is exact).
+pub const MAX_MISSED_LISTED: usize = 100;
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ProcessStats {
+    /// Processes a selector matched.
+    pub matched: u64,
+    /// Of those, traced from their first call (or from gprobe's start, for processes that
+    /// were already running).
+    pub traced: u64,
+    /// Of those, not traced from their first call: `missed_total` counts them all, the list
+    /// keeps the latest [`MAX_MISSED_LISTED`].
+    pub missed_total: u64,
+    pub missed: VecDeque<Missed>,
+}
+
+#[derive(Debug, Default)]
+pub struct OtlpStats {
+    pub spans_exported: AtomicU64,
+    /// Spans dropped: the export queue was full (collector slow or down) or a batch failed.
+    pub spans_dropped: AtomicU64,
+    pub export_errors: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    probes: Mutex<BTreeMap<ProbeKey, ProbeStats>>,
+    /// Calls delivered per probe and process, for per-container reports.
+    by_pid: Mutex<HashMap<(ProbeKey, u32), u64>>,
+    processes: Mutex<ProcessStats>,
+    otlp: OtlpStats,
+}
+
+/// Shared handle to the counts.
+#[derive(Debug, Default, Clone)]
+pub struct Stats(Arc<Inner>);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Stats {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes `key` known (so the summary lists it even with no calls).
+    pub fn register(&self, key: &ProbeKey) {
+        lock(&self.0.probes).entry(key.clone()).or_default();
+    }
+
+    pub fn set_attached(&self, key: &ProbeKey) {
+        lock(&self.0.probes)
+            .entry(key.clone())
+            .or_default()
+            .attached = true;
+    }
+
+    pub fn set_error(&self, key: &ProbeKey, error: String) {
+        lock(&self.0.probes).entry(key.clone()).or_default().error = Some(error);
+    }
+
+    /// Calls delivered, per probe and pid, one batch at a time.
+    pub fn add_delivered<'a>(&self, counts: impl IntoIterator<Item = (&'a ProbeKey, u32, u64)>) {
+        let mut probes = lock(&self.0.probes);
+        let mut by_pid = lock(&self.0.by_pid);
+        for (key, pid, n) in counts {
+            match probes.get_mut(key) {
+                Some(p) => p.delivered += n,
+                None => {
+                    probes.entry(key.clone()).or_default().delivered += n;
+                }
+            }
+            *by_pid.entry((key.clone(), pid)).or_default() += n;
+        }
+    }
+
+    pub fn add_unfinished(&self, key: &ProbeKey, n: u64) {
+        lock(&self.0.probes)
+            .entry(key.clone())
+            .or_default()
+            .unfinished += n;
+    }
+
+    pub fn add_abandoned(&self, key: &ProbeKey, n: u64) {
+        lock(&self.0.probes)
+            .entry(key.clone())
+            .or_default()
+            .abandoned += n;
+    }
+
+    /// The kernel's counters of a probe, as totals (they only grow).
+    pub fn set_kernel(&self, key: &ProbeKey, k: KernelCounts) {
+        let mut probes = lock(&self.0.probes);
+        let p = probes.entry(key.clone()).or_default();
+        p.hits = k.hits;
+        p.lost = k.lost;
+        p.throttled = k.throttled;
+        p.returns_lost = k.returns_lost;
+        p.too_deep = k.too_deep;
+    }
+
+    /// Calls of `key` delivered from `pid` so far.
+    pub fn delivered_by(&self, key: &ProbeKey, pid: u32) -> u64 {
+        lock(&self.0.by_pid)
+            .get(&(key.clone(), pid))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Forgets per-pid counts of an exited process; returns them per probe.
+    pub fn take_pid(&self, pid: u32) -> Vec<(ProbeKey, u64)> {
+        let mut by_pid = lock(&self.0.by_pid);
+        let keys: Vec<(ProbeKey, u32)> = by_pid.keys().filter(|k| k.1 == pid).cloned().collect();
+        keys.into_iter()
+            .filter_map(|k| by_pid.remove(&k).map(|n| (k.0, n)))
+            .collect()
+    }
+
+    pub fn probes(&self) -> BTreeMap<ProbeKey, ProbeStats> {
+        lock(&self.0.probes).clone()
+    }
+
+    pub fn probe(&self, key: &ProbeKey) -> ProbeStats {
+        lock(&self.0.probes).get(key).cloned().unwrap_or_default()
+    }
+
+    /// Removes a probe whose spec is gone (cluster mode: a deleted ProbeSpec).
+    pub fn forget_probe(&self, key: &ProbeKey) {
+        lock(&self.0.probes).remove(key);
+        lock(&self.0.by_pid).retain(|k, _| &k.0 != key);
+    }
+
+    pub fn process_matched(&self) {
+        lock(&self.0.processes).matched += 1;
+    }
+
+    pub fn process_traced(&self) {
+        lock(&self.0.processes).traced += 1;
+    }
+
+    pub fn process_missed(&self, m: Missed) {
+        let mut p = lock(&self.0.processes);
+        p.missed_total += 1;
+        if p.missed.len() == MAX_MISSED_LISTED {
+            p.missed.pop_front();
+        }
+        p.missed.push_back(m);
+    }
+
+    pub fn processes(&self) -> ProcessStats {
+        lock(&self.0.processes).clone()
+    }
+
+    pub fn otlp(&self) -> &OtlpStats {
+        &self.0.otlp
+    }
+
+    pub fn otlp_counts(&self) -> (u64, u64, u64) {
+        let o = &self.0.otlp;
+        (
+            o.spans_exported.load(Ordering::Relaxed),
+            o.spans_dropped.load(Ordering::Relaxed),
+            o.export_errors.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> ProbeKey {
+        ProbeKey {
+            spec: s.into(),
+            index: 0,
+            symbol: "main.f".into(),
+        }
+    }
+
+    #[test]
+    fn delivered_counts_add_up_per_probe_and_pid() {
+        let st = Stats::new();
+        let (a, b) = (key("a"), key("b"));
+        st.add_delivered([(&a, 1, 3), (&a, 2, 4), (&b, 1, 1)]);
+        st.add_delivered([(&a, 1, 2)]);
+        assert_eq!(st.probe(&a).delivered, 9);
+        assert_eq!(st.delivered_by(&a, 1), 5);
+        let mut gone = st.take_pid(1);
+        gone.sort();
+        assert_eq!(gone, vec![(a.clone(), 5), (b.clone(), 1)]);
+        assert_eq!(st.delivered_by(&a, 1), 0);
+        assert_eq!(st.probe(&a).delivered, 9, "totals survive the process");
+    }
+
+    #[test]
+    fn missed_processes_are_all_counted_and_the_latest_listed() {
+        let st = Stats::new();
+        for pid in 0..(MAX_MISSED_LISTED as u32 + 5) {
+            st.process_missed(Missed {
+                pid,
+                executable: "/bin/x".into(),
+                reason: "exited before attach".into(),
+            });
+        }
+        let p = st.processes();
+        assert_eq!(p.missed_total, MAX_MISSED_LISTED as u64 + 5);
+        assert_eq!(p.missed.len(), MAX_MISSED_LISTED);
+        assert_eq!(p.missed.front().unwrap().pid, 5);
+    }
+}
