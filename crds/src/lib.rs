@@ -10,7 +10,9 @@ mod validate;
 
 pub use attachment::*;
 pub use spec::*;
-pub use validate::{load_specs, validate_spec, LoadError, SpecIssue};
+pub use validate::{
+    load_specs, validate_spec, LoadError, SpecIssue, MAX_SPEC_BYTES, MAX_SPEC_DEPTH,
+};
 
 use kube::CustomResourceExt;
 

@@ -94,7 +94,7 @@ pub struct Selector {
 }
 
 /// One function to trace.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Probe {
     /// The function's symbol as the Go toolchain names it, e.g. `main.computeE` or
@@ -115,6 +115,31 @@ pub struct Probe {
     /// Measure each call from entry to return (uprobes on every RET, never uretprobes).
     #[serde(default)]
     pub latency: bool,
+    /// Replace URL credentials (`user:pass@`) and the values of secret-looking query
+    /// parameters (token, password, key, signature, ...) in captured strings by `REDACTED`.
+    /// On by default; `false` keeps captured values verbatim.
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub redact: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Self {
+            symbol: String::new(),
+            signature: None,
+            capture: Vec::new(),
+            latency: false,
+            redact: true,
+        }
+    }
 }
 
 /// Bounds applied to every probe of the spec.

@@ -43,11 +43,72 @@ pub enum LoadError {
     NoName { source_name: String, doc: usize },
     #[error("{source_name}: holds no ProbeSpec")]
     Empty { source_name: String },
+    #[error("{source_name}: is {bytes} bytes; a ProbeSpec file may have at most {MAX_SPEC_BYTES} (1 MiB): split it into several files")]
+    TooLarge { source_name: String, bytes: usize },
+    #[error("{source_name}: nests collections {depth} levels deep; at most {MAX_SPEC_DEPTH} are accepted (a ProbeSpec needs about 8): is this the right file?")]
+    TooDeep { source_name: String, depth: usize },
+}
+
+/// Largest ProbeSpec text accepted (a spec with 128 probes is a few tens of KiB).
+pub const MAX_SPEC_BYTES: usize = 1 << 20;
+/// Deepest nesting of collections accepted (a ProbeSpec needs about 8).
+pub const MAX_SPEC_DEPTH: usize = 64;
+
+/// The deepest nesting of YAML collections in `text`, estimated without parsing: flow
+/// brackets, block indentation and compact sequence entries (`- - - x`). Parsing a deeply
+/// nested document costs time quadratic in its depth, so this check runs first.
+fn nesting_depth(text: &str) -> usize {
+    let mut max = 0usize;
+    let mut flow = 0usize;
+    for line in text.lines() {
+        let trimmed = line.trim_start_matches(' ');
+        let indent = line.len() - trimmed.len();
+        // Each "- " at the start of a line's content opens one more block level.
+        let mut rest = trimmed;
+        let mut dashes = 0usize;
+        while let Some(r) = rest.strip_prefix("- ").or_else(|| rest.strip_prefix("-\t")) {
+            dashes += 1;
+            rest = r.trim_start_matches(' ');
+        }
+        let (mut quote, mut escaped) = (None::<char>, false);
+        for c in rest.chars() {
+            match (quote, c) {
+                (Some('"'), '\\') if !escaped => {
+                    escaped = true;
+                    continue;
+                }
+                (Some(q), c) if c == q && !escaped => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') => break,
+                (None, '[' | '{') => flow += 1,
+                (None, ']' | '}') => flow = flow.saturating_sub(1),
+                _ => {}
+            }
+            escaped = false;
+            max = max.max(flow);
+        }
+        max = max.max(indent / 2 + dashes + flow);
+    }
+    max
 }
 
 /// Parses every YAML document of `text` as a ProbeSpec. `source_name` names the file in errors.
 pub fn load_specs(text: &str, source_name: &str) -> Result<Vec<ProbeSpec>, LoadError> {
     use serde::Deserialize;
+    if text.len() > MAX_SPEC_BYTES {
+        return Err(LoadError::TooLarge {
+            source_name: source_name.to_string(),
+            bytes: text.len(),
+        });
+    }
+    let depth = nesting_depth(text);
+    if depth > MAX_SPEC_DEPTH {
+        return Err(LoadError::TooDeep {
+            source_name: source_name.to_string(),
+            depth,
+        });
+    }
     let mut out = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let doc_no = i + 1;
@@ -199,6 +260,14 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 ),
             );
         }
+        for (j, c) in p.capture.iter().enumerate() {
+            if let Some(first) = p.capture[..j].iter().position(|d| d == c) {
+                probe_issue(
+                    format!(".capture[{j}]"),
+                    format!("{c:?} is already captured at capture[{first}]: list each value once"),
+                );
+            }
+        }
         let Some(sig_text) = &p.signature else {
             continue;
         };
@@ -333,6 +402,36 @@ spec:
             "{}",
             issues[3]
         );
+    }
+
+    #[test]
+    fn duplicate_captures_are_probe_issues() {
+        let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f, signature: \"func(n int)\", capture: [n, n]}]\n";
+        let s = &load_specs(text, "a.yaml").unwrap()[0];
+        let issues = validate_spec(s);
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].probe, Some(0));
+        assert_eq!(issues[0].field, "spec.probes[0].capture[1]");
+        assert!(issues[0].message.contains("already captured at capture[0]"));
+        assert!(s.spec.probes[0].redact, "redaction is on by default");
+    }
+
+    #[test]
+    fn deep_or_huge_documents_are_refused_before_parsing() {
+        let t0 = std::time::Instant::now();
+        for text in [
+            "[".repeat(100_000),
+            "- ".repeat(50_000) + "x",
+            format!("a:\n{}", (1..2000).map(|i| format!("{}k{i}:\n", " ".repeat(i * 2))).collect::<String>()),
+        ] {
+            let e = load_specs(&text, "deep.yaml").unwrap_err();
+            assert!(matches!(e, LoadError::TooDeep { .. } | LoadError::TooLarge { .. }), "{e}");
+        }
+        let e = load_specs(&" ".repeat(MAX_SPEC_BYTES + 1), "big.yaml").unwrap_err();
+        assert!(e.to_string().contains("at most 1048576"), "{e}");
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{:?}", t0.elapsed());
+        // The design's example is far from the limit.
+        assert!(nesting_depth(GOOD) < 10, "{}", nesting_depth(GOOD));
     }
 
     #[test]
