@@ -1,7 +1,7 @@
 //! ProbeAttachment: what the agent on one node attached for one ProbeSpec.
 
 use crate::ProbeSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::{CustomResource, KubeSchema, Resource};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -75,7 +75,7 @@ pub struct ProbeAttachmentStatus {
     pub observed_generation: Option<i64>,
     /// When the agent wrote this status, RFC 3339 (`2026-11-22T10:00:00Z`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub update_time: Option<String>,
+    pub update_time: Option<Time>,
     /// The containers on this node that the ProbeSpec's selector matched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub containers: Vec<ContainerRef>,
@@ -87,9 +87,41 @@ pub struct ProbeAttachmentStatus {
     /// Links left out of `links` to keep within its bound of 200.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub links_omitted: u32,
+    /// Processes the selector matched on this node since the agent started.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub processes_matched: u64,
+    /// Of those, traced from their first call (or from the agent's start).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub processes_traced: u64,
+    /// Of those, not traced from their first call (see `missed`).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub processes_missed: u64,
+    /// The latest processes not traced from their first call, with the reason (at most 10).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub missed: Vec<MissedProcess>,
+}
+
+/// At most this many entries in `ProbeAttachmentStatus.missed`.
+pub const MAX_MISSED: usize = 10;
+
+/// A matched process that was not traced from its first call.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MissedProcess {
+    /// Its pid in the node's pid namespace.
+    pub pid: u32,
+    /// Its executable's path.
+    pub executable: String,
+    /// Why: e.g. "exited before gprobe could attach".
+    pub reason: String,
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero64(n: &u64) -> bool {
     *n == 0
 }
 

@@ -126,6 +126,10 @@ fn default_true() -> bool {
     true
 }
 
+fn is_zero64(n: &u64) -> bool {
+    *n == 0
+}
+
 fn is_true(b: &bool) -> bool {
     *b
 }
@@ -204,6 +208,11 @@ pub struct ProbeSpecStatus {
     /// Probes that failed to attach (one per probe and container), summed over nodes.
     #[serde(default)]
     pub probes_failed: u32,
+    /// Selected processes not traced from their first call (they exited before the agent
+    /// could attach, for example), summed over nodes; each node's ProbeAttachment lists the
+    /// latest ones with the reason.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub processes_missed: u64,
     /// The latest attach errors, at most 10, each prefixed with its node: `node-a: ...`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]

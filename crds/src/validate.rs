@@ -422,14 +422,26 @@ spec:
         for text in [
             "[".repeat(100_000),
             "- ".repeat(50_000) + "x",
-            format!("a:\n{}", (1..2000).map(|i| format!("{}k{i}:\n", " ".repeat(i * 2))).collect::<String>()),
+            format!(
+                "a:\n{}",
+                (1..2000)
+                    .map(|i| format!("{}k{i}:\n", " ".repeat(i * 2)))
+                    .collect::<String>()
+            ),
         ] {
             let e = load_specs(&text, "deep.yaml").unwrap_err();
-            assert!(matches!(e, LoadError::TooDeep { .. } | LoadError::TooLarge { .. }), "{e}");
+            assert!(
+                matches!(e, LoadError::TooDeep { .. } | LoadError::TooLarge { .. }),
+                "{e}"
+            );
         }
         let e = load_specs(&" ".repeat(MAX_SPEC_BYTES + 1), "big.yaml").unwrap_err();
         assert!(e.to_string().contains("at most 1048576"), "{e}");
-        assert!(t0.elapsed() < std::time::Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            t0.elapsed()
+        );
         // The design's example is far from the limit.
         assert!(nesting_depth(GOOD) < 10, "{}", nesting_depth(GOOD));
     }

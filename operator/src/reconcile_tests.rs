@@ -109,7 +109,12 @@ fn attachment(
     let mut a = new_attachment(spec, node);
     a.status = Some(ProbeAttachmentStatus {
         observed_generation: Some(2),
-        update_time: Some(updated.into()),
+        update_time: Some(
+            updated
+                .parse::<k8s_openapi::jiff::Timestamp>()
+                .map(Time)
+                .expect("RFC 3339 test time"),
+        ),
         containers: links
             .iter()
             .map(|l| ContainerRef {
@@ -122,6 +127,7 @@ fn attachment(
             .collect(),
         links,
         links_omitted: 0,
+        ..Default::default()
     });
     a
 }

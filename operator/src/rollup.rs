@@ -91,6 +91,7 @@ pub fn roll_up(
     for att in &atts {
         let Some(s) = &att.status else { continue };
         st.containers_matched += s.containers.len() as u32;
+        st.processes_missed += s.processes_missed;
         if let (Some(g), Some(seen)) = (generation, s.observed_generation) {
             if seen < g {
                 stale_nodes += 1;
@@ -275,7 +276,12 @@ mod tests {
         let mut a = new_attachment(&spec(), node);
         a.status = Some(ProbeAttachmentStatus {
             observed_generation: Some(generation),
-            update_time: Some(updated.into()),
+            update_time: Some(
+                updated
+                    .parse::<k8s_openapi::jiff::Timestamp>()
+                    .map(Time)
+                    .expect("RFC 3339 test time"),
+            ),
             containers: links
                 .iter()
                 .map(|l| ContainerRef {
@@ -286,6 +292,7 @@ mod tests {
                 .collect(),
             links,
             links_omitted: 0,
+            ..Default::default()
         });
         a
     }
