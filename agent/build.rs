@@ -10,15 +10,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_capture", &["kind", "size", "max_len", "loc"]),
     (
         "gp_probe_cfg",
-        &[
-            "spec_id",
-            "func_id",
-            "kind",
-            "n_captures",
-            "rate_limit",
-            "bin_id",
-            "caps",
-        ],
+        &["func_id", "kind", "n_captures", "rate_limit", "caps"],
     ),
     (
         "gp_event",
@@ -37,10 +29,20 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_value", &["cap", "flags", "len", "full_len"]),
     (
         "gp_stats",
-        &["hits", "emitted", "lost", "throttled", "unpaired"],
+        &[
+            "hits",
+            "emitted",
+            "lost",
+            "throttled",
+            "unpaired",
+            "too_deep",
+        ],
     ),
-    ("gp_pid_key", &["tgid", "spec_id"]),
-    ("gp_proc_event", &["kind", "pid"]),
+    ("gp_control", &["holds_until_ns"]),
+    (
+        "gp_proc_event",
+        &["kind", "pid", "flags", "ino", "filename"],
+    ),
 ];
 
 fn clang() -> Result<PathBuf> {
@@ -132,6 +134,8 @@ fn main() -> Result<()> {
         "GP_MAX_DEPTH",
         "GP_DATA_MASK",
         "GP_SCRATCH",
+        "GP_PATH_MAX",
+        "GP_COMM_LEN",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

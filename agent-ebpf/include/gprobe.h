@@ -15,10 +15,12 @@ typedef int32_t __s32;
 
 #define GP_MAX_CAPTURES 8
 #define GP_MAX_STR 4096       /* cap on limits.maxStringBytes */
-#define GP_MAX_DEPTH 8        /* nested (recursive) calls tracked per goroutine and function */
+#define GP_MAX_DEPTH 16       /* nested (recursive) calls paired per goroutine and function */
 #define GP_MAX_PROBES 16384   /* probe configurations (entry and return count separately) */
 #define GP_SCRATCH 16384      /* per-CPU buffer an event is assembled in (per-CPU values max 32 KiB) */
 #define GP_DATA_MASK 0x1fff   /* every capture starts below 8 KiB; with GP_MAX_STR it ends below GP_SCRATCH */
+#define GP_PATH_MAX 256       /* bytes of the executed path carried by an exec event */
+#define GP_COMM_LEN 16
 
 /* How a probe configuration behaves when its uprobe fires. */
 enum gp_probe_kind {
@@ -42,8 +44,9 @@ enum gp_cap_kind {
 
 enum gp_loc_kind {
 	GP_LOC_NONE = 0,
-	GP_LOC_REG = 1,   /* Go integer register index 0..8: RAX RBX RCX RDI RSI R8 R9 R10 R11 */
-	GP_LOC_STACK = 2, /* memory at SP + off (SP as at the probe address) */
+	GP_LOC_REG = 1,   /* a general-purpose register, by its x86 encoding (RAX=0 ... R15=15) */
+	GP_LOC_MEM = 2,   /* the 8 bytes at register + off (Go stack arguments: RSP + off) */
+	GP_LOC_CONST = 3, /* the constant off */
 };
 
 struct gp_loc {
@@ -62,13 +65,11 @@ struct gp_capture {
 };
 
 struct gp_probe_cfg {
-	__u32 spec_id;    /* with the tgid, the key of the pid filter */
 	__u32 func_id;    /* pairs the entry and return configurations of one probe */
 	__u8 kind;        /* enum gp_probe_kind */
 	__u8 n_captures;
 	__u16 _pad;
 	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
-	__u32 bin_id;     /* the binary this configuration was attached for (see pids) */
 	__u32 _pad2;
 	struct gp_capture caps[GP_MAX_CAPTURES];
 };
@@ -100,19 +101,12 @@ struct gp_value {
 
 /* Per configuration and CPU. */
 struct gp_stats {
-	__u64 hits;      /* uprobe hits from selected processes */
+	__u64 hits;      /* uprobe hits */
 	__u64 emitted;   /* events written to the ring buffer */
 	__u64 lost;      /* events dropped: ring buffer full */
 	__u64 throttled; /* calls over limits.eventsPerSecond */
-	__u64 unpaired;  /* returns with no remembered entry (entry dropped or too deep) */
-};
-
-/* The pid filter: (tgid, spec) -> the bin_id the process was registered with. Two
- * configurations can sit on one file (e.g. containers of one image seen through different
- * overlay mounts); a hit passes only through those of the process's own binary. */
-struct gp_pid_key {
-	__u32 tgid;
-	__u32 spec_id;
+	__u64 unpaired;  /* returns with no remembered entry (entry dropped or before attach) */
+	__u64 too_deep;  /* calls nested deeper than GP_MAX_DEPTH in one goroutine: not recorded */
 };
 
 struct gp_inflight_key {
@@ -123,7 +117,7 @@ struct gp_inflight_key {
 
 struct gp_inflight {
 	__u32 depth;
-	__u32 _pad;
+	__u32 overflow; /* calls entered beyond GP_MAX_DEPTH, not yet returned */
 	__u64 ts[GP_MAX_DEPTH];
 	__u64 call_id[GP_MAX_DEPTH];
 };
@@ -133,10 +127,25 @@ struct gp_rate {
 	__u64 count;
 };
 
-/* Records of the process ring buffer (exec / exit of any process on the host). */
+/* What the agent tells the exec tracepoint. */
+struct gp_control {
+	/* Hold (SIGSTOP) a candidate process at exec only before this time: the agent pushes
+	 * it forward while it runs, so a stopped or dead agent holds nothing. */
+	__u64 holds_until_ns;
+};
+
+/* Flags of an exec event. */
+#define GP_EXEC_HELD 1 /* the process was stopped (SIGSTOP) at exec; the agent resumes it */
+
+/* Records of the process ring buffer (exec / exit of any process on the host). An exit
+ * record is only the first 8 bytes. */
 struct gp_proc_event {
 	__u32 kind; /* GP_EV_EXEC or GP_EV_EXIT */
 	__u32 pid;
+	__u32 flags;
+	__u32 _pad;
+	__u64 ino;                  /* inode number of the executed file */
+	char filename[GP_PATH_MAX]; /* the path given to execve (may be relative) */
 };
 
 #endif

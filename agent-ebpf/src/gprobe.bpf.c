@@ -1,18 +1,50 @@
 // SPDX-License-Identifier: GPL-2.0
 /* gprobe's BPF programs: one generic uprobe program for every probe (configured through
  * the `probes` map, selected by the attach cookie) and two BTF tracepoints that report
- * exec and exit so the agent can attach to new processes and forget old ones. */
+ * exec and exit so the agent can attach to new processes and forget old ones.
+ *
+ * Uprobes are attached per process (perf events with a pid): the kernel inserts their
+ * breakpoints only into the processes the agent selected, so this program needs no pid
+ * filter of its own. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "gprobe.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
+#define SIGSTOP 19
+
 /* struct pt_regs on x86_64, as the kernel passes it to uprobe programs. */
 struct x86_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
 	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
+
+/* The kernel structures the exec tracepoint reads, reduced to the fields it uses; CO-RE
+ * relocations (preserve_access_index) place them at this kernel's offsets. */
+struct qstr {
+	union {
+		struct {
+			__u32 hash;
+			__u32 len;
+		};
+		__u64 hash_len;
+	};
+	const unsigned char *name;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct linux_binprm {
+	struct file *file;
+	const char *filename;
+} __attribute__((preserve_access_index));
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -21,7 +53,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 << 10);
+	__uint(max_entries, 1 << 20);
 } proc_events SEC(".maps");
 
 struct {
@@ -45,15 +77,6 @@ struct {
 	__type(value, struct gp_rate);
 } rates SEC(".maps");
 
-/* Selected processes: only their hits are reported, although a uprobe fires for every
- * process that runs the probed file. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct gp_pid_key);
-	__type(value, __u32);
-} pids SEC(".maps");
-
 /* Calls in flight, by goroutine: LRU so abandoned entries (panics) cannot grow it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -62,8 +85,42 @@ struct {
 	__type(value, struct gp_inflight);
 } inflight SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gp_control);
+} control SEC(".maps");
+
+/* Exec candidates: processes whose executable has one of these inode numbers, or whose
+ * name (comm, the executed path's last component) is one of these, are held at exec until
+ * the agent has attached to them. The agent decides whether they are selected. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u8);
+} watch_ino SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, char[GP_COMM_LEN]);
+	__type(value, __u8);
+} watch_comm SEC(".maps");
+
+/* Processes stopped at exec, by pid, with the time: the agent resumes each when it has
+ * attached, and any it never heard of (a lost event) after a timeout. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} held SEC(".maps");
+
 struct scratch {
 	__u64 seq;
+	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
 	__u64 regs[16];
 	__u8 buf[GP_SCRATCH];
 };
@@ -75,34 +132,52 @@ struct {
 	__type(value, struct scratch);
 } scratch SEC(".maps");
 
-/* Wake the reader only once this much data waits; it also polls on a short timer, so
- * quiet periods still flush. 0 = let the kernel decide for every record. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gp_proc_event);
+} proc_scratch SEC(".maps");
+
+/* Wake the reader only once about this much data was written on one CPU; it also polls on
+ * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
 volatile const __u64 wakeup_bytes = 0;
 
-/* Go's integer argument registers, in ABI order, copied out of pt_regs once per hit:
- * the verifier rejects pt_regs loads at computed offsets, so captures index this copy. */
-static __always_inline void save_go_regs(__u64 *regs, const struct x86_regs *r)
+/* The general-purpose registers by x86 encoding, copied out of pt_regs once per hit: the
+ * verifier rejects pt_regs loads at computed offsets, so captures index this copy. */
+static __always_inline void save_regs(__u64 *regs, const struct x86_regs *r)
 {
 	regs[0] = r->ax;
-	regs[1] = r->bx;
-	regs[2] = r->cx;
-	regs[3] = r->di;
-	regs[4] = r->si;
-	regs[5] = r->r8;
-	regs[6] = r->r9;
-	regs[7] = r->r10;
-	regs[8] = r->r11;
+	regs[1] = r->cx;
+	regs[2] = r->dx;
+	regs[3] = r->bx;
+	regs[4] = r->sp;
+	regs[5] = r->bp;
+	regs[6] = r->si;
+	regs[7] = r->di;
+	regs[8] = r->r8;
+	regs[9] = r->r9;
+	regs[10] = r->r10;
+	regs[11] = r->r11;
+	regs[12] = r->r12;
+	regs[13] = r->r13;
+	regs[14] = r->r14;
+	regs[15] = r->r15;
 }
 
-static __always_inline int read_word(const __u64 *regs, __u64 sp, const struct gp_loc *l, __u64 *out)
+static __always_inline int read_word(const __u64 *regs, const struct gp_loc *l, __u64 *out)
 {
 	*out = 0;
-	if (l->kind == GP_LOC_REG) {
+	switch (l->kind) {
+	case GP_LOC_REG:
 		*out = regs[l->reg & 15];
 		return 0;
+	case GP_LOC_MEM:
+		return bpf_probe_read_user(out, sizeof(*out), (void *)(regs[l->reg & 15] + (long)l->off));
+	case GP_LOC_CONST:
+		*out = (__u64)(long)l->off;
+		return 0;
 	}
-	if (l->kind == GP_LOC_STACK)
-		return bpf_probe_read_user(out, sizeof(*out), (void *)(sp + (long)l->off));
 	return -1;
 }
 
@@ -126,18 +201,14 @@ int gprobe_uprobe(struct x86_regs *r)
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	if (!cfg)
 		return 0;
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct gp_pid_key pk = { .tgid = pid_tgid >> 32, .spec_id = cfg->spec_id };
-	__u32 *bin = bpf_map_lookup_elem(&pids, &pk);
-	if (!bin || *bin != cfg->bin_id)
-		return 0;
 	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
 	if (!st)
 		return 0;
 	st->hits++;
 
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns();
-	struct gp_inflight_key ik = { .goroutine = r->r14, .tgid = pk.tgid, .func_id = cfg->func_id };
+	struct gp_inflight_key ik = { .goroutine = r->r14, .tgid = pid_tgid >> 32, .func_id = cfg->func_id };
 	__u64 call_id = 0, duration = 0;
 	__u16 kind = GP_EV_CALL;
 
@@ -148,6 +219,11 @@ int gprobe_uprobe(struct x86_regs *r)
 
 	if (cfg->kind == GP_PROBE_RETURN) {
 		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+		if (in && in->overflow > 0) {
+			/* The return of a call nested too deep to be recorded (counted at its entry). */
+			in->overflow--;
+			return 0;
+		}
 		if (!in || in->depth == 0 || in->depth > GP_MAX_DEPTH) {
 			/* Its entry was throttled, dropped, or came before we attached. */
 			st->unpaired++;
@@ -166,20 +242,27 @@ int gprobe_uprobe(struct x86_regs *r)
 			return 0;
 		}
 		if (cfg->kind == GP_PROBE_ENTRY) {
+			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+			if (in && in->depth >= GP_MAX_DEPTH) {
+				/* Deeper than the pairing stack: counted, not recorded, and its return
+				 * skipped so the outer calls still pair exactly. */
+				in->overflow++;
+				st->too_deep++;
+				return 0;
+			}
 			s->seq++;
 			call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
 			kind = GP_EV_ENTRY;
 		}
 	}
 
-	save_go_regs(s->regs, r);
-	__u64 sp = r->sp;
+	save_regs(s->regs, r);
 	struct gp_event *e = (struct gp_event *)s->buf;
 	e->ts_ns = now;
 	e->call_id = call_id;
 	e->goroutine = r->r14;
 	e->duration_ns = duration;
-	e->pid = pk.tgid;
+	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->probe_id = id;
 	e->kind = kind;
@@ -197,14 +280,14 @@ int gprobe_uprobe(struct x86_regs *r)
 		v->full_len = 0;
 		if (c->kind == GP_CAP_WORD) {
 			__u64 w;
-			if (read_word(s->regs, sp, &c->loc[0], &w))
+			if (read_word(s->regs, &c->loc[0], &w))
 				flags |= GP_VAL_FAULT;
 			*(__u64 *)(s->buf + off + sizeof(*v)) = w;
 			v->len = 8;
 			off += sizeof(*v) + 8;
 		} else {
 			__u64 ptr = 0, len = 0;
-			if (read_word(s->regs, sp, &c->loc[0], &ptr) | read_word(s->regs, sp, &c->loc[1], &len))
+			if (read_word(s->regs, &c->loc[0], &ptr) | read_word(s->regs, &c->loc[1], &len))
 				flags |= GP_VAL_FAULT;
 			__u32 n = len > c->max_len ? c->max_len : (__u32)len;
 			if (n > GP_MAX_STR)
@@ -224,10 +307,18 @@ int gprobe_uprobe(struct x86_regs *r)
 	off &= (GP_SCRATCH - 1);
 	e->data_len = off - sizeof(struct gp_event);
 
+	/* Batched wake-ups without asking the ring how full it is: a per-CPU count of the
+	 * bytes written since this CPU last woke the reader. */
 	__u64 wake = 0;
-	if (wakeup_bytes)
-		wake = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-										     : BPF_RB_NO_WAKEUP;
+	if (wakeup_bytes) {
+		s->unwoken += off;
+		if (s->unwoken >= wakeup_bytes) {
+			s->unwoken = 0;
+			wake = BPF_RB_FORCE_WAKEUP;
+		} else {
+			wake = BPF_RB_NO_WAKEUP;
+		}
+	}
 	if (bpf_ringbuf_output(&events, s->buf, off, wake)) {
 		st->lost++;
 		return 0;
@@ -243,10 +334,6 @@ int gprobe_uprobe(struct x86_regs *r)
 			if (!in)
 				return 0;
 		}
-		if (in->depth >= GP_MAX_DEPTH) {
-			/* Entries left by calls that never returned (a panic unwound them): start over. */
-			in->depth = 0;
-		}
 		__u32 d = in->depth & (GP_MAX_DEPTH - 1);
 		in->ts[d] = now;
 		in->call_id[d] = call_id;
@@ -255,25 +342,58 @@ int gprobe_uprobe(struct x86_regs *r)
 	return 0;
 }
 
-static __always_inline void proc_event(__u32 kind)
+/* Whether a process that just exec'd is one the agent may want: then it is stopped before
+ * its first instruction, and the agent attaches before resuming it. */
+static __always_inline int exec_candidate(__u64 ino, const char *comm)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (kind == GP_EV_EXIT && (__u32)pid_tgid != (__u32)(pid_tgid >> 32))
-		return; /* a thread, not the process */
-	struct gp_proc_event ev = { .kind = kind, .pid = pid_tgid >> 32 };
-	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
+	__u32 zero = 0;
+	struct gp_control *ctl = bpf_map_lookup_elem(&control, &zero);
+	if (!ctl || bpf_ktime_get_ns() >= ctl->holds_until_ns)
+		return 0;
+	return bpf_map_lookup_elem(&watch_ino, &ino) || bpf_map_lookup_elem(&watch_comm, comm);
 }
 
 SEC("tp_btf/sched_process_exec")
-int gprobe_exec(void *ctx)
+int gprobe_exec(unsigned long long *ctx)
 {
-	proc_event(GP_EV_EXEC);
+	struct linux_binprm *bprm = (struct linux_binprm *)ctx[2];
+	__u32 zero = 0;
+	struct gp_proc_event *ev = bpf_map_lookup_elem(&proc_scratch, &zero);
+	if (!ev)
+		return 0;
+	ev->kind = GP_EV_EXEC;
+	ev->pid = bpf_get_current_pid_tgid() >> 32;
+	ev->flags = 0;
+	ev->_pad = 0;
+	ev->ino = bprm->file->f_inode->i_ino;
+	ev->filename[0] = 0;
+	bpf_probe_read_kernel_str(ev->filename, sizeof(ev->filename), bprm->filename);
+	char comm[GP_COMM_LEN] = {};
+	bpf_get_current_comm(comm, sizeof(comm));
+	if (exec_candidate(ev->ino, comm)) {
+		__u64 now = bpf_ktime_get_ns();
+		/* Recorded first: a hold the agent does not know of is one it cannot undo. */
+		if (bpf_map_update_elem(&held, &ev->pid, &now, BPF_ANY) == 0) {
+			if (bpf_send_signal(SIGSTOP) == 0)
+				ev->flags |= GP_EXEC_HELD;
+			else
+				bpf_map_delete_elem(&held, &ev->pid);
+		}
+	}
+	bpf_ringbuf_output(&proc_events, ev, sizeof(*ev), 0);
 	return 0;
 }
 
 SEC("tp_btf/sched_process_exit")
 int gprobe_exit(void *ctx)
 {
-	proc_event(GP_EV_EXIT);
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)pid_tgid != (__u32)(pid_tgid >> 32))
+		return 0; /* a thread, not the process */
+	struct {
+		__u32 kind;
+		__u32 pid;
+	} ev = { .kind = GP_EV_EXIT, .pid = pid_tgid >> 32 };
+	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
 	return 0;
 }

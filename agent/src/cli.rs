@@ -6,11 +6,20 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// A poll interval: a zero would spin a core, a long one delays output past use.
+fn parse_poll_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(10) {
+        return Err(format!("{s} is out of range: use 1ms to 10s"));
+    }
+    Ok(d)
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "gprobe",
     version,
-    about = "Trace Go functions of running programs with eBPF uprobes"
+    about = "Trace functions of running programs (Go first) with eBPF uprobes"
 )]
 pub struct Cli {
     /// Log level on stderr: error, warn, info, debug, trace.
@@ -69,9 +78,13 @@ pub enum Command {
         /// buffer). 0 wakes it on every event, which costs microseconds per traced call.
         #[arg(long, default_value = "256KiB", value_parser = parse_size)]
         wakeup_size: u64,
-        /// Read the ring buffer at least this often (bounds output delay when quiet).
-        #[arg(long, default_value = "25ms", value_parser = parse_duration)]
+        /// Read the ring buffer at least this often (bounds output delay when quiet; 1ms-10s).
+        #[arg(long, default_value = "25ms", value_parser = parse_poll_interval)]
         poll_interval: Duration,
+        /// At exit, write the summary (per probe: attached, delivered, lost, ...; processes
+        /// matched, traced and missed with the reason; OTLP counts) as JSON to this file.
+        #[arg(long, value_name = "PATH")]
+        summary_file: Option<PathBuf>,
     },
     /// Cluster mode on one node (the DaemonSet): ProbeSpecs from the API server (or
     /// --spec-dir), containers from the node's runtime over CRI.
@@ -122,4 +135,18 @@ pub enum Command {
         #[arg(long)]
         verbose: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_interval_must_be_positive_and_bounded() {
+        assert!(parse_poll_interval("0s")
+            .unwrap_err()
+            .contains("out of range"));
+        assert!(parse_poll_interval("1h").is_err());
+        assert_eq!(parse_poll_interval("25ms"), Ok(Duration::from_millis(25)));
+    }
 }

@@ -8,6 +8,7 @@ use gprobe_agent::export::Format;
 use gprobe_agent::local::{self, RunOptions};
 use gprobe_agent::pipeline::PipelineOptions;
 use std::io::IsTerminal;
+use std::process::ExitCode;
 
 fn init_logs(level: &str) -> Result<()> {
     let filter: tracing_subscriber::filter::LevelFilter = level
@@ -58,10 +59,25 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn main() -> Result<()> {
+/// Exit status of `gprobe run` when no probe was ever attached.
+const EXIT_NOTHING_ATTACHED: u8 = 3;
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logs(&cli.log_level)?;
-    match cli.command {
+    // User errors are printed as their message and its causes, not as a Debug dump with a
+    // backtrace (anyhow would print one with RUST_BACKTRACE=1).
+    let result = init_logs(&cli.log_level).and_then(|_| run(cli.command));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode> {
+    match command {
         Command::Symbols {
             binary,
             pid,
@@ -76,7 +92,7 @@ fn main() -> Result<()> {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             gprobe_agent::symbols::list(&path, filter.as_deref(), verbose, &mut out)?;
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Command::Agent {
             node_name,
@@ -128,7 +144,7 @@ fn main() -> Result<()> {
             };
             let summary = runtime()?.block_on(cluster::run(opts, Box::new(std::io::stdout())))?;
             eprint!("{}", summary.render());
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         Command::Run {
             specs,
@@ -138,6 +154,7 @@ fn main() -> Result<()> {
             ring_buffer_size,
             wakeup_size,
             poll_interval,
+            summary_file,
         } => {
             let format = format_of(output);
             let otlp = OtlpConfig::from_flags_and_env(
@@ -163,7 +180,19 @@ fn main() -> Result<()> {
             };
             let summary = runtime()?.block_on(local::run(opts, Box::new(std::io::stdout())))?;
             eprint!("{}", summary.render());
-            Ok(())
+            if let Some(path) = summary_file {
+                summary
+                    .write_json(&path)
+                    .with_context(|| format!("writing --summary-file {}", path.display()))?;
+            }
+            if !summary.any_attached() {
+                eprintln!(
+                    "error: no probe was attached at any time: {}",
+                    summary.why_nothing_attached()
+                );
+                return Ok(ExitCode::from(EXIT_NOTHING_ATTACHED));
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

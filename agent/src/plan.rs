@@ -49,6 +49,8 @@ pub struct ProbePlan {
     pub return_captures: Vec<CapturePlan>,
     /// Where the signature came from, for the attach report.
     pub signature_source: &'static str,
+    /// What the user should know although the probe can attach.
+    pub warnings: Vec<String>,
 }
 
 impl ProbePlan {
@@ -57,17 +59,9 @@ impl ProbePlan {
     }
 
     /// BPF configurations for the entry and (if any) the return uprobes.
-    pub fn configs(
-        &self,
-        spec_id: u32,
-        bin_id: u32,
-        func_id: u32,
-        rate_limit: u32,
-    ) -> (GpProbeCfg, Option<GpProbeCfg>) {
+    pub fn configs(&self, func_id: u32, rate_limit: u32) -> (GpProbeCfg, Option<GpProbeCfg>) {
         let make = |kind, caps: &[CapturePlan]| {
             let mut cfg = GpProbeCfg {
-                spec_id,
-                bin_id,
                 func_id,
                 kind,
                 n_captures: caps.len() as u8,
@@ -252,18 +246,27 @@ pub fn plan_probe(
         entry_captures,
         return_captures,
         signature_source: source,
+        warnings: Vec::new(),
     })
 }
+
+/// Go's integer argument registers (ABIInternal order RAX RBX RCX RDI RSI R8 R9 R10 R11)
+/// as x86 register numbers.
+const GO_INT_REGS: [u8; 9] = {
+    use abi::reg::*;
+    [RAX, RBX, RCX, RDI, RSI, R8, R9, R10, R11]
+};
 
 fn loc(l: Loc, what: &str) -> Result<GpLoc, String> {
     match l {
         Loc::IntReg(r) => Ok(GpLoc {
             kind: abi::LOC_REG,
-            reg: r,
+            reg: GO_INT_REGS[r as usize],
             ..Default::default()
         }),
         Loc::Stack(off) => Ok(GpLoc {
-            kind: abi::LOC_STACK,
+            kind: abi::LOC_MEM,
+            reg: abi::reg::RSP,
             off,
             ..Default::default()
         }),
@@ -321,5 +324,33 @@ fn capture_plan(name: &str, placed: &Placed, max_string_bytes: u32) -> Result<Ca
             "{} values cannot be captured; capture a scalar, string, []byte, pointer or interface parameter",
             placed.ty
         )),
+    }
+}
+
+/// Binary resolution as the engine asks for it: opens the file once per batch of probes.
+#[derive(Debug, Default)]
+pub struct BinaryResolver;
+
+impl crate::engine::Resolver for BinaryResolver {
+    fn plan(
+        &mut self,
+        path: &std::path::Path,
+        probes: &[crate::engine::PlanRequest<'_>],
+    ) -> Vec<Result<ProbePlan, std::sync::Arc<crate::engine::ProbeError>>> {
+        use crate::engine::ProbeError;
+        use std::sync::Arc;
+        match Binary::open(path) {
+            Err(e) => {
+                let e = Arc::new(ProbeError::Binary(e));
+                probes.iter().map(|_| Err(e.clone())).collect()
+            }
+            Ok(bin) => probes
+                .iter()
+                .map(|r| {
+                    plan_probe(&bin, r.probe, r.limits.max_string_bytes)
+                        .map_err(|e| Arc::new(ProbeError::Plan(e)))
+                })
+                .collect(),
+        }
     }
 }

@@ -104,6 +104,8 @@ struct Inner {
     /// Calls delivered per probe and process, for per-container reports.
     by_pid: Mutex<HashMap<(ProbeKey, u32), u64>>,
     processes: Mutex<ProcessStats>,
+    /// The same, per spec (`ProbeKey::spec`): a process two specs select counts in both.
+    processes_by_spec: Mutex<BTreeMap<Arc<str>, ProcessStats>>,
     otlp: OtlpStats,
 }
 
@@ -205,27 +207,46 @@ impl Stats {
     pub fn forget_probe(&self, key: &ProbeKey) {
         lock(&self.0.probes).remove(key);
         lock(&self.0.by_pid).retain(|k, _| &k.0 != key);
+        lock(&self.0.processes_by_spec).remove(&key.spec);
     }
 
-    pub fn process_matched(&self) {
-        lock(&self.0.processes).matched += 1;
-    }
-
-    pub fn process_traced(&self) {
-        lock(&self.0.processes).traced += 1;
-    }
-
-    pub fn process_missed(&self, m: Missed) {
-        let mut p = lock(&self.0.processes);
-        p.missed_total += 1;
-        if p.missed.len() == MAX_MISSED_LISTED {
-            p.missed.pop_front();
+    fn each_process_stats(&self, specs: &[Arc<str>], mut f: impl FnMut(&mut ProcessStats)) {
+        f(&mut lock(&self.0.processes));
+        let mut by = lock(&self.0.processes_by_spec);
+        for s in specs {
+            f(by.entry(s.clone()).or_default());
         }
-        p.missed.push_back(m);
+    }
+
+    /// A process that `specs` select.
+    pub fn process_matched(&self, specs: &[Arc<str>]) {
+        self.each_process_stats(specs, |p| p.matched += 1);
+    }
+
+    pub fn process_traced(&self, specs: &[Arc<str>]) {
+        self.each_process_stats(specs, |p| p.traced += 1);
+    }
+
+    pub fn process_missed(&self, specs: &[Arc<str>], m: Missed) {
+        self.each_process_stats(specs, |p| {
+            p.missed_total += 1;
+            if p.missed.len() == MAX_MISSED_LISTED {
+                p.missed.pop_front();
+            }
+            p.missed.push_back(m.clone());
+        });
     }
 
     pub fn processes(&self) -> ProcessStats {
         lock(&self.0.processes).clone()
+    }
+
+    /// The processes one spec selected (`ProbeKey::spec` names it).
+    pub fn processes_of(&self, spec: &str) -> ProcessStats {
+        lock(&self.0.processes_by_spec)
+            .get(spec)
+            .cloned()
+            .unwrap_or_default()
     }
 
     pub fn otlp(&self) -> &OtlpStats {
@@ -272,16 +293,28 @@ mod tests {
     #[test]
     fn missed_processes_are_all_counted_and_the_latest_listed() {
         let st = Stats::new();
+        let a: Arc<str> = "a".into();
         for pid in 0..(MAX_MISSED_LISTED as u32 + 5) {
-            st.process_missed(Missed {
-                pid,
-                executable: "/bin/x".into(),
-                reason: "exited before attach".into(),
-            });
+            st.process_missed(
+                std::slice::from_ref(&a),
+                Missed {
+                    pid,
+                    executable: "/bin/x".into(),
+                    reason: "exited before attach".into(),
+                },
+            );
         }
+        st.process_matched(&["a".into(), "b".into()]);
         let p = st.processes();
         assert_eq!(p.missed_total, MAX_MISSED_LISTED as u64 + 5);
         assert_eq!(p.missed.len(), MAX_MISSED_LISTED);
         assert_eq!(p.missed.front().unwrap().pid, 5);
+        assert_eq!(p.matched, 1);
+        assert_eq!(
+            st.processes_of("a").missed_total,
+            MAX_MISSED_LISTED as u64 + 5
+        );
+        assert_eq!(st.processes_of("b").matched, 1);
+        assert_eq!(st.processes_of("b").missed_total, 0);
     }
 }

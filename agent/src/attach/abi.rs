@@ -6,7 +6,7 @@
 mod c {
     include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
 }
-pub use c::{GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_PROBES, GP_MAX_STR};
+pub use c::{GP_COMM_LEN, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_PROBES, GP_MAX_STR, GP_PATH_MAX};
 
 /// Bytes a probe's header and captures may fill (the BPF cursor mask).
 pub const GP_DATA_LIMIT: usize = c::GP_DATA_MASK + 1;
@@ -26,7 +26,30 @@ pub const CAP_BYTES: u8 = 2;
 
 pub const LOC_NONE: u8 = 0;
 pub const LOC_REG: u8 = 1;
-pub const LOC_STACK: u8 = 2;
+pub const LOC_MEM: u8 = 2;
+pub const LOC_CONST: u8 = 3;
+
+/// Register numbers of `GpLoc::reg`: the x86-64 encoding.
+pub mod reg {
+    pub const RAX: u8 = 0;
+    pub const RCX: u8 = 1;
+    pub const RDX: u8 = 2;
+    pub const RBX: u8 = 3;
+    pub const RSP: u8 = 4;
+    pub const RBP: u8 = 5;
+    pub const RSI: u8 = 6;
+    pub const RDI: u8 = 7;
+    pub const R8: u8 = 8;
+    pub const R9: u8 = 9;
+    pub const R10: u8 = 10;
+    pub const R11: u8 = 11;
+    pub const R12: u8 = 12;
+    pub const R13: u8 = 13;
+    pub const R14: u8 = 14;
+    pub const R15: u8 = 15;
+}
+
+pub const EXEC_HELD: u32 = 1;
 
 pub const VAL_TRUNCATED: u8 = 1;
 pub const VAL_FAULT: u8 = 2;
@@ -53,13 +76,11 @@ pub struct GpCapture {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpProbeCfg {
-    pub spec_id: u32,
     pub func_id: u32,
     pub kind: u8,
     pub n_captures: u8,
     pub _pad: u16,
     pub rate_limit: u32,
-    pub bin_id: u32,
     pub _pad2: u32,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
 }
@@ -95,26 +116,30 @@ pub struct GpStats {
     pub lost: u64,
     pub throttled: u64,
     pub unpaired: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct GpPidKey {
-    pub tgid: u32,
-    pub spec_id: u32,
+    pub too_deep: u64,
 }
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpControl {
+    pub holds_until_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
 pub struct GpProcEvent {
     pub kind: u32,
     pub pid: u32,
+    pub flags: u32,
+    pub _pad: u32,
+    pub ino: u64,
+    pub filename: [u8; GP_PATH_MAX],
 }
 
 // SAFETY: plain-old-data repr(C) structs without padding-dependent invariants.
 unsafe impl aya::Pod for GpProbeCfg {}
 unsafe impl aya::Pod for GpStats {}
-unsafe impl aya::Pod for GpPidKey {}
+unsafe impl aya::Pod for GpControl {}
 
 macro_rules! check_layout {
     ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
@@ -126,10 +151,9 @@ macro_rules! check_layout {
 check_layout!(GpLoc, SIZEOF_GP_LOC, kind => OFFSETOF_GP_LOC_KIND, reg => OFFSETOF_GP_LOC_REG, off => OFFSETOF_GP_LOC_OFF);
 check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, size => OFFSETOF_GP_CAPTURE_SIZE,
     max_len => OFFSETOF_GP_CAPTURE_MAX_LEN, loc => OFFSETOF_GP_CAPTURE_LOC);
-check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, spec_id => OFFSETOF_GP_PROBE_CFG_SPEC_ID, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
+check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
-    rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT,
-    bin_id => OFFSETOF_GP_PROBE_CFG_BIN_ID, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+    rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,
     tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID, kind => OFFSETOF_GP_EVENT_KIND,
@@ -137,9 +161,11 @@ check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_i
 check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => OFFSETOF_GP_VALUE_FLAGS,
     len => OFFSETOF_GP_VALUE_LEN, full_len => OFFSETOF_GP_VALUE_FULL_LEN);
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
-    lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED);
-check_layout!(GpPidKey, SIZEOF_GP_PID_KEY, tgid => OFFSETOF_GP_PID_KEY_TGID, spec_id => OFFSETOF_GP_PID_KEY_SPEC_ID);
-check_layout!(GpProcEvent, SIZEOF_GP_PROC_EVENT, kind => OFFSETOF_GP_PROC_EVENT_KIND, pid => OFFSETOF_GP_PROC_EVENT_PID);
+    lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
+    too_deep => OFFSETOF_GP_STATS_TOO_DEEP);
+check_layout!(GpControl, SIZEOF_GP_CONTROL, holds_until_ns => OFFSETOF_GP_CONTROL_HOLDS_UNTIL_NS);
+check_layout!(GpProcEvent, SIZEOF_GP_PROC_EVENT, kind => OFFSETOF_GP_PROC_EVENT_KIND, pid => OFFSETOF_GP_PROC_EVENT_PID,
+    flags => OFFSETOF_GP_PROC_EVENT_FLAGS, ino => OFFSETOF_GP_PROC_EVENT_INO, filename => OFFSETOF_GP_PROC_EVENT_FILENAME);
 
 /// Reads the fixed header of an event record. `None` when the record is too short.
 pub fn read_event(buf: &[u8]) -> Option<GpEvent> {

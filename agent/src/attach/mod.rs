@@ -1,14 +1,25 @@
-//! The one module that talks to aya: loads gprobe's BPF object, writes probe
-//! configurations and the pid filter, attaches and detaches uprobes, reads counters.
+//! The one module that talks to aya and the kernel's BPF and perf interfaces: loads
+//! gprobe's BPF object, writes probe configurations and the exec watch, attaches uprobes to
+//! single processes and detaches them (off the caller's thread), reads counters. It is the
+//! engine's [`Tracer`].
 
 pub mod abi;
+pub mod detach;
+pub mod perf;
 
-use abi::{GpPidKey, GpProbeCfg, GpStats, GP_MAX_PROBES};
+use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
+use crate::plan::ProbePlan;
+use crate::stats::KernelCounts;
+use abi::{GpControl, GpProbeCfg, GpStats, GP_COMM_LEN, GP_MAX_PROBES};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope};
 use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
-use std::path::{Path, PathBuf};
+use detach::DetachPool;
+use perf::PerfLink;
+use std::collections::{BTreeSet, VecDeque};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::Instant;
 use thiserror::Error;
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
@@ -16,7 +27,7 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 const UPROBE_PROG: &str = "gprobe_uprobe";
 
 #[derive(Debug, Error)]
-pub enum AttachError {
+pub enum LoadError {
     #[error("loading gprobe's BPF programs failed: {0}. gprobe needs root (CAP_BPF and CAP_PERFMON) and a kernel with BPF ring buffers (5.8+) and BTF")]
     Load(#[source] Box<aya::EbpfError>),
     #[error("loading BPF program {program} failed: {source}")]
@@ -35,16 +46,6 @@ pub enum AttachError {
     },
     #[error("counting possible CPUs failed: {0}")]
     Cpus(#[source] std::io::Error),
-    #[error("too many probe configurations: at most {GP_MAX_PROBES} entry and return probes can be active at once")]
-    Full,
-    #[error("attaching a uprobe to {path} at file offset {offset:#x} failed: {source}{hint}")]
-    Uprobe {
-        path: PathBuf,
-        offset: u64,
-        hint: &'static str,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
 }
 
 /// Options fixed when the BPF object is loaded.
@@ -52,7 +53,8 @@ pub enum AttachError {
 pub struct LoadOptions {
     /// Size of the events ring buffer in bytes (a power of two, multiple of the page size).
     pub ring_buffer_bytes: u32,
-    /// Wake the reader once this many bytes wait (0: the kernel's per-record wake-ups).
+    /// Wake the reader once about this many bytes were written on one CPU (0: the kernel's
+    /// per-record wake-ups).
     pub wakeup_bytes: u64,
 }
 
@@ -65,43 +67,72 @@ impl Default for LoadOptions {
     }
 }
 
-/// A uprobe attached by [`Tracer::attach`].
-#[derive(Debug)]
-pub struct Link(UProbeLinkId);
-
-/// Loaded BPF programs and maps. Not `Sync`: callers share it behind a mutex.
-pub struct Tracer {
-    ebpf: Ebpf,
-    probes: Array<MapData, GpProbeCfg>,
-    stats: PerCpuArray<MapData, GpStats>,
-    pids: BpfHashMap<MapData, GpPidKey, u32>,
-    /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
-    free_ids: std::collections::VecDeque<u32>,
-}
-
-/// The two ring buffers the tracer's programs write to.
+/// The two ring buffers the programs write to.
 pub struct RingBuffers {
     pub events: RingBuf<MapData>,
     pub procs: RingBuf<MapData>,
 }
 
-fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> AttachError {
-    move |e| AttachError::Map {
+/// Loaded BPF programs and maps.
+pub struct BpfTracer {
+    ebpf: Ebpf,
+    probes: Array<MapData, GpProbeCfg>,
+    stats: PerCpuArray<MapData, GpStats>,
+    control: Array<MapData, GpControl>,
+    watch_ino: BpfHashMap<MapData, u64, u8>,
+    watch_comm: BpfHashMap<MapData, [u8; GP_COMM_LEN], u8>,
+    held: BpfHashMap<MapData, u32, u64>,
+    /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
+    free_ids: VecDeque<u32>,
+    pool: DetachPool<PerfLink>,
+    cpus: usize,
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
+    move |e| LoadError::Map {
         map,
         source: Box::new(e),
     }
 }
 
-impl Tracer {
+fn trace_map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> TraceError {
+    move |e| TraceError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(LoadError::Map {
+        map: name,
+        source: Box::new(aya::maps::MapError::InvalidName {
+            name: name.to_string(),
+        }),
+    })?;
+    T::try_from(map).map_err(map_err(name))
+}
+
+fn comm_key(name: &str) -> [u8; GP_COMM_LEN] {
+    let mut k = [0u8; GP_COMM_LEN];
+    let b = name.as_bytes();
+    let n = b.len().min(GP_COMM_LEN - 1);
+    k[..n].copy_from_slice(&b[..n]);
+    k
+}
+
+impl BpfTracer {
     /// Loads the programs, attaches the exec/exit tracepoints and returns the ring buffers.
-    pub fn load(opts: &LoadOptions) -> Result<(Tracer, RingBuffers), AttachError> {
+    pub fn load(opts: &LoadOptions) -> Result<(BpfTracer, RingBuffers), LoadError> {
         let wakeup = opts.wakeup_bytes;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("events", opts.ring_buffer_bytes)
             .override_global("wakeup_bytes", &wakeup, true)
             .load(BPF_OBJECT)
-            .map_err(|e| AttachError::Load(Box::new(e)))?;
-        let btf = Btf::from_sys_fs().map_err(|e| AttachError::Btf(Box::new(e)))?;
+            .map_err(|e| LoadError::Load(Box::new(e)))?;
+        let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(Box::new(e)))?;
         for (prog, tp) in [
             ("gprobe_exec", "sched_process_exec"),
             ("gprobe_exit", "sched_process_exit"),
@@ -110,12 +141,13 @@ impl Tracer {
                 .program_mut(prog)
                 .and_then(|p| p.try_into().ok())
                 .expect("BPF object has its tracepoint programs");
-            let wrap = |e| AttachError::Program {
-                program: if prog == "gprobe_exec" {
-                    "gprobe_exec"
-                } else {
-                    "gprobe_exit"
-                },
+            let program = if prog == "gprobe_exec" {
+                "gprobe_exec"
+            } else {
+                "gprobe_exit"
+            };
+            let wrap = |e| LoadError::Program {
+                program,
                 source: Box::new(e),
             };
             p.load(tp, &btf).map_err(wrap)?;
@@ -125,114 +157,54 @@ impl Tracer {
             .program_mut(UPROBE_PROG)
             .and_then(|p| p.try_into().ok())
             .expect("BPF object has its uprobe program");
-        up.load().map_err(|e| AttachError::Program {
+        up.load().map_err(|e| LoadError::Program {
             program: UPROBE_PROG,
             source: Box::new(e),
         })?;
-
-        let events = RingBuf::try_from(ebpf.take_map("events").expect("events map"))
-            .map_err(map_err("events"))?;
-        let procs = RingBuf::try_from(ebpf.take_map("proc_events").expect("proc_events map"))
-            .map_err(map_err("proc_events"))?;
-        let probes = Array::try_from(ebpf.take_map("probes").expect("probes map"))
-            .map_err(map_err("probes"))?;
-        let stats = PerCpuArray::try_from(ebpf.take_map("stats").expect("stats map"))
-            .map_err(map_err("stats"))?;
-        let pids = BpfHashMap::try_from(ebpf.take_map("pids").expect("pids map"))
-            .map_err(map_err("pids"))?;
-        let tracer = Tracer {
-            ebpf,
-            probes,
-            stats,
-            pids,
-            free_ids: (0..GP_MAX_PROBES as u32).collect(),
+        let rings = RingBuffers {
+            events: take(&mut ebpf, "events")?,
+            procs: take(&mut ebpf, "proc_events")?,
         };
-        Ok((tracer, RingBuffers { events, procs }))
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| LoadError::Cpus(e))?;
+        let tracer = BpfTracer {
+            probes: take(&mut ebpf, "probes")?,
+            stats: take(&mut ebpf, "stats")?,
+            control: take(&mut ebpf, "control")?,
+            watch_ino: take(&mut ebpf, "watch_ino")?,
+            watch_comm: take(&mut ebpf, "watch_comm")?,
+            held: take(&mut ebpf, "held")?,
+            ebpf,
+            free_ids: (0..GP_MAX_PROBES as u32).collect(),
+            pool: DetachPool::new(),
+            cpus,
+        };
+        Ok((tracer, rings))
     }
 
-    /// Stores a probe configuration and returns its id (the uprobe cookie). Its counters
-    /// start from zero.
-    pub fn add_config(&mut self, cfg: &GpProbeCfg) -> Result<u32, AttachError> {
-        let id = self.free_ids.pop_front().ok_or(AttachError::Full)?;
-        self.probes.set(id, cfg, 0).map_err(map_err("probes"))?;
-        let cpus = aya::util::nr_cpus().map_err(|(_, e)| AttachError::Cpus(e))?;
-        let zeros = aya::maps::PerCpuValues::try_from(vec![GpStats::default(); cpus])
-            .map_err(AttachError::Cpus)?;
-        self.stats.set(id, zeros, 0).map_err(map_err("stats"))?;
+    fn add_config(&mut self, cfg: &GpProbeCfg) -> Result<CfgId, TraceError> {
+        let id = self
+            .free_ids
+            .pop_front()
+            .ok_or(TraceError::Full { max: GP_MAX_PROBES })?;
+        let zeros = aya::maps::PerCpuValues::try_from(vec![GpStats::default(); self.cpus])
+            .expect("one value per possible CPU");
+        let stored = self
+            .stats
+            .set(id, zeros, 0)
+            .and_then(|_| self.probes.set(id, cfg, 0));
+        if let Err(e) = stored {
+            self.free_ids.push_front(id);
+            return Err(trace_map_err("probes")(e));
+        }
         Ok(id)
     }
 
-    /// Rewrites a stored configuration.
-    pub fn set_config(&mut self, id: u32, cfg: &GpProbeCfg) -> Result<(), AttachError> {
-        self.probes.set(id, cfg, 0).map_err(map_err("probes"))
-    }
-
-    /// Frees a configuration id once nothing is attached with it.
-    pub fn remove_config(&mut self, id: u32) {
+    fn remove_config(&mut self, id: CfgId) {
         let _ = self.probes.set(id, GpProbeCfg::default(), 0);
         self.free_ids.push_back(id);
     }
 
-    /// Attaches the uprobe program at `file_offset` of `target` for every process running
-    /// that file; the pid filter decides whose hits are reported.
-    pub fn attach(
-        &mut self,
-        target: &Path,
-        file_offset: u64,
-        cfg_id: u32,
-    ) -> Result<Link, AttachError> {
-        let up: &mut UProbe = self
-            .ebpf
-            .program_mut(UPROBE_PROG)
-            .and_then(|p| p.try_into().ok())
-            .expect("uprobe program");
-        let point = UProbeAttachPoint {
-            location: UProbeAttachLocation::AbsoluteOffset(file_offset),
-            cookie: Some(cfg_id as u64),
-        };
-        up.attach(point, target, UProbeScope::AllProcesses)
-            .map(Link)
-            .map_err(|e| {
-                let hint = if !target.exists() {
-                    " (the file or its process is gone: a process that exits while gprobe attaches is skipped)"
-                } else {
-                    ""
-                };
-                AttachError::Uprobe {
-                    path: target.to_path_buf(),
-                    offset: file_offset,
-                    hint,
-                    source: Box::new(e),
-                }
-            })
-    }
-
-    pub fn detach(&mut self, link: Link) {
-        if let Some(up) = self
-            .ebpf
-            .program_mut(UPROBE_PROG)
-            .and_then(|p| TryInto::<&mut UProbe>::try_into(p).ok())
-        {
-            if let Err(e) = up.detach(link.0) {
-                tracing::warn!("detaching a uprobe failed: {e}");
-            }
-        }
-    }
-
-    /// Lets `tgid`'s hits of spec `spec_id`'s probes through, for the configurations
-    /// attached for binary `bin_id` only.
-    pub fn allow_pid(&mut self, tgid: u32, spec_id: u32, bin_id: u32) -> Result<(), AttachError> {
-        self.pids
-            .insert(GpPidKey { tgid, spec_id }, bin_id, 0)
-            .map_err(map_err("pids"))
-    }
-
-    pub fn forget_pid(&mut self, tgid: u32, spec_id: u32) {
-        let _ = self.pids.remove(&GpPidKey { tgid, spec_id });
-    }
-
-    /// The configuration's counters summed over CPUs.
-    pub fn stats(&self, id: u32) -> GpStats {
+    fn stats_of(&self, id: CfgId) -> GpStats {
         let mut sum = GpStats::default();
         if let Ok(per_cpu) = self.stats.get(&id, 0) {
             for s in per_cpu.iter() {
@@ -241,8 +213,169 @@ impl Tracer {
                 sum.lost += s.lost;
                 sum.throttled += s.throttled;
                 sum.unpaired += s.unpaired;
+                sum.too_deep += s.too_deep;
             }
         }
         sum
+    }
+}
+
+impl Tracer for BpfTracer {
+    type Links = Vec<PerfLink>;
+
+    fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError> {
+        let (entry, ret) = plan.configs(0, rate_limit);
+        let entry_id = self.add_config(&entry)?;
+        // func_id pairs entry and return in BPF: the entry configuration's id is unique.
+        let mut fixed = entry;
+        fixed.func_id = entry_id;
+        let ret_id = match ret {
+            Some(mut r) => {
+                r.func_id = entry_id;
+                match self.add_config(&r) {
+                    Ok(id) => Some(id),
+                    Err(e) => {
+                        self.remove_config(entry_id);
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
+        if let Err(e) = self.probes.set(entry_id, fixed, 0) {
+            self.remove_config(entry_id);
+            if let Some(r) = ret_id {
+                self.remove_config(r);
+            }
+            return Err(trace_map_err("probes")(e));
+        }
+        Ok(ProbeConfig {
+            entry: entry_id,
+            ret: ret_id,
+        })
+    }
+
+    fn remove_probe(&mut self, cfg: ProbeConfig) {
+        self.remove_config(cfg.entry);
+        if let Some(r) = cfg.ret {
+            self.remove_config(r);
+        }
+    }
+
+    fn attach(
+        &mut self,
+        pid: u32,
+        target: &Path,
+        sites: &[Site],
+    ) -> Result<Vec<PerfLink>, TraceError> {
+        let up: &UProbe = self
+            .ebpf
+            .program(UPROBE_PROG)
+            .and_then(|p| p.try_into().ok())
+            .expect("BPF object has its uprobe program");
+        let prog = up.fd().expect("the uprobe program is loaded");
+        let mut links = Vec::with_capacity(sites.len());
+        for s in sites {
+            match perf::attach(prog.as_fd(), target, s.point, pid, s.cfg as u64) {
+                Ok(l) => links.push(l),
+                Err(e) => {
+                    self.pool.drop_all(links);
+                    let gone = matches!(&e, perf::PerfError::Open(io)
+                        if matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT)))
+                        && !Path::new(&format!("/proc/{pid}")).exists();
+                    return Err(if gone {
+                        TraceError::ProcessGone
+                    } else {
+                        TraceError::Attach {
+                            path: target.display().to_string(),
+                            offset: s.point.offset,
+                            source: e,
+                        }
+                    });
+                }
+            }
+        }
+        Ok(links)
+    }
+
+    fn detach(&mut self, links: Vec<PerfLink>) {
+        self.pool.drop_all(links);
+    }
+
+    fn counters(&self, cfg: ProbeConfig) -> KernelCounts {
+        let e = self.stats_of(cfg.entry);
+        let mut k = KernelCounts {
+            hits: e.hits,
+            lost: e.lost,
+            throttled: e.throttled,
+            returns_lost: 0,
+            too_deep: e.too_deep,
+        };
+        if let Some(r) = cfg.ret {
+            // The ENTRY of such a call was delivered: it is not a lost call.
+            k.returns_lost = self.stats_of(r).lost;
+        }
+        k
+    }
+
+    fn resume(&mut self, pid: u32) {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        let _ = self.held.remove(&pid);
+    }
+
+    fn held(&self) -> Vec<(u32, u64)> {
+        self.held.iter().filter_map(Result::ok).collect()
+    }
+
+    fn set_exec_watch(
+        &mut self,
+        inos: &BTreeSet<u64>,
+        comms: &BTreeSet<String>,
+    ) -> Result<(), TraceError> {
+        let old_inos: Vec<u64> = self.watch_ino.keys().filter_map(Result::ok).collect();
+        for k in old_inos.iter().filter(|k| !inos.contains(k)) {
+            let _ = self.watch_ino.remove(k);
+        }
+        for k in inos {
+            self.watch_ino
+                .insert(k, 1, 0)
+                .map_err(trace_map_err("watch_ino"))?;
+        }
+        let wanted: BTreeSet<[u8; GP_COMM_LEN]> = comms.iter().map(|c| comm_key(c)).collect();
+        let old: Vec<[u8; GP_COMM_LEN]> = self.watch_comm.keys().filter_map(Result::ok).collect();
+        for k in old.iter().filter(|k| !wanted.contains(*k)) {
+            let _ = self.watch_comm.remove(k);
+        }
+        for k in &wanted {
+            self.watch_comm
+                .insert(k, 1, 0)
+                .map_err(trace_map_err("watch_comm"))?;
+        }
+        Ok(())
+    }
+
+    fn keep_holding(&mut self, until_ns: u64) {
+        let _ = self.control.set(
+            0,
+            GpControl {
+                holds_until_ns: until_ns,
+            },
+            0,
+        );
+    }
+
+    fn wait_detached(&mut self, deadline: Instant) -> bool {
+        self.pool.wait_idle(deadline)
+    }
+}
+
+impl Drop for BpfTracer {
+    fn drop(&mut self) {
+        // Never leave a process stopped behind.
+        for (pid, _) in self.held() {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        }
     }
 }

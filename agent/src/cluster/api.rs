@@ -8,19 +8,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio::sync::mpsc;
 
-pub const FIELD_MANAGER: &str = "gprobe-agent";
+pub use crate::engine::driver::SpecEvent;
 
-/// A change of the ProbeSpecs the agent acts on.
-#[derive(Debug, Clone)]
-pub enum SpecEvent {
-    Upsert(Box<ProbeSpec>),
-    Delete {
-        namespace: String,
-        name: String,
-    },
-    /// The full set after a (re)list: anything not in it is gone.
-    Resync(Vec<ProbeSpec>),
-}
+pub const FIELD_MANAGER: &str = "gprobe-agent";
 
 /// Forwards ProbeSpec changes of every namespace until the receiver is dropped. Watch
 /// errors are logged and retried with the watcher's backoff.

@@ -1,7 +1,7 @@
 //! ProbeSpecs from a folder of YAML files (`--spec-dir`): for nodes without the API server
 //! and for tests. The folder is re-read every second; changes become spec events.
 
-use super::api::SpecEvent;
+use crate::engine::driver::SpecEvent;
 use gprobe_crds::{load_specs, ProbeSpec};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,50 +7,93 @@ pub mod procs;
 
 pub use procs::{inspect, list_pids, FileKey, ProcError, ProcInfo};
 
-use crate::attach::abi::{GpProcEvent, EV_EXEC, EV_EXIT};
+use crate::attach::abi::{EV_EXEC, EV_EXIT, EXEC_HELD, GP_PATH_MAX};
 use aya::maps::{MapData, RingBuf};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::sync::mpsc;
 
 /// A process lifecycle event from the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcEvent {
-    Exec(u32),
+    /// `held`: the exec tracepoint stopped it before its first instruction; whoever handles
+    /// this must resume it. `filename` is the path given to execve.
+    Exec {
+        pid: u32,
+        held: bool,
+        filename: PathBuf,
+    },
     Exit(u32),
 }
 
-/// Forwards exec/exit events from the process ring buffer until the receiver is dropped.
+/// Decodes one record of the process ring buffer.
+pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
+    let u32_at = |o: usize| Some(u32::from_ne_bytes(item.get(o..o + 4)?.try_into().ok()?));
+    let (kind, pid) = (u32_at(0)?, u32_at(4)?);
+    match kind {
+        EV_EXIT => Some(ProcEvent::Exit(pid)),
+        EV_EXEC => {
+            let flags = u32_at(8)?;
+            let name = item.get(24..24 + GP_PATH_MAX)?;
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            Some(ProcEvent::Exec {
+                pid,
+                held: flags & EXEC_HELD != 0,
+                filename: PathBuf::from(std::ffi::OsStr::from_bytes(&name[..end])),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Hands exec/exit events from the process ring buffer to `sink` until it returns false.
 pub async fn watch_processes(
     ring: RingBuf<MapData>,
-    tx: mpsc::Sender<ProcEvent>,
+    mut sink: impl FnMut(ProcEvent) -> bool,
 ) -> std::io::Result<()> {
     // SAFETY: the RingBuf owns its fd for the AsyncFd's whole life.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     loop {
         let mut guard = afd.readable_mut().await?;
-        let mut batch = Vec::new();
         {
             let ring = guard.get_inner_mut();
             while let Some(item) = ring.next() {
-                if item.len() < std::mem::size_of::<GpProcEvent>() {
-                    continue;
-                }
-                let kind = u32::from_ne_bytes(item[0..4].try_into().unwrap());
-                let pid = u32::from_ne_bytes(item[4..8].try_into().unwrap());
-                match kind {
-                    EV_EXEC => batch.push(ProcEvent::Exec(pid)),
-                    EV_EXIT => batch.push(ProcEvent::Exit(pid)),
-                    _ => {}
+                if let Some(ev) = decode_proc_event(&item) {
+                    if !sink(ev) {
+                        return Ok(());
+                    }
                 }
             }
         }
         guard.clear_ready();
-        for ev in batch {
-            if tx.send(ev).await.is_err() {
-                return Ok(());
-            }
-        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_and_exit_records_decode() {
+        let mut rec = vec![0u8; 24 + GP_PATH_MAX];
+        rec[0..4].copy_from_slice(&EV_EXEC.to_ne_bytes());
+        rec[4..8].copy_from_slice(&42u32.to_ne_bytes());
+        rec[8..12].copy_from_slice(&EXEC_HELD.to_ne_bytes());
+        rec[24..33].copy_from_slice(b"/bin/true");
+        assert_eq!(
+            decode_proc_event(&rec),
+            Some(ProcEvent::Exec {
+                pid: 42,
+                held: true,
+                filename: "/bin/true".into()
+            })
+        );
+        let mut exit = vec![0u8; 8];
+        exit[0..4].copy_from_slice(&EV_EXIT.to_ne_bytes());
+        exit[4..8].copy_from_slice(&7u32.to_ne_bytes());
+        assert_eq!(decode_proc_event(&exit), Some(ProcEvent::Exit(7)));
+        assert_eq!(decode_proc_event(&exit[..6]), None);
     }
 }

@@ -1,5 +1,6 @@
 //! What /proc says about a process: its executable (path and file identity).
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use thiserror::Error;
@@ -16,10 +17,21 @@ pub struct ProcInfo {
     pub pid: u32,
     /// The executable's path as the process sees it (inside its mount namespace).
     pub exe: PathBuf,
+    /// The path the process was started with, when known (the exec event's, or argv[0]
+    /// when it is a path): differs from `exe` when that was a symlink.
+    pub exec_path: Option<PathBuf>,
     /// A path to the same file valid from here: `/proc/PID/exe`.
     pub exe_link: PathBuf,
+    /// The file uprobes attach to (the real file under an overlay mount).
     pub key: FileKey,
+    /// The inode number of the executed file as exec sees it (an overlay's own inode for a
+    /// container): what the exec tracepoint compares to hold the next process of this file.
+    pub exe_ino: u64,
     pub comm: String,
+    /// The container it runs in (from its cgroup), if any.
+    pub container_id: Option<String>,
+    /// Start time in clock ticks since boot (/proc/PID/stat): tells a reused pid apart.
+    pub start_time: u64,
 }
 
 #[derive(Debug, Error)]
@@ -45,8 +57,35 @@ pub fn list_pids() -> Vec<u32> {
     }
 }
 
+/// The start time (clock ticks since boot) of `pid`, from /proc/PID/stat.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields restart after
+    // its last ')'. starttime is field 22, the 20th after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// argv[0] of `pid` when it is a path (it contains a '/'), made absolute against the
+/// process's working directory.
+fn argv0_path(base: &std::path::Path) -> Option<PathBuf> {
+    let cmdline = std::fs::read(base.join("cmdline")).ok()?;
+    let arg0 = cmdline.split(|&b| b == 0).next()?;
+    if !arg0.contains(&b'/') {
+        return None;
+    }
+    let p = PathBuf::from(std::ffi::OsStr::from_bytes(arg0));
+    if p.is_absolute() {
+        return Some(p);
+    }
+    Some(std::fs::read_link(base.join("cwd")).ok()?.join(p))
+}
+
 /// Reads a process's executable. Fails cleanly for processes that exit meanwhile.
-pub fn inspect(pid: u32) -> Result<ProcInfo, ProcError> {
+/// `exec_path` is the path it was started with, when an exec event gave it (relative ones
+/// are made absolute against its working directory); otherwise argv[0] is used when it is
+/// a path.
+pub fn inspect(pid: u32, exec_path: Option<&std::path::Path>) -> Result<ProcInfo, ProcError> {
     let base = PathBuf::from(format!("/proc/{pid}"));
     let io = |what, source: std::io::Error| {
         if source.kind() == std::io::ErrorKind::NotFound
@@ -79,12 +118,27 @@ pub fn inspect(pid: u32) -> Result<ProcInfo, ProcError> {
     let comm = std::fs::read_to_string(base.join("comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_default();
+    let exec_path = match exec_path {
+        Some(p) if p.is_absolute() => Some(p.to_path_buf()),
+        Some(p) => std::fs::read_link(base.join("cwd"))
+            .ok()
+            .map(|cwd| cwd.join(p)),
+        None => argv0_path(&base),
+    }
+    .filter(|p| *p != exe);
+    let container_id = std::fs::read_to_string(base.join("cgroup"))
+        .ok()
+        .and_then(|c| super::cgroup::container_id(&c));
     Ok(ProcInfo {
         pid,
         exe,
+        exec_path,
         exe_link,
         key,
+        exe_ino: meta.ino(),
         comm,
+        container_id,
+        start_time: start_time(pid).ok_or(ProcError::Gone { pid })?,
     })
 }
 
@@ -121,7 +175,7 @@ mod tests {
 
     #[test]
     fn inspects_this_process_and_reports_gone_ones() {
-        let me = inspect(std::process::id()).unwrap();
+        let me = inspect(std::process::id(), None).unwrap();
         assert_eq!(me.exe, std::env::current_exe().unwrap());
         let meta = std::fs::metadata(std::env::current_exe().unwrap()).unwrap();
         assert_eq!(me.key.ino, meta.ino());
@@ -130,7 +184,7 @@ mod tests {
         assert_eq!(me.key.dev, meta.dev());
         // pid_max is at most 2^22: this pid cannot exist.
         assert!(matches!(
-            inspect(4_194_304 + 7),
+            inspect(4_194_304 + 7, None),
             Err(ProcError::Gone { .. })
         ));
     }

@@ -38,14 +38,18 @@ impl Pairing {
         self.pending.len()
     }
 
-    pub fn entry(&mut self, call_id: u64, rec: CallRecord) {
+    /// Remembers an entry until its return; returns the entry evicted to make room, if any
+    /// (it is abandoned: counted, never reported).
+    pub fn entry(&mut self, call_id: u64, rec: CallRecord) -> Option<CallRecord> {
         self.pending.insert(call_id, rec);
         self.order.push_back(call_id);
+        let mut evicted = None;
         while self.pending.len() > self.capacity {
             match self.order.pop_front() {
                 Some(old) => {
-                    if self.pending.remove(&old).is_some() {
+                    if let Some(r) = self.pending.remove(&old) {
                         self.stats.abandoned += 1;
+                        evicted = Some(r);
                     }
                 }
                 None => break,
@@ -56,6 +60,7 @@ impl Pairing {
             let pending = &self.pending;
             self.order.retain(|id| pending.contains_key(id));
         }
+        evicted
     }
 
     pub fn ret(
@@ -75,6 +80,34 @@ impl Pairing {
                 None
             }
         }
+    }
+
+    /// The calls of process `pid` still in flight (it exited: they never return), oldest
+    /// first, marked unfinished.
+    pub fn drain_pid(&mut self, pid: u32) -> Vec<CallRecord> {
+        let mut ids: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, r)| r.pid == pid)
+            .map(|(id, _)| *id)
+            .collect();
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        let pos: HashMap<u64, usize> = self
+            .order
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (*id, i))
+            .collect();
+        ids.sort_by_key(|id| pos.get(id).copied().unwrap_or(usize::MAX));
+        ids.into_iter()
+            .filter_map(|id| self.pending.remove(&id))
+            .map(|mut r| {
+                r.unfinished = true;
+                r
+            })
+            .collect()
     }
 
     /// Calls still in flight, oldest first, marked unfinished.
@@ -126,10 +159,25 @@ mod tests {
     }
 
     #[test]
+    fn an_exited_process_calls_in_flight_come_out_at_once_in_order() {
+        let mut p = Pairing::new(10);
+        p.entry(1, rec(5));
+        p.entry(2, rec(6));
+        p.entry(3, rec(5));
+        let gone = p.drain_pid(5);
+        assert_eq!(gone.len(), 2);
+        assert!(gone.iter().all(|r| r.unfinished && r.pid == 5));
+        assert!(p.ret(1, 1, vec![]).is_none());
+        assert!(p.ret(2, 1, vec![]).is_some(), "other processes keep theirs");
+        assert!(p.drain_pid(5).is_empty());
+    }
+
+    #[test]
     fn abandoned_entries_are_bounded_and_counted() {
         let mut p = Pairing::new(3);
         for id in 0..10 {
-            p.entry(id, rec(id as u32));
+            let evicted = p.entry(id, rec(id as u32));
+            assert_eq!(evicted.map(|r| r.pid), id.checked_sub(3).map(|x| x as u32));
         }
         assert_eq!(p.in_flight(), 3);
         assert_eq!(p.stats.abandoned, 7);

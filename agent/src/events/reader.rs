@@ -2,6 +2,7 @@
 
 use super::{decode_values, CallRecord, Clock, Pairing, PairingStats, ProbeMeta, Resource};
 use crate::attach::abi::{read_event, EV_CALL, EV_ENTRY, EV_RETURN};
+use crate::stats::Stats;
 use aya::maps::{MapData, RingBuf};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -65,6 +66,7 @@ pub struct Processor {
     clock: Clock,
     pairing: Pairing,
     pub stats: ReaderStats,
+    counts: Option<Stats>,
     // Per-batch caches: avoid a lock per record.
     probe_cache: HashMap<u32, Arc<ProbeMeta>>,
     proc_cache: HashMap<u32, Arc<Resource>>,
@@ -77,9 +79,16 @@ impl Processor {
             clock,
             pairing: Pairing::new(max_in_flight),
             stats: ReaderStats::default(),
+            counts: None,
             probe_cache: HashMap::new(),
             proc_cache: HashMap::new(),
         }
+    }
+
+    /// Where unfinished and abandoned calls are counted, per probe.
+    pub fn with_stats(mut self, stats: Stats) -> Self {
+        self.counts = Some(stats);
+        self
     }
 
     /// Call at the start of each batch: configurations and processes may have changed.
@@ -140,7 +149,10 @@ impl Processor {
                 if ev.kind == EV_CALL {
                     return Some(rec);
                 }
-                self.pairing.entry(ev.call_id, rec);
+                if let (Some(old), Some(st)) = (self.pairing.entry(ev.call_id, rec), &self.counts) {
+                    st.add_abandoned(&old.probe.key, 1);
+                }
+                self.stats.pairing = self.pairing.stats;
                 None
             }
             EV_RETURN => {
@@ -158,7 +170,26 @@ impl Processor {
     pub fn finish(&mut self) -> Vec<CallRecord> {
         let out = self.pairing.drain_unfinished();
         self.stats.pairing = self.pairing.stats;
+        self.count_unfinished(&out);
         out
+    }
+
+    /// Process `pid` exited: its calls in flight, reported unfinished now. Its resource is
+    /// forgotten (its records were all read before this is called).
+    pub fn process_exited(&mut self, pid: u32) -> Vec<CallRecord> {
+        let out = self.pairing.drain_pid(pid);
+        self.count_unfinished(&out);
+        self.registry.set_process(pid, None);
+        self.proc_cache.remove(&pid);
+        out
+    }
+
+    fn count_unfinished(&self, recs: &[CallRecord]) {
+        if let Some(st) = &self.counts {
+            for r in recs {
+                st.add_unfinished(&r.probe.key, 1);
+            }
+        }
     }
 }
 
@@ -170,6 +201,7 @@ pub async fn run(
     mut proc: Processor,
     tx: mpsc::Sender<Vec<CallRecord>>,
     mut stop: watch::Receiver<bool>,
+    exits: std::sync::mpsc::Receiver<u32>,
     poll: Duration,
 ) -> std::io::Result<ReaderStats> {
     // SAFETY: the RingBuf owns its map fd for as long as the AsyncFd owns the RingBuf, and
@@ -196,6 +228,15 @@ pub async fn run(
             if !more {
                 break;
             }
+        }
+        // The ring holds nothing older than these exits now: their calls still in flight
+        // will never return.
+        let mut ended = Vec::new();
+        while let Ok(pid) = exits.try_recv() {
+            ended.extend(proc.process_exited(pid));
+        }
+        if !ended.is_empty() && tx.send(ended).await.is_err() {
+            return Ok(proc.stats);
         }
         if stopping || *stop.borrow() {
             break;

@@ -32,6 +32,7 @@ pub struct Exporters {
     pub otlp: Option<otlp::OtlpExporter>,
     pub delivered: Delivered,
     pub delivered_by_pid: DeliveredByPid,
+    stats: crate::stats::Stats,
 }
 
 impl Exporters {
@@ -39,6 +40,7 @@ impl Exporters {
         format: Format,
         out: Box<dyn Write + Send>,
         otlp: Option<otlp::OtlpExporter>,
+        stats: crate::stats::Stats,
     ) -> Self {
         Self {
             format,
@@ -48,6 +50,7 @@ impl Exporters {
             otlp,
             delivered: HashMap::new(),
             delivered_by_pid: Default::default(),
+            stats,
         }
     }
 
@@ -63,6 +66,12 @@ impl Exporters {
                     .or_default() += 1;
             }
         }
+        let mut counts: HashMap<(&crate::stats::ProbeKey, u32), u64> = HashMap::new();
+        for rec in batch {
+            *counts.entry((&rec.probe.key, rec.pid)).or_default() += 1;
+        }
+        self.stats
+            .add_delivered(counts.into_iter().map(|((k, pid), n)| (k, pid, n)));
         for rec in batch {
             *self
                 .delivered

@@ -1,0 +1,161 @@
+//! Uprobes as perf events of one process, with the BPF program attached through a BPF link
+//! that carries the cookie. aya's own uprobe attach cannot set a reference-counter offset
+//! (USDT semaphores) and keeps links inside the program object (so they could not be closed
+//! from other threads); the kernel interface itself is small.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
+
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+/// `perf_event_attr` up to `config2` (PERF_ATTR_SIZE_VER1).
+const PERF_ATTR_SIZE_VER1: u32 = 72;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PERF_EVENT: u32 = 41;
+
+/// The uprobe PMU as this kernel describes it in sysfs.
+#[derive(Debug, Clone, Copy)]
+struct UprobePmu {
+    ty: u32,
+    /// Bit of `config` that makes a return probe.
+    ret_bit: u32,
+    /// First bit of `config` holding the reference-counter offset (USDT semaphores).
+    ref_ctr_shift: Option<u32>,
+}
+
+fn pmu() -> Result<UprobePmu, String> {
+    static PMU: OnceLock<Result<UprobePmu, String>> = OnceLock::new();
+    PMU.get_or_init(|| {
+        let dir = Path::new("/sys/bus/event_source/devices/uprobe");
+        let read = |p: &str| std::fs::read_to_string(dir.join(p)).map(|s| s.trim().to_string());
+        let ty = read("type")
+            .map_err(|e| format!("{}/type: {e}", dir.display()))?
+            .parse::<u32>()
+            .map_err(|e| format!("{}/type: {e}", dir.display()))?;
+        // "config:0" and "config:32-63".
+        let first_bit =
+            |s: &str| -> Option<u32> { s.strip_prefix("config:")?.split('-').next()?.parse().ok() };
+        let ret_bit = read("format/retprobe")
+            .ok()
+            .and_then(|s| first_bit(&s))
+            .unwrap_or(0);
+        let ref_ctr_shift = read("format/ref_ctr_offset")
+            .ok()
+            .and_then(|s| first_bit(&s));
+        Ok(UprobePmu {
+            ty,
+            ret_bit,
+            ref_ctr_shift,
+        })
+    })
+    .clone()
+}
+
+/// Where and how one uprobe is placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbePoint {
+    /// File offset of the instruction.
+    pub offset: u64,
+    /// A uretprobe (C functions only: never on Go).
+    pub ret: bool,
+    /// File offset of a USDT semaphore the kernel raises while the probe exists (0: none).
+    pub ref_ctr_offset: u64,
+}
+
+/// One attached uprobe: the perf event and the BPF link running the program on it.
+/// Dropping it detaches (closing the perf event unregisters the uprobe, which waits for an
+/// RCU grace period: drop these off the event path).
+#[derive(Debug)]
+pub struct PerfLink {
+    _link: OwnedFd,
+    _event: OwnedFd,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("the kernel's uprobe PMU is not available ({0}); gprobe needs CONFIG_UPROBE_EVENTS")]
+    Pmu(String),
+    #[error("USDT semaphores need the kernel's uprobe reference counters (Linux 4.20+), which this kernel does not describe in sysfs")]
+    NoRefCtr,
+    #[error("perf_event_open of a uprobe failed: {0}")]
+    Open(#[source] std::io::Error),
+    #[error("attaching the BPF program to the uprobe failed (bpf_link_create): {0}")]
+    Link(#[source] std::io::Error),
+}
+
+/// Opens a uprobe on `target` at `point` that fires only in process `pid`, and runs `prog`
+/// there with `cookie`.
+pub fn attach(
+    prog: BorrowedFd<'_>,
+    target: &Path,
+    point: ProbePoint,
+    pid: u32,
+    cookie: u64,
+) -> Result<PerfLink, PerfError> {
+    let pmu = pmu().map_err(PerfError::Pmu)?;
+    let mut config = 0u64;
+    if point.ret {
+        config |= 1 << pmu.ret_bit;
+    }
+    if point.ref_ctr_offset != 0 {
+        let shift = pmu.ref_ctr_shift.ok_or(PerfError::NoRefCtr)?;
+        config |= point.ref_ctr_offset << shift;
+    }
+    let path = CString::new(target.as_os_str().as_bytes()).map_err(|_| {
+        PerfError::Open(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "path with a NUL byte",
+        ))
+    })?;
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&pmu.ty.to_ne_bytes());
+    attr[4..8].copy_from_slice(&PERF_ATTR_SIZE_VER1.to_ne_bytes());
+    attr[8..16].copy_from_slice(&config.to_ne_bytes());
+    attr[56..64].copy_from_slice(&(path.as_ptr() as u64).to_ne_bytes());
+    attr[64..72].copy_from_slice(&point.offset.to_ne_bytes());
+    // SAFETY: `attr` is a zero-initialized perf_event_attr of the size it declares; the
+    // path it points to outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            pid as libc::pid_t,
+            -1 as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(PerfError::Open(std::io::Error::last_os_error()));
+    }
+    // SAFETY: a new fd we own.
+    let event = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+
+    // union bpf_attr, link_create: prog_fd, target_fd, attach_type, flags, then
+    // perf_event.bpf_cookie at offset 16.
+    let mut battr = [0u8; 64];
+    battr[0..4].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
+    battr[4..8].copy_from_slice(&(event.as_raw_fd() as u32).to_ne_bytes());
+    battr[8..12].copy_from_slice(&BPF_PERF_EVENT.to_ne_bytes());
+    battr[16..24].copy_from_slice(&cookie.to_ne_bytes());
+    // SAFETY: a zero-initialized bpf_attr of the size passed.
+    let lfd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            battr.as_ptr(),
+            battr.len() as libc::c_uint,
+        )
+    };
+    if lfd < 0 {
+        return Err(PerfError::Link(std::io::Error::last_os_error()));
+    }
+    // SAFETY: a new fd we own.
+    let link = unsafe { OwnedFd::from_raw_fd(lfd as i32) };
+    Ok(PerfLink {
+        _link: link,
+        _event: event,
+    })
+}

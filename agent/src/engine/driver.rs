@@ -1,0 +1,251 @@
+//! Runs the engine on a thread of its own and feeds it: exec/exit events, spec changes,
+//! the container runtime's containers, a periodic tick and the final stop. /proc is read
+//! here, so the engine's state machine stays free of I/O.
+
+use super::snapshot::Snapshot;
+use super::{Engine, Mode, Origin, Resolver, SpecKey, Tracer};
+use crate::discover::cgroup::pids_of_container;
+use crate::discover::cri::Container;
+use crate::discover::{inspect, list_pids, ProcError};
+use gprobe_crds::ProbeSpec;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch};
+
+/// A change of the ProbeSpecs the engine acts on.
+#[derive(Debug, Clone)]
+pub enum SpecEvent {
+    Upsert(Box<ProbeSpec>),
+    Delete {
+        namespace: String,
+        name: String,
+    },
+    /// The full set after a (re)list: anything not in it is gone.
+    Resync(Vec<ProbeSpec>),
+}
+
+/// What the engine thread is told.
+#[derive(Debug)]
+pub enum Input {
+    /// A process exec'd (`held`: the exec tracepoint stopped it).
+    Exec {
+        pid: u32,
+        held: bool,
+        filename: PathBuf,
+        at: Instant,
+    },
+    Exit {
+        pid: u32,
+    },
+    Spec(SpecEvent),
+    Containers(Vec<Container>),
+    /// Resume held processes, detach everything (waiting for the kernel until `deadline`),
+    /// then answer whether every detach finished.
+    Stop {
+        deadline: Instant,
+        done: oneshot::Sender<bool>,
+    },
+}
+
+/// The running engine thread.
+pub struct EngineHandle {
+    pub tx: mpsc::Sender<Input>,
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Stops the engine (see [`Input::Stop`]); true when every uprobe was detached in time.
+    pub async fn stop(mut self, deadline: Instant) -> bool {
+        let (done, rx) = oneshot::channel();
+        let ok = if self.tx.send(Input::Stop { deadline, done }).is_ok() {
+            rx.await.unwrap_or(false)
+        } else {
+            false
+        };
+        if let Some(t) = self.thread.take() {
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
+        }
+        ok
+    }
+}
+
+const TICK: Duration = Duration::from_secs(1);
+
+/// Starts the engine thread with `specs` loaded and the processes running now matched,
+/// reading its inputs from `rx` (`tx` is its sender, kept in the handle). Returns once that
+/// first pass is done, with the specs that were refused.
+pub fn spawn<T, R>(
+    mut engine: Engine<T, R>,
+    specs: Vec<ProbeSpec>,
+    tx: mpsc::Sender<Input>,
+    rx: mpsc::Receiver<Input>,
+) -> std::io::Result<(EngineHandle, Vec<super::SpecRejected>)>
+where
+    T: Tracer + Send + 'static,
+    R: Resolver + Send + 'static,
+{
+    let mut rejected = Vec::new();
+    for s in specs {
+        if let Err(e) = engine.add_spec(s) {
+            rejected.push(e);
+        }
+    }
+    engine.tick(Instant::now());
+    scan(&mut engine);
+    let (snap_tx, snapshot) = watch::channel(Arc::new(engine.snapshot()));
+    let thread = std::thread::Builder::new()
+        .name("gprobe-engine".into())
+        .spawn(move || run(engine, rx, snap_tx))?;
+    Ok((
+        EngineHandle {
+            tx,
+            snapshot,
+            thread: Some(thread),
+        },
+        rejected,
+    ))
+}
+
+/// Feeds every process that could be selected now: all of /proc in local mode, the
+/// processes of known containers in cluster mode.
+fn scan<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>) {
+    let me = std::process::id();
+    let pids: Vec<u32> = match engine.mode() {
+        Mode::Local => list_pids(),
+        Mode::Cluster { .. } => {
+            let ids: Vec<String> = engine.containers().map(|c| c.id.clone()).collect();
+            ids.iter().flat_map(|id| pids_of_container(id)).collect()
+        }
+    };
+    for pid in pids {
+        if pid == me {
+            continue;
+        }
+        if let Ok(info) = inspect(pid, None) {
+            engine.process_seen(info, Origin::Running);
+        }
+    }
+}
+
+fn run<T: Tracer, R: Resolver>(
+    mut engine: Engine<T, R>,
+    rx: mpsc::Receiver<Input>,
+    snap: watch::Sender<Arc<Snapshot>>,
+) {
+    let mut next_tick = Instant::now() + TICK;
+    loop {
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        let input = match rx.recv_timeout(wait) {
+            Ok(i) => Some(i),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                engine.shutdown(Instant::now() + Duration::from_secs(2));
+                return;
+            }
+        };
+        let mut changed = false;
+        match input {
+            Some(Input::Exec {
+                pid,
+                held,
+                filename,
+                at,
+            }) => on_exec(&mut engine, pid, held, filename, at),
+            Some(Input::Exit { pid }) => engine.process_exited(pid),
+            Some(Input::Spec(ev)) => {
+                if apply_spec_event(&mut engine, ev) {
+                    scan(&mut engine);
+                }
+                changed = true;
+            }
+            Some(Input::Containers(list)) => {
+                let fresh = engine.set_containers(list);
+                for id in &fresh {
+                    for pid in pids_of_container(id) {
+                        if let Ok(info) = inspect(pid, None) {
+                            engine.process_seen(info, Origin::Running);
+                        }
+                    }
+                }
+                changed = true;
+            }
+            Some(Input::Stop { deadline, done }) => {
+                let ok = engine.shutdown(deadline);
+                let _ = snap.send(Arc::new(engine.snapshot()));
+                let _ = done.send(ok);
+                return;
+            }
+            None => {}
+        }
+        let now = Instant::now();
+        if now >= next_tick {
+            engine.tick(now);
+            next_tick = now + TICK;
+        }
+        if engine.take_dirty() || changed {
+            let _ = snap.send(Arc::new(engine.snapshot()));
+        }
+    }
+}
+
+fn on_exec<T: Tracer, R: Resolver>(
+    engine: &mut Engine<T, R>,
+    pid: u32,
+    held: bool,
+    filename: PathBuf,
+    at: Instant,
+) {
+    // A new program in a traced pid: the old one's probes and calls in flight end here.
+    engine.process_exited(pid);
+    match inspect(pid, Some(&filename)) {
+        Ok(info) => engine.process_seen(info, Origin::Exec { held, at }),
+        Err(ProcError::Gone { .. }) => {
+            engine.process_exec_gone(pid, &filename);
+            if held {
+                engine.resume_gone(pid);
+            }
+        }
+        Err(e) => {
+            tracing::debug!("{e}");
+            if held {
+                engine.resume_gone(pid);
+            }
+        }
+    }
+}
+
+/// Applies a spec change; true when processes should be matched again.
+fn apply_spec_event<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>, ev: SpecEvent) -> bool {
+    match ev {
+        SpecEvent::Upsert(spec) => engine.upsert_spec(*spec),
+        SpecEvent::Delete { namespace, name } => {
+            let key = SpecKey {
+                namespace: Some(namespace),
+                name,
+            };
+            match engine.find_spec(&key) {
+                Some(id) => {
+                    engine.remove_spec(id);
+                    false
+                }
+                None => false,
+            }
+        }
+        SpecEvent::Resync(all) => {
+            let keep: Vec<SpecKey> = all.iter().map(|s| engine.spec_key(s)).collect();
+            for id in engine.spec_ids() {
+                if !keep.contains(&engine.spec_key_of(id)) {
+                    engine.remove_spec(id);
+                }
+            }
+            let mut any = false;
+            for s in all {
+                any |= engine.upsert_spec(s);
+            }
+            any
+        }
+    }
+}

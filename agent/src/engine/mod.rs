@@ -1,0 +1,560 @@
+//! The engine: the one owner of which specs are active, which processes are selected and
+//! what is attached where, for both modes. It changes the kernel only through a [`Tracer`]
+//! (install or remove one probe's uprobes in one process, all or nothing) and reads binaries
+//! only through a [`Resolver`]; tests replace both with fakes.
+//!
+//! It never blocks on the kernel's slow paths: detaching is handed to the tracer, which
+//! does it on other threads. The [`driver`] runs it on a thread of its own, fed by /proc,
+//! the exec/exit tracepoints, the spec source and (in cluster mode) the container runtime.
+
+pub mod driver;
+pub mod error;
+mod procs;
+pub mod resource;
+pub mod select;
+pub mod snapshot;
+pub mod tracer;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::ProbeError;
+pub use tracer::{CfgId, PlanRequest, ProbeConfig, Resolver, Site, TraceError, Tracer};
+
+use crate::discover::cri::Container;
+use crate::discover::{FileKey, ProcInfo};
+use crate::events::reader::Registry;
+use crate::stats::{KernelCounts, ProbeKey, Stats};
+use gprobe_crds::{validate_spec, Probe, ProbeSpec, SpecIssue};
+use select::Selector;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which spec: its namespace (cluster mode) and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpecKey {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl std::fmt::Display for SpecKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}/{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpecId(u32);
+
+/// Local mode matches processes of this machine by executable; cluster mode matches
+/// containers the runtime reports, in the spec's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    Local,
+    Cluster { node: String },
+}
+
+/// How a process came to the engine's attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Found running (at start, or when a spec or container appeared).
+    Running,
+    /// Just exec'd; `held` when the exec tracepoint stopped it before its first instruction.
+    Exec { held: bool, at: Instant },
+}
+
+/// Why a spec was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecRejected {
+    #[error("{key}: {}", issues.iter().map(|i| i.to_string()).collect::<Vec<_>>().join("; "))]
+    Invalid {
+        key: SpecKey,
+        issues: Vec<SpecIssue>,
+    },
+    #[error("{key}: a ProbeSpec of this name is already loaded; names must be unique (is the same file given twice?)")]
+    Duplicate { key: SpecKey },
+}
+
+struct SpecProbe {
+    key: ProbeKey,
+    probe: Probe,
+    /// A validation problem: this probe never attaches.
+    invalid: Option<Arc<ProbeError>>,
+}
+
+struct SpecState {
+    key: SpecKey,
+    spec: Arc<ProbeSpec>,
+    /// `metadata.name`: the `"probe"` of every record.
+    name: Arc<str>,
+    selector: Selector,
+    probes: Vec<SpecProbe>,
+}
+
+/// A probe planned in one binary, its configurations stored in the kernel.
+struct Planned {
+    cfg: ProbeConfig,
+    sites: Vec<Site>,
+}
+
+struct BinState {
+    /// A path to the file valid from here (a live process's /proc/PID/exe).
+    attach_path: PathBuf,
+    display: PathBuf,
+    exe_ino: u64,
+    probes: HashMap<(SpecId, usize), Result<Planned, Arc<ProbeError>>>,
+    pids: BTreeSet<u32>,
+    /// Since when no process runs it; its configurations are freed after a while.
+    idle_since: Option<Instant>,
+}
+
+/// One probe of one spec in one process.
+struct Attachment<L> {
+    spec: SpecId,
+    probe: usize,
+    outcome: Result<(L, usize), Arc<ProbeError>>,
+}
+
+struct ProcState<L> {
+    info: ProcInfo,
+    specs: BTreeSet<SpecId>,
+    links: Vec<Attachment<L>>,
+}
+
+/// Tunables, with defaults that suit both modes.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// How long a binary's plans and configurations are kept after its last process
+    /// exits (so the next process of it attaches without resolving again).
+    pub binary_ttl: Duration,
+    /// A held process the engine has not resumed by then is resumed anyway.
+    pub hold_timeout: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            binary_ttl: Duration::from_secs(60),
+            hold_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+pub struct Engine<T: Tracer, R: Resolver> {
+    tracer: T,
+    resolver: R,
+    mode: Mode,
+    opts: EngineOptions,
+    specs: BTreeMap<SpecId, SpecState>,
+    next_spec: u32,
+    binaries: HashMap<FileKey, BinState>,
+    procs: HashMap<u32, ProcState<T::Links>>,
+    containers: HashMap<String, Container>,
+    registry: Arc<Registry>,
+    stats: Stats,
+    /// Kernel counters of configurations already freed, so totals never go back.
+    retired: HashMap<ProbeKey, KernelCounts>,
+    /// Processes that exited: the reader flushes their calls still in flight.
+    exits: Option<std::sync::mpsc::Sender<u32>>,
+    watch_inos: BTreeSet<u64>,
+    watch_comms: BTreeSet<String>,
+    /// What a snapshot would show changed since the last [`Engine::take_dirty`].
+    dirty: bool,
+}
+
+/// Most inode numbers watched for exec holds (the BPF map's size).
+const MAX_WATCHED_INOS: usize = 4096;
+
+impl<T: Tracer, R: Resolver> Engine<T, R> {
+    pub fn new(
+        tracer: T,
+        resolver: R,
+        mode: Mode,
+        opts: EngineOptions,
+        registry: Arc<Registry>,
+        stats: Stats,
+    ) -> Self {
+        Self {
+            tracer,
+            resolver,
+            mode,
+            opts,
+            specs: BTreeMap::new(),
+            next_spec: 1,
+            binaries: HashMap::new(),
+            procs: HashMap::new(),
+            containers: HashMap::new(),
+            registry,
+            stats,
+            retired: HashMap::new(),
+            exits: None,
+            watch_inos: BTreeSet::new(),
+            watch_comms: BTreeSet::new(),
+            dirty: true,
+        }
+    }
+
+    /// True (once) when specs, containers or attachments changed since the last call.
+    pub fn take_dirty(&mut self) -> bool {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Where exited pids go (the reader flushes their calls in flight).
+    pub fn set_exit_sink(&mut self, tx: std::sync::mpsc::Sender<u32>) {
+        self.exits = Some(tx);
+    }
+
+    pub fn tracer(&self) -> &T {
+        &self.tracer
+    }
+
+    pub fn mode(&self) -> &Mode {
+        &self.mode
+    }
+
+    pub(super) fn spec_key(&self, spec: &ProbeSpec) -> SpecKey {
+        SpecKey {
+            namespace: match self.mode {
+                Mode::Local => None,
+                Mode::Cluster { .. } => Some(
+                    spec.metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                ),
+            },
+            name: spec.display_name().to_string(),
+        }
+    }
+
+    pub fn spec_ids(&self) -> Vec<SpecId> {
+        self.specs.keys().copied().collect()
+    }
+
+    pub fn find_spec(&self, key: &SpecKey) -> Option<SpecId> {
+        self.specs
+            .iter()
+            .find(|(_, s)| s.key == *key)
+            .map(|(id, _)| *id)
+    }
+
+    /// Adds a spec. Spec-wide problems keep it out; a problem of one probe keeps only that
+    /// probe out (reported, counted). Processes already running are matched by the caller
+    /// feeding them again ([`Engine::process_seen`]).
+    pub fn add_spec(&mut self, spec: ProbeSpec) -> Result<SpecId, SpecRejected> {
+        let key = self.spec_key(&spec);
+        if self.find_spec(&key).is_some() {
+            return Err(SpecRejected::Duplicate { key });
+        }
+        let issues = validate_spec(&spec);
+        if issues.iter().any(|i| i.probe.is_none()) {
+            return Err(SpecRejected::Invalid {
+                key,
+                issues: issues.into_iter().filter(|i| i.probe.is_none()).collect(),
+            });
+        }
+        let selector = match Selector::new(&spec, key.namespace.clone()) {
+            Ok(s) => s,
+            // validate_spec checks globs; this is the same check, kept typed.
+            Err(e) => {
+                return Err(SpecRejected::Invalid {
+                    key,
+                    issues: vec![SpecIssue {
+                        probe: None,
+                        field: "spec.selector".into(),
+                        message: e.to_string(),
+                    }],
+                })
+            }
+        };
+        let stats_name: Arc<str> = key.to_string().into();
+        let probes = spec
+            .spec
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let pk = ProbeKey {
+                    spec: stats_name.clone(),
+                    index: i as u16,
+                    symbol: p.symbol.as_str().into(),
+                };
+                self.stats.register(&pk);
+                let invalid = issues
+                    .iter()
+                    .find(|is| is.probe == Some(i))
+                    .map(|is| Arc::new(ProbeError::Invalid(is.clone())));
+                if let Some(e) = &invalid {
+                    tracing::error!("{pk}: {e} (this probe is skipped)");
+                    self.stats.set_error(&pk, e.to_string());
+                }
+                SpecProbe {
+                    key: pk,
+                    probe: p.clone(),
+                    invalid,
+                }
+            })
+            .collect();
+        if selector.needs_container() && self.mode == Mode::Local {
+            tracing::warn!(
+                "{key}: selector.images/podSelector/containerNames select containers, which `gprobe run` cannot see; \
+                 it matches processes by selector.executable only, so this spec selects nothing here. \
+                 Use `gprobe agent` on a Kubernetes node, or select by executable."
+            );
+        }
+        let id = SpecId(self.next_spec);
+        self.next_spec += 1;
+        self.specs.insert(
+            id,
+            SpecState {
+                key,
+                name: spec.display_name().into(),
+                spec: Arc::new(spec),
+                selector,
+                probes,
+            },
+        );
+        self.update_watch();
+        self.dirty = true;
+        Ok(id)
+    }
+
+    pub(super) fn spec_key_of(&self, id: SpecId) -> SpecKey {
+        self.specs[&id].key.clone()
+    }
+
+    /// Adds a spec, or replaces the one of the same key when it changed (a change of
+    /// status or metadata only keeps it as it is). True when processes should be matched
+    /// again.
+    pub fn upsert_spec(&mut self, spec: ProbeSpec) -> bool {
+        let key = self.spec_key(&spec);
+        if let Some(id) = self.find_spec(&key) {
+            let old = &self.specs[&id];
+            if old.spec.spec == spec.spec && old.spec.metadata.uid == spec.metadata.uid {
+                self.specs.get_mut(&id).expect("found").spec = Arc::new(spec);
+                return false;
+            }
+            self.remove_spec(id);
+        }
+        match self.add_spec(spec) {
+            Ok(_) => {
+                tracing::info!("{key}: active");
+                true
+            }
+            Err(e) => {
+                tracing::error!("{e} (this ProbeSpec is ignored)");
+                false
+            }
+        }
+    }
+
+    /// A process held at exec that is gone: forget the hold.
+    pub fn resume_gone(&mut self, pid: u32) {
+        self.tracer.resume(pid);
+    }
+
+    /// Removes a spec: its probes are detached from every process and freed.
+    pub fn remove_spec(&mut self, id: SpecId) {
+        let pids: Vec<u32> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.specs.contains(&id))
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in pids {
+            self.drop_spec_from_process(pid, id);
+        }
+        for bin in self.binaries.values_mut() {
+            let gone: Vec<(SpecId, usize)> =
+                bin.probes.keys().filter(|k| k.0 == id).copied().collect();
+            for k in gone {
+                if let Some(Ok(p)) = bin.probes.remove(&k) {
+                    self.tracer.remove_probe(p.cfg);
+                }
+            }
+        }
+        if let Some(s) = self.specs.remove(&id) {
+            for p in &s.probes {
+                self.retired.remove(&p.key);
+                self.stats.forget_probe(&p.key);
+            }
+            tracing::info!("{}: removed; its probes are detached", s.key);
+        }
+        self.update_watch();
+        self.dirty = true;
+    }
+
+    /// Replaces the containers the runtime reports; returns the ids of new ones (their
+    /// processes are fed by the caller).
+    pub fn set_containers(&mut self, list: Vec<Container>) -> Vec<String> {
+        let mut fresh = Vec::new();
+        let live: BTreeSet<&str> = list.iter().map(|c| c.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .containers
+            .keys()
+            .filter(|id| !live.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.dirty = true;
+            if let Some(c) = self.containers.remove(&id) {
+                tracing::info!(
+                    "container {} ({}/{}) is gone",
+                    &id[..12.min(id.len())],
+                    c.pod_namespace,
+                    c.pod_name
+                );
+            }
+            let pids: Vec<u32> = self
+                .procs
+                .iter()
+                .filter(|(_, p)| p.info.container_id.as_deref() == Some(id.as_str()))
+                .map(|(pid, _)| *pid)
+                .collect();
+            for pid in pids {
+                self.process_exited(pid);
+            }
+        }
+        for c in list {
+            if self.containers.get(&c.id) != Some(&c) {
+                self.dirty = true;
+            }
+            if !self.containers.contains_key(&c.id) {
+                fresh.push(c.id.clone());
+            }
+            self.containers.insert(c.id.clone(), c);
+        }
+        fresh
+    }
+
+    pub fn containers(&self) -> impl Iterator<Item = &Container> {
+        self.containers.values()
+    }
+
+    /// The exec watch: names of literal executables in the selectors, and the inode
+    /// numbers of the binaries of selected processes.
+    fn update_watch(&mut self) {
+        let comms: BTreeSet<String> = self
+            .specs
+            .values()
+            .filter_map(|s| s.selector.literal_exe_name())
+            .map(|n| n.chars().take(15).collect())
+            .collect();
+        let mut inos: BTreeSet<u64> = self.binaries.values().map(|b| b.exe_ino).collect();
+        for s in self.specs.values() {
+            // An exact path: hold its processes from the first one.
+            if let Some(p) = s.selector.exact_exe_path() {
+                if let Ok(m) = std::fs::metadata(p) {
+                    inos.insert(std::os::unix::fs::MetadataExt::ino(&m));
+                }
+            }
+        }
+        while inos.len() > MAX_WATCHED_INOS {
+            inos.pop_first();
+        }
+        if comms != self.watch_comms || inos != self.watch_inos {
+            if let Err(e) = self.tracer.set_exec_watch(&inos, &comms) {
+                tracing::warn!(
+                    "updating the exec watch failed: {e}; new processes may be traced late"
+                );
+            }
+            self.watch_comms = comms;
+            self.watch_inos = inos;
+        }
+    }
+
+    /// Reads the kernel's counters into [`Stats`] (totals per probe, including freed
+    /// configurations).
+    pub fn refresh_counters(&mut self) {
+        let mut totals: HashMap<ProbeKey, KernelCounts> = self.retired.clone();
+        for bin in self.binaries.values() {
+            for ((sid, pi), planned) in &bin.probes {
+                let (Ok(p), Some(spec)) = (planned, self.specs.get(sid)) else {
+                    continue;
+                };
+                *totals.entry(spec.probes[*pi].key.clone()).or_default() +=
+                    self.tracer.counters(p.cfg);
+            }
+        }
+        for (k, c) in totals {
+            self.stats.set_kernel(&k, c);
+        }
+    }
+
+    /// Periodic work: keeps exec holds alive, resumes holds the engine never saw, frees
+    /// binaries idle for too long, refreshes counters.
+    pub fn tick(&mut self, now: Instant) {
+        self.tracer.keep_holding(monotonic_ns() + 3_000_000_000);
+        let stale = self.opts.hold_timeout.as_nanos() as u64;
+        let mono = monotonic_ns();
+        for (pid, since) in self.tracer.held() {
+            if mono.saturating_sub(since) >= stale && !self.procs.contains_key(&pid) {
+                tracing::warn!(
+                    "pid {pid} was held at exec but its event never arrived; resuming it"
+                );
+                self.tracer.resume(pid);
+            }
+        }
+        let ttl = self.opts.binary_ttl;
+        let idle: Vec<FileKey> = self
+            .binaries
+            .iter()
+            .filter(|(_, b)| b.idle_since.is_some_and(|t| now.duration_since(t) >= ttl))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in idle {
+            self.retire_binary(k);
+        }
+        self.refresh_counters();
+    }
+
+    /// Frees a binary's configurations; their counters are kept.
+    fn retire_binary(&mut self, key: FileKey) {
+        let Some(bin) = self.binaries.remove(&key) else {
+            return;
+        };
+        for ((sid, pi), planned) in bin.probes {
+            let Ok(p) = planned else { continue };
+            if let Some(spec) = self.specs.get(&sid) {
+                *self.retired.entry(spec.probes[pi].key.clone()).or_default() +=
+                    self.tracer.counters(p.cfg);
+            }
+            self.tracer.remove_probe(p.cfg);
+        }
+    }
+
+    /// Stops: resumes held processes, detaches everything (waiting until `deadline` for
+    /// the kernel), and leaves the final counters in [`Stats`].
+    pub fn shutdown(&mut self, deadline: Instant) -> bool {
+        for (pid, _) in self.tracer.held() {
+            self.tracer.resume(pid);
+        }
+        let pids: Vec<u32> = self.procs.keys().copied().collect();
+        for pid in pids {
+            self.untrack(pid);
+        }
+        self.refresh_counters();
+        let keys: Vec<FileKey> = self.binaries.keys().copied().collect();
+        for k in keys {
+            self.retire_binary(k);
+        }
+        self.tracer.keep_holding(0);
+        self.tracer.wait_detached(deadline)
+    }
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass it and nothing else.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,0 +1,120 @@
+//! The engine's boundary to the kernel (`Tracer`) and to binary resolution (`Resolver`):
+//! small traits so the engine's state machine can be tested with fakes.
+
+use crate::attach::perf::ProbePoint;
+use crate::plan::ProbePlan;
+use crate::stats::KernelCounts;
+use gprobe_crds::{Limits, Probe};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::error::ProbeError;
+
+/// A probe configuration's id in the kernel (the uprobe cookie).
+pub type CfgId = u32;
+
+/// The kernel-side configurations of one planned probe in one binary: the entry (or call)
+/// configuration and, for probes that see returns, the return one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProbeConfig {
+    pub entry: CfgId,
+    pub ret: Option<CfgId>,
+}
+
+/// One uprobe to place in a process: where, and which configuration it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    pub point: ProbePoint,
+    pub cfg: CfgId,
+}
+
+/// Why the kernel side refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("the process is gone")]
+    ProcessGone,
+    #[error("too many probe configurations: at most {max} entry and return probes can be active at once; remove some ProbeSpecs")]
+    Full { max: usize },
+    #[error("attaching a uprobe to {path} at file offset {offset:#x} failed: {source}")]
+    Attach {
+        path: String,
+        offset: u64,
+        #[source]
+        source: crate::attach::perf::PerfError,
+    },
+    #[error("updating BPF map {map} failed: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+}
+
+/// The kernel, as the engine changes it.
+pub trait Tracer {
+    /// What `attach` returns: the process's uprobes of one probe, detached when handed back.
+    type Links: Send + 'static;
+
+    /// Stores the configurations a planned probe runs in one binary; their counters start
+    /// at zero.
+    fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError>;
+
+    /// Frees a probe's configurations once no process has links to them.
+    fn remove_probe(&mut self, cfg: ProbeConfig);
+
+    /// Places every site in process `pid`, through `target` (a path to its executable that
+    /// is valid from here): all of them or, if one fails, none.
+    fn attach(
+        &mut self,
+        pid: u32,
+        target: &Path,
+        sites: &[Site],
+    ) -> Result<Self::Links, TraceError>;
+
+    /// Removes links without making the caller wait for the kernel.
+    fn detach(&mut self, links: Self::Links);
+
+    /// The kernel's counters of a probe's configurations.
+    fn counters(&self, cfg: ProbeConfig) -> KernelCounts;
+
+    /// Lets a process that was held (stopped) at exec run on.
+    fn resume(&mut self, pid: u32);
+
+    /// Processes held at exec that the engine has not resumed: pid and when it was held
+    /// (CLOCK_MONOTONIC ns).
+    fn held(&self) -> Vec<(u32, u64)>;
+
+    /// Which executables to hold at exec: by inode number of the executed file and by
+    /// process name (the executed path's last component, at most 15 bytes).
+    fn set_exec_watch(
+        &mut self,
+        inos: &BTreeSet<u64>,
+        comms: &BTreeSet<String>,
+    ) -> Result<(), TraceError>;
+
+    /// Holds candidates at exec until this CLOCK_MONOTONIC time; a stopped or stuck agent
+    /// thereby stops holding on its own.
+    fn keep_holding(&mut self, until_ns: u64);
+
+    /// Waits until the detaches in flight are done or `deadline` passes; true if done.
+    fn wait_detached(&mut self, deadline: Instant) -> bool;
+}
+
+/// One probe of a spec to plan against a binary.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanRequest<'a> {
+    pub probe: &'a Probe,
+    pub limits: &'a Limits,
+}
+
+/// Binary resolution, as the engine asks for it.
+pub trait Resolver {
+    /// Plans `probes` against the executable at `path` (one result per request, in order).
+    fn plan(
+        &mut self,
+        path: &Path,
+        probes: &[PlanRequest<'_>],
+    ) -> Vec<Result<ProbePlan, Arc<ProbeError>>>;
+}
