@@ -158,8 +158,7 @@ async fn accept_loop(
         let h = health.clone();
         tokio::spawn(async move {
             handle(sock, &h, &limits).await;
-            // The permit goes before the socket closes: a client that saw this connection
-            // end can count on its slot being free.
+            // The slot is free again once the handler has closed the connection.
             drop(permit);
         });
     }
