@@ -325,7 +325,7 @@ for k in ("hostNetwork", "hostIPC"):
 (c,) = [c for c in pod["containers"] if c["name"] == "agent"]
 sc = c.get("securityContext", {})
 caps = sc.get("capabilities", {})
-want = {"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "SYS_RESOURCE"}
+want = {"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "SYS_RESOURCE", "KILL"}
 if caps.get("drop") != ["ALL"]: err(f"agent: capabilities.drop is {caps.get('drop')}, not [ALL]")
 added = caps.get("add", [])
 if sorted(added) != sorted(want):
