@@ -129,6 +129,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         if held {
             self.tracer.resume(pid);
+            if let Origin::Exec { at, .. } = origin {
+                tracing::debug!(
+                    "pid {pid} resumed {} µs after its exec event arrived",
+                    at.elapsed().as_micros()
+                );
+            }
         }
         if gone {
             self.untrack(pid);
