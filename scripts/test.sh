@@ -27,6 +27,10 @@ step() {
 
 step "cargo fmt --check" cargo fmt --all --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The e2e tests run the gprobe that this same `cargo test` builds (it builds the agent's
+# binary for the agent's own integration tests); without GPROBE_BIN each test binary would
+# run `cargo build -p gprobe-agent`, whose features differ from the whole workspace's build.
+export GPROBE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gprobe"
 step "cargo test" cargo test --workspace --locked --no-fail-fast
 step "Helm chart" bash e2e/chart_test.sh
 

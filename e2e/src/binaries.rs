@@ -73,7 +73,11 @@ fn locate_gprobe() -> PathBuf {
             cmd.args(["--profile", other]);
         }
     }
-    eprintln!("gprobe-e2e: building the gprobe under test: {cmd:?}");
+    let shown: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
+    eprintln!(
+        "gprobe-e2e: building the gprobe under test: cargo {}",
+        shown.join(" ")
+    );
     let t0 = Instant::now();
     let status = cmd.status().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
     assert!(status.success(), "{cmd:?} failed ({status})");
