@@ -202,7 +202,7 @@ fn variant(v: GoVersion, stripped: bool) -> String {
 /// The build itself runs in a folder kept between test processes, under the target
 /// directory, so Go's build cache (the standard library takes half a minute to compile
 /// cold) is shared by every test binary; a file lock serializes builds across processes.
-/// Where no target directory can be found, it builds in the temporary folder.
+/// Where no (writable) target directory can be found, it builds in the temporary folder.
 pub fn build_go(v: GoVersion, src: &Path, stripped: bool, name: &str) -> PathBuf {
     let dest_dir = build_subdir(v, stripped);
     std::fs::create_dir_all(&dest_dir).unwrap();
@@ -246,6 +246,8 @@ fn shared_go_dir() -> Option<PathBuf> {
         let target = BuildDir::of_this_test().target_dir;
         let dir = target.join("gprobe-e2e-go");
         std::fs::create_dir_all(&dir).ok()?;
+        // Writable (the lock file is created there), or not used.
+        std::fs::File::create(dir.join("lock")).ok()?;
         Some(dir)
     })
     .clone()

@@ -327,3 +327,58 @@ pub fn program_lines(out: &str, prefix: &str) -> Vec<BTreeMap<String, String>> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn run(summary: SummaryFile) -> Run {
+        Run {
+            stdout: "{\"symbol\":\"main.f\",\"args\":{}}\n\n{\"symbol\":\"main.g\"}\n".into(),
+            stderr: "the log".into(),
+            status: ExitStatus::from_raw(0),
+            summary,
+        }
+    }
+
+    #[test]
+    fn records_and_the_summary_file() {
+        let r = run(SummaryFile::Written(
+            r#"{"probes":[{"spec":"s","symbol":"main.f","attached":true,"error":null,
+                "delivered":1,"lost":0,"throttled":0,"unfinished":0,"abandoned":0}],
+                "processes":{"matched":1,"traced":1,"missed":[]},
+                "otlp":{"spans_exported":0,"spans_dropped":0,"export_errors":0},"new":1}"#
+                .into(),
+        ));
+        assert_eq!(r.records().len(), 2);
+        assert_eq!(r.records_of("main.f").len(), 1);
+        let s = r.summary();
+        assert_eq!(s.probe("main.f").delivered, 1);
+        assert_eq!(s.processes.traced, 1);
+        assert_eq!(r.summary_json()["new"], 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "no summary file: start gprobe with")]
+    fn no_summary_unless_asked_for() {
+        run(SummaryFile::NotRequested).summary();
+    }
+
+    #[test]
+    #[should_panic(expected = "gprobe wrote no summary file at /nonexistent/summary.json")]
+    fn a_missing_summary_file_fails_with_the_log() {
+        run(SummaryFile::read(Some(Path::new(
+            "/nonexistent/summary.json",
+        ))))
+        .summary();
+    }
+
+    #[test]
+    fn program_lines_are_key_value_words() {
+        let l = program_lines("call ms=5 tid=7\nother x=1\ncall ms=6\n", "call");
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0]["tid"], "7");
+        assert_eq!(l[1]["ms"], "6");
+    }
+}
