@@ -2,15 +2,40 @@
 # Sets up this machine (idempotently) and runs every check and test of gprobe: formatting,
 # clippy, unit and end-to-end tests (real uprobes on real Go programs, real OTLP receivers,
 # real containers through containerd's CRI), and the Helm chart checks. Needs root.
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
-scripts/setup.sh --test
+#
+# Every step runs even when an earlier one failed, and every crate's tests run even when
+# another's fail (cargo test --no-fail-fast); the script exits non-zero at the end, naming
+# the steps that failed.
+#
+# The tests run with `cargo test`, not cargo-nextest: cargo runs the test binaries one after
+# another, so the e2e tests' lock (one `gprobe` at a time: 2 cores, latency checks) holds
+# across binaries; nextest would run tests of several binaries at once.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+scripts/setup.sh --test || { echo "FAILED: scripts/setup.sh --test" >&2; exit 1; }
 
-echo "== cargo fmt --check"
-cargo fmt --all --check
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
-cargo test --workspace --locked
-echo "== Helm chart"
-bash e2e/chart_test.sh
+failed=()
+step() {
+  local name="$1"
+  shift
+  echo "== $name"
+  if ! "$@"; then
+    echo "FAILED: $name" >&2
+    failed+=("$name")
+  fi
+}
+
+step "cargo fmt --check" cargo fmt --all --check
+step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The e2e tests run the gprobe that this same `cargo test` builds (it builds the agent's
+# binary for the agent's own integration tests); without GPROBE_BIN each test binary would
+# run `cargo build -p gprobe-agent`, whose features differ from the whole workspace's build.
+export GPROBE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gprobe"
+step "cargo test" cargo test --workspace --locked --no-fail-fast
+step "Helm chart" bash e2e/chart_test.sh
+
+if ((${#failed[@]})); then
+  echo "== FAILED steps: ${failed[*]}" >&2
+  exit 1
+fi
+echo "== all steps passed"

@@ -1,18 +1,15 @@
 //! The resolve stage on real binaries: Go 1.19 and Go 1.27 builds (stripped and not),
 //! the stripped kubectl builds of this machine, a Rust (non-Go) ELF, and bad inputs.
 
-#[path = "common/go.rs"]
-mod go;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use go::GoVersion;
 use gprobe_agent::resolve::gotype::GoType;
 use gprobe_agent::resolve::{Binary, DwarfParam, FuncInfo, ResolveError};
+use gprobe_e2e::go::{self, GoVersion};
 
 const VERSIONS: [GoVersion; 2] = [GoVersion::Go119, GoVersion::Go127];
 

@@ -2,33 +2,31 @@
 //! with kubelet-style labels, Go images built and imported here, and `gprobe agent` with
 //! ProbeSpecs from --spec-dir exporting to a real OTLP receiver.
 
-mod cri_support;
-mod harness;
-mod otlp_receiver;
-
-use cri_support::{can_run_containers, Containerd, Pod, PodSpec};
-use harness::go::{GoVersion, TempDir};
-use harness::{can_trace, gprobe_bin, serial};
-use otlp_receiver::{attr_str, grpc_receiver, spans};
+use gprobe_e2e::cri::{can_run_containers, Containerd, Pod, PodSpec};
+use gprobe_e2e::go::{GoVersion, TempDir};
+use gprobe_e2e::harness::{self, can_trace, gprobe_bin, serial};
+use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, spans};
+use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SPEC: &str = r#"apiVersion: gprobe.dev/v1alpha1
-kind: ProbeSpec
-metadata: {name: shop-urls, namespace: shop}
-spec:
-  selector:
-    images: ["registry.test/shop/*:v1.*"]
-    podSelector: {matchLabels: {app: shop}}
-    containerNames: [app]
-  probes:
-    - symbol: "net/http.(*Client).Get"
-      signature: "func(c *Client, url string) (resp *Response, err error)"
-      capture: [url]
-      latency: true
-"#;
+/// Pods of shop's images (v1.x) labelled app=shop, container `app`: their URLs.
+fn shop_spec() -> String {
+    SpecBuilder::new("shop-urls")
+        .namespace("shop")
+        .images(["registry.test/shop/*:v1.*"])
+        .pod_labels([("app", "shop")])
+        .container_names(["app"])
+        .probe(
+            ProbeBuilder::new("net/http.(*Client).Get")
+                .signature("func(c *Client, url string) (resp *Response, err error)")
+                .capture(["url"])
+                .latency(),
+        )
+        .yaml()
+}
 
 fn pod(ctrd: &Containerd, name: &str, app: &str, image: &str) -> Pod {
     ctrd.run_pod(&PodSpec {
@@ -155,7 +153,7 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
     let dir = TempDir::new("agent");
     let specs = dir.path().join("specs");
     std::fs::create_dir_all(&specs).unwrap();
-    std::fs::write(specs.join("shop.yaml"), SPEC).unwrap();
+    std::fs::write(specs.join("shop.yaml"), shop_spec()).unwrap();
     let report_file = dir.path().join("report.json");
     // Pods running before the agent starts: the selected one, one of the same image whose
     // labels do not match (it shares the binary's inode, so its calls fire the same uprobes),

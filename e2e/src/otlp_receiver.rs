@@ -1,6 +1,5 @@
 //! A real OTLP receiver for the end-to-end tests: gRPC (tonic) and HTTP/protobuf, built on
 //! opentelemetry-proto, on loopback; it keeps every export request it gets.
-#![allow(dead_code)]
 
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,

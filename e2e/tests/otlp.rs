@@ -1,27 +1,12 @@
 //! OTLP export end to end: gprobe traces a real Go program and exports to a real OTLP
 //! receiver started here (gRPC with tonic, and HTTP/protobuf), built on opentelemetry-proto.
 
-mod harness;
-
-use harness::go::GoVersion;
-use harness::{can_trace, program, run_program, serial, Gprobe};
-mod otlp_receiver;
-
+use gprobe_e2e::go::GoVersion;
+use gprobe_e2e::harness::{build_dir, can_trace, program, run_program, serial, Gprobe};
+use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, http_receiver};
+use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
-use otlp_receiver::{attr_str, grpc_receiver, http_receiver};
 use std::collections::BTreeSet;
-
-const SPEC: &str = r#"apiVersion: gprobe.dev/v1alpha1
-kind: ProbeSpec
-metadata: {name: otlp-urls}
-spec:
-  selector: {executable: "BIN"}
-  probes:
-    - symbol: "net/http.(*Client).Get"
-      signature: "func(c *Client, url string) (resp *Response, err error)"
-      capture: [url, err]
-      latency: true
-"#;
 
 fn check(protocol: &str) {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -36,8 +21,17 @@ fn check(protocol: &str) {
     };
     let bin = program("examples/http-client", GoVersion::Go127, false);
     let _guard = serial();
+    let spec = SpecBuilder::new("otlp-urls")
+        .executable(&bin)
+        .probe(
+            ProbeBuilder::new("net/http.(*Client).Get")
+                .signature("func(c *Client, url string) (resp *Response, err error)")
+                .capture(["url", "err"])
+                .latency(),
+        )
+        .yaml();
     let g = Gprobe::start(
-        &SPEC.replace("BIN", bin.to_str().unwrap()),
+        &spec,
         &[
             "--otlp-endpoint",
             &endpoint,
@@ -47,8 +41,7 @@ fn check(protocol: &str) {
             "1s",
         ],
     );
-    let urls_file =
-        harness::build_dir().join(format!("otlp-urls-{}.txt", protocol.replace('/', "-")));
+    let urls_file = build_dir().join(format!("otlp-urls-{}.txt", protocol.replace('/', "-")));
     run_program(
         &bin,
         &[

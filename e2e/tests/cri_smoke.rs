@@ -1,11 +1,9 @@
 //! The CRI scaffolding itself: a private containerd runs a locally built Go image as a pod,
 //! the way a kubelet would, and cleans everything up.
 
-mod cri_support;
-mod harness;
-
-use cri_support::{can_run_containers, Containerd, PodSpec};
-use harness::go::GoVersion;
+use gprobe_e2e::cri::{can_run_containers, Containerd, PodSpec};
+use gprobe_e2e::go::GoVersion;
+use gprobe_e2e::harness;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};

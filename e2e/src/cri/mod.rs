@@ -1,0 +1,109 @@
+//! Real pods without a kubelet: a private `containerd` (with its CRI plugin) per test, images
+//! built locally from a static binary and imported with `ctr`, and pods run over CRI the way
+//! the kubelet runs them (host network, kubelet labels, cgroupfs parent
+//! `/kubepods/besteffort/pod<uid>`).
+//!
+//! ```no_run
+//! use gprobe_e2e::cri::{can_run_containers, Containerd, PodSpec};
+//! # fn test(binary: &std::path::Path) -> Result<(), String> {
+//! if !can_run_containers("my_test") {
+//!     return Ok(());
+//! }
+//! let ctrd = Containerd::start()?;
+//! ctrd.import_image("registry.test/shop/app:v1", binary)?;
+//! let pod = ctrd.run_pod(&PodSpec {
+//!     name: "app-1".into(),
+//!     image: "registry.test/shop/app:v1".into(),
+//!     ..Default::default()
+//! })?;
+//! # Ok(())
+//! # }
+//! ```
+//! Everything lives under one temporary folder that `Drop` removes, after removing every
+//! pod and stopping containerd.
+//!
+//! - `containerd.rs`: the daemon's lifecycle (config, start, CRI connection, stop)
+//! - `image.rs`: one-layer OCI image archives, imported with `ctr`
+//! - `pods.rs`: pods through CRI calls (run, remove, logs)
+//! - `cleanup.rs`: what must not outlive a test (mounts, cgroups, shims)
+
+mod cleanup;
+mod containerd;
+mod image;
+mod pods;
+
+pub use containerd::Containerd;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The image every sandbox runs (imported by `start`, never pulled).
+pub const PAUSE_IMAGE: &str = "registry.test/gprobe/pause:e2e";
+/// How long one CRI call may take before it is reported as failed.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `start` waits for the CRI to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Grace period given to a container's process by `remove_pod` before SIGKILL.
+const STOP_GRACE_SECS: i64 = 2;
+
+/// A pod to run: one sandbox with one container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodSpec {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    /// The pod's own labels (the kubelet's `io.kubernetes.pod.*` ones are added).
+    pub labels: BTreeMap<String, String>,
+    /// The container's name.
+    pub container: String,
+    /// An image reference imported with `import_image`.
+    pub image: String,
+    /// Arguments after the image's entrypoint.
+    pub args: Vec<String>,
+}
+
+/// A running pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    pub sandbox_id: String,
+    pub container_id: String,
+    /// The container's main process in the host's pid namespace.
+    pub pid: u32,
+    pub spec: PodSpec,
+}
+
+/// Prints "SKIPPED <test>: <reason>" and returns false when containers cannot run here.
+pub fn can_run_containers(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED {test}: needs root to run containerd and containers");
+        return false;
+    }
+    let missing: Vec<&str> = [
+        "containerd",
+        "containerd-shim-runc-v2",
+        "runc",
+        "ctr",
+        "sha256sum",
+    ]
+    .into_iter()
+    .filter(|t| which(t).is_none())
+    .collect();
+    if !missing.is_empty() {
+        eprintln!(
+            "SKIPPED {test}: {} not installed (scripts/setup.sh --test installs containerd and runc)",
+            missing.join(", ")
+        );
+        return false;
+    }
+    true
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,21 @@
+//! gprobe's end-to-end tests share this library (the tests are in `tests/`, one binary per
+//! topic):
+//!
+//! - [`go`]: builds Go programs with the Go toolchains of this machine;
+//! - [`harness`]: runs `gprobe run` against them and collects its records, log and summary
+//!   (the `gprobe` under test comes from `$GPROBE_BIN` or is built by cargo once per process);
+//! - [`spec`]: typed ProbeSpec builders that serialize to the YAML gprobe reads;
+//! - [`summary`]: the `--summary-file` contract, typed;
+//! - [`otlp_receiver`] (feature `otlp`): a real OTLP receiver, gRPC and HTTP/protobuf;
+//! - [`cri`] (feature `cri`): real pods on a private containerd, over CRI.
+
+mod binaries;
+pub mod go;
+pub mod harness;
+pub mod spec;
+pub mod summary;
+
+#[cfg(feature = "cri")]
+pub mod cri;
+#[cfg(feature = "otlp")]
+pub mod otlp_receiver;

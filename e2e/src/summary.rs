@@ -1,0 +1,85 @@
+//! What `gprobe run --summary-file PATH` writes at exit (DESIGN.md): the numbers of the
+//! summary printed on stderr, as one JSON object.
+
+use serde::Deserialize;
+
+/// The whole summary file. Fields gprobe adds later are ignored here until a test needs them
+/// (`Run::summary_json` has everything).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Summary {
+    pub probes: Vec<ProbeSummary>,
+    pub processes: ProcessSummary,
+    pub otlp: OtlpSummary,
+}
+
+/// One probe of one spec.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ProbeSummary {
+    pub spec: String,
+    pub symbol: String,
+    /// Whether the probe was attached (to some process) at some time.
+    pub attached: bool,
+    /// Why it could not be attached.
+    pub error: Option<String>,
+    pub delivered: u64,
+    pub lost: u64,
+    pub throttled: u64,
+    pub unfinished: u64,
+    pub abandoned: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ProcessSummary {
+    pub matched: u64,
+    pub traced: u64,
+    pub missed: Vec<MissedProcess>,
+}
+
+/// A process the selector matched but gprobe did not trace from its first call.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct MissedProcess {
+    pub pid: u32,
+    pub executable: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct OtlpSummary {
+    pub spans_exported: u64,
+    pub spans_dropped: u64,
+    pub export_errors: u64,
+}
+
+impl Summary {
+    /// The probe on `symbol` (the only one: panics when none or several match).
+    pub fn probe(&self, symbol: &str) -> &ProbeSummary {
+        let found: Vec<&ProbeSummary> = self.probes.iter().filter(|p| p.symbol == symbol).collect();
+        match found[..] {
+            [one] => one,
+            _ => panic!(
+                "{} probes on {symbol} in the summary: {:?}",
+                found.len(),
+                self.probes
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = r#"{"probes": [{"spec": "http-client-urls", "symbol": "net/http.(*Client).Get", "attached": true,
+             "error": null, "delivered": 812, "lost": 0, "throttled": 0, "unfinished": 0,
+             "abandoned": 0}],
+ "processes": {"matched": 31, "traced": 30,
+               "missed": [{"pid": 4711, "executable": "/app/shop", "reason": "exited before attach"}]},
+ "otlp": {"spans_exported": 812, "spans_dropped": 0, "export_errors": 0}}"#;
+        let s: Summary = serde_json::from_str(text).unwrap();
+        assert_eq!(s.probe("net/http.(*Client).Get").delivered, 812);
+        assert_eq!(s.processes.missed[0].reason, "exited before attach");
+        assert_eq!(s.otlp.spans_exported, 812);
+    }
+}

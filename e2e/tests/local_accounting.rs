@@ -1,0 +1,140 @@
+//! Calls gprobe could not deliver are counted, never lost silently: over the rate limit
+//! (throttled) and with a full ring buffer (lost), with and without return probes. They need
+//! root (BPF).
+
+use gprobe_e2e::go::GoVersion;
+use gprobe_e2e::harness::{can_trace, program, run_program, serial, Gprobe};
+use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
+use std::path::Path;
+
+/// `N calls delivered, L lost (ring buffer full), T throttled` from gprobe's summary.
+fn summary_counts(stderr: &str, symbol: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(&format!("/ {symbol}: ")) && l.contains("calls delivered"))
+        .unwrap_or_else(|| panic!("no summary line for {symbol}:\n{stderr}"));
+    let num = |after: &str| -> u64 {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let i = words
+            .iter()
+            .position(|w| w.trim_end_matches(',') == after)
+            .unwrap();
+        words[i - 1].parse().unwrap()
+    };
+    (num("calls"), num("lost"), num("throttled"))
+}
+
+fn burst_spec(bin: &Path, limit: u32) -> String {
+    SpecBuilder::new("burst")
+        .executable(bin)
+        .probe(
+            ProbeBuilder::new("main.tick")
+                .signature("func(i int64) int64")
+                .capture(["i"]),
+        )
+        .events_per_second(limit)
+        .yaml()
+}
+
+#[test]
+fn calls_over_the_rate_limit_are_counted_not_lost_silently() {
+    if !can_trace("rate limit") {
+        return;
+    }
+    let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
+    let _guard = serial();
+    let g = Gprobe::start(&burst_spec(&bin, 50), &[]);
+    let out = run_program(&bin, &["-n", "20000"]);
+    assert!(out.contains("calls=20000"));
+    let run = g.stop();
+    let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.tick");
+    assert_eq!(run.records_of("main.tick").len() as u64, delivered);
+    assert_eq!(delivered + lost + throttled, 20_000, "{}", run.stderr);
+    // A one-second window: the burst lasts well under two of them.
+    assert!((50..=150).contains(&delivered), "delivered {delivered}");
+    assert!(throttled > 0);
+}
+
+/// 8 KiB hold about 110 records, under a millisecond of two goroutines calling flat out
+/// while they keep both CPUs busy: the reader (woken per 4 KiB) cannot keep up.
+const TINY_RING: &[&str] = &["--ring-buffer-size", "8KiB", "--wakeup-size", "4KiB"];
+
+#[test]
+fn a_full_ring_buffer_loses_calls_but_counts_every_one() {
+    if !can_trace("ring buffer full") {
+        return;
+    }
+    let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
+    let _guard = serial();
+    let g = Gprobe::start(&burst_spec(&bin, 0), TINY_RING);
+    run_program(&bin, &["-n", "100000", "-goroutines", "2"]);
+    let run = g.stop();
+    let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.tick");
+    assert_eq!(throttled, 0);
+    assert_eq!(delivered + lost, 100_000, "{}", run.stderr);
+    assert!(lost > 0, "the buffer never filled: the test proves nothing");
+    assert!(
+        run.stderr
+            .contains("calls lost (ring buffer full; raise --ring-buffer-size)"),
+        "{}",
+        run.stderr
+    );
+    // The delivered ones are real, distinct calls.
+    let mut seen: Vec<i64> = run
+        .records_of("main.tick")
+        .iter()
+        .map(|r| r["args"]["i"].as_i64().unwrap())
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len() as u64, delivered);
+}
+
+#[test]
+fn a_full_ring_buffer_with_latency_probes_counts_every_call_once() {
+    if !can_trace("ring buffer full, latency") {
+        return;
+    }
+    let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
+    let _guard = serial();
+    let spec = SpecBuilder::new("burst")
+        .executable(&bin)
+        .probe(
+            ProbeBuilder::new("main.tick")
+                .signature("func(i int64) int64")
+                .capture(["i", "r0"])
+                .latency(),
+        )
+        .events_per_second(0)
+        .yaml();
+    let g = Gprobe::start(&spec, TINY_RING);
+    run_program(&bin, &["-n", "100000", "-goroutines", "2"]);
+    let run = g.stop();
+    let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.tick");
+    assert_eq!(throttled, 0);
+    assert!(lost > 0, "the buffer never filled: the test proves nothing");
+    // A call whose RETURN record was dropped is delivered (unfinished), not lost.
+    assert_eq!(delivered + lost, 100_000, "{}", run.stderr);
+    let records = run.records_of("main.tick");
+    assert_eq!(records.len() as u64, delivered);
+    let unfinished = records
+        .iter()
+        .filter(|r| r["unfinished"] == serde_json::json!(true))
+        .count() as u64;
+    let returns_lost = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("of the delivered calls lost their return"))
+        .map(|l| l.split_whitespace().next().unwrap().parse::<u64>().unwrap())
+        .unwrap_or(0);
+    assert_eq!(unfinished, returns_lost, "{}", run.stderr);
+    // Every finished call is paired with its own return: r0 = 2 * i.
+    for r in records
+        .iter()
+        .filter(|r| r["unfinished"] != serde_json::json!(true))
+    {
+        let i = r["args"]["i"].as_i64().unwrap();
+        assert_eq!(r["returns"]["r0"].as_i64(), Some(2 * i), "{r}");
+        assert!(r["duration_ns"].as_u64().is_some(), "{r}");
+    }
+}
