@@ -145,7 +145,12 @@ impl Pipeline {
     /// Detaches every probe (waiting for the kernel until `deadline`), drains the ring
     /// buffer, flushes the exporters.
     pub async fn stop(self, deadline: Instant) -> Result<RunSummary, PipelineError> {
-        let detached = self.engine.stop(deadline).await;
+        // Detaching may take most of the budget; draining and flushing need the rest.
+        let detach_by = deadline
+            .checked_sub(Duration::from_millis(2500))
+            .filter(|d| *d > Instant::now())
+            .unwrap_or_else(|| Instant::now() + Duration::from_millis(500));
+        let detached = self.engine.stop(detach_by).await;
         if !detached {
             tracing::warn!("some uprobes were still being detached when gprobe stopped waiting; the kernel removes them when gprobe exits");
         }
