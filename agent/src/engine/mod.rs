@@ -339,7 +339,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 self.specs.get_mut(&id).expect("found").spec = Arc::new(spec);
                 return false;
             }
-            self.remove_spec(id);
+            tracing::info!("ProbeSpec {key} changed: its probes are attached anew");
+            self.drop_spec(id);
         }
         match self.add_spec(spec) {
             Ok(_) => {
@@ -360,6 +361,13 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 
     /// Removes a spec: its probes are detached from every process and freed.
     pub fn remove_spec(&mut self, id: SpecId) {
+        if let Some(s) = self.specs.get(&id) {
+            tracing::info!("ProbeSpec {} deleted: its probes are detached", s.key);
+        }
+        self.drop_spec(id);
+    }
+
+    fn drop_spec(&mut self, id: SpecId) {
         let pids: Vec<u32> = self
             .procs
             .iter()
@@ -383,7 +391,6 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 self.retired.remove(&p.key);
                 self.stats.forget_probe(&p.key);
             }
-            tracing::info!("{}: removed; its probes are detached", s.key);
         }
         self.update_watch();
         self.dirty = true;
