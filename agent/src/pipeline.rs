@@ -315,6 +315,13 @@ impl RunSummary {
                     c.returns_lost
                 );
             }
+            if c.too_deep > 0 {
+                s += &format!(
+                    "    {} calls nested deeper than {} in one goroutine were not recorded\n",
+                    c.too_deep,
+                    crate::attach::abi::GP_MAX_DEPTH
+                );
+            }
             if let (Some(e), false) = (&c.error, c.attached) {
                 s += &format!("  failed: {k}: {e}\n");
             }

@@ -205,10 +205,7 @@ impl Gprobe {
     /// Waits until gprobe is ready to trace: it has scanned /proc and attached to what runs,
     /// or waits for a matching process to start. The one place that knows how that shows.
     pub fn wait_ready(&self) {
-        self.wait_for_stderr(
-            |s| s.contains("waiting for one to start") || s.contains("attached "),
-            GPROBE_TIMEOUT,
-        );
+        self.wait_for_stderr(|s| s.contains("ready: tracing"), GPROBE_TIMEOUT);
     }
 
     /// gprobe's pid.

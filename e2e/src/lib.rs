@@ -6,12 +6,14 @@
 //!   (the `gprobe` under test comes from `$GPROBE_BIN` or is built by cargo once per process);
 //! - [`spec`]: typed ProbeSpec builders that serialize to the YAML gprobe reads;
 //! - [`summary`]: the `--summary-file` contract, typed;
+//! - [`procmem`]: whether a process's memory holds a uprobe's breakpoint;
 //! - [`otlp_receiver`] (feature `otlp`): a real OTLP receiver, gRPC and HTTP/protobuf;
 //! - [`cri`] (feature `cri`): real pods on a private containerd, over CRI.
 
 mod binaries;
 pub mod go;
 pub mod harness;
+pub mod procmem;
 pub mod spec;
 pub mod summary;
 
