@@ -9,7 +9,9 @@ pub mod events;
 pub mod export;
 pub mod local;
 pub mod pipeline;
-pub mod plan;
 pub mod resolve;
 pub mod session;
 pub mod symbols;
+
+// The plan moved into the resolve stage; `crate::plan` keeps its callers compiling.
+pub use resolve::plan;

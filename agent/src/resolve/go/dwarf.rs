@@ -15,9 +15,8 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
-use super::binary::{Binary, FuncInfo};
-use super::error::ResolveError;
 use super::gotype::GoType;
+use crate::resolve::elf::ElfFile;
 
 /// A parameter or result of a function.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +77,7 @@ enum SecData {
 }
 
 /// The loaded DWARF sections and an index of subprograms by entry address.
-pub(super) struct DwarfCache {
+pub(crate) struct DwarfCache {
     sections: Vec<(SectionId, SecData)>,
     /// Start offsets of the units in .debug_info, ascending.
     units: Vec<usize>,
@@ -91,8 +90,8 @@ fn err_str(e: impl std::fmt::Display) -> String {
 }
 
 impl DwarfCache {
-    fn load(bin: &Binary) -> Result<DwarfCache, String> {
-        let data: &[u8] = &bin.map;
+    pub(crate) fn load(elf: &ElfFile) -> Result<DwarfCache, String> {
+        let data = elf.data();
         let file = object::File::parse(data).map_err(err_str)?;
         let base = data.as_ptr() as usize;
         let mut sections = Vec::new();
@@ -123,7 +122,7 @@ impl DwarfCache {
             units: Vec::new(),
             by_addr: HashMap::new(),
         };
-        let dwarf = cache.dwarf(bin);
+        let dwarf = cache.dwarf(elf);
         let mut iter = dwarf.units();
         let mut units = Vec::new();
         let mut by_addr = HashMap::new();
@@ -156,21 +155,42 @@ impl DwarfCache {
         Ok(cache)
     }
 
-    fn bytes<'a>(&'a self, bin: &'a Binary, id: SectionId) -> &'a [u8] {
+    fn bytes<'a>(&'a self, elf: &'a ElfFile, id: SectionId) -> &'a [u8] {
         match self.sections.iter().find(|(i, _)| *i == id) {
             Some((_, SecData::Mapped(off, len))) => {
-                bin.map.get(*off..off + len).unwrap_or_default()
+                elf.data().get(*off..off + len).unwrap_or_default()
             }
             Some((_, SecData::Owned(v))) => v,
             None => &[],
         }
     }
 
-    fn dwarf<'a>(&'a self, bin: &'a Binary) -> gimli::Dwarf<R<'a>> {
+    fn dwarf<'a>(&'a self, elf: &'a ElfFile) -> gimli::Dwarf<R<'a>> {
         let loaded: Result<_, ()> = gimli::Dwarf::load(|id| {
-            Ok(EndianSlice::new(self.bytes(bin, id), RunTimeEndian::Little))
+            Ok(EndianSlice::new(self.bytes(elf, id), RunTimeEndian::Little))
         });
         loaded.unwrap_or_default()
+    }
+
+    /// The signature of the subprogram whose low_pc is `addr`; `None` when DWARF has none.
+    pub(crate) fn signature(
+        &self,
+        elf: &ElfFile,
+        addr: u64,
+    ) -> Option<Result<DwarfSignature, String>> {
+        let &off = self.by_addr.get(&addr)?;
+        Some(Ctx::new(self, elf).signature(off))
+    }
+
+    /// The signatures of every subprogram by low_pc, each decoded or not.
+    pub(crate) fn signatures<'a>(
+        &'a self,
+        elf: &'a ElfFile,
+    ) -> impl Iterator<Item = (u64, Result<DwarfSignature, String>)> + 'a {
+        let mut ctx = Ctx::new(self, elf);
+        self.by_addr
+            .iter()
+            .map(move |(&addr, &off)| (addr, ctx.signature(off)))
     }
 }
 
@@ -183,9 +203,9 @@ struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(cache: &'a DwarfCache, bin: &'a Binary) -> Self {
+    fn new(cache: &'a DwarfCache, elf: &'a ElfFile) -> Self {
         Ctx {
-            dwarf: cache.dwarf(bin),
+            dwarf: cache.dwarf(elf),
             unit_starts: &cache.units,
             units: HashMap::new(),
             types: HashMap::new(),
@@ -562,122 +582,4 @@ impl<'a> Ctx<'a> {
             align,
         })
     }
-}
-
-impl Binary {
-    fn dwarf_cache(&self) -> Result<&DwarfCache, ResolveError> {
-        if let Some(c) = self.dwarf.get() {
-            return Ok(c);
-        }
-        let c = DwarfCache::load(self).map_err(|reason| ResolveError::Dwarf {
-            path: self.path.clone(),
-            symbol: None,
-            reason,
-        })?;
-        Ok(self.dwarf.get_or_init(|| c))
-    }
-
-    /// The signature of `f` from DWARF; `None` when the binary has no DWARF or no entry
-    /// for the function.
-    pub fn dwarf_signature(&self, f: &FuncInfo) -> Result<Option<DwarfSignature>, ResolveError> {
-        if !self.has_dwarf {
-            return Ok(None);
-        }
-        let cache = self.dwarf_cache()?;
-        let Some(&off) = cache.by_addr.get(&f.addr) else {
-            return Ok(None);
-        };
-        Ctx::new(cache, self)
-            .signature(off)
-            .and_then(|sig| self.check_complete(f.addr, sig))
-            .map(Some)
-            .map_err(|reason| ResolveError::Dwarf {
-                path: self.path.clone(),
-                symbol: Some(f.name.clone()),
-                reason,
-            })
-    }
-
-    /// Go 1.19 and older leave unnamed and `_` parameters out of DWARF, which would shift
-    /// every later parameter's register. The pclntab's `args` size counts the spill space
-    /// of all parameters: when it exceeds what the DWARF parameters (and stack-assigned
-    /// results) can take, parameters are missing.
-    fn check_complete(&self, addr: u64, sig: DwarfSignature) -> Result<DwarfSignature, String> {
-        let Some(args) = self.go_args_size(addr) else {
-            return Ok(sig);
-        };
-        let words = |ps: &[DwarfParam]| {
-            ps.iter()
-                .map(|p| p.ty.size().next_multiple_of(8))
-                .sum::<u64>()
-        };
-        let mut max = words(&sig.params);
-        if !results_fit_registers(&sig.results) {
-            max += words(&sig.results);
-        }
-        if args > max {
-            return Err(format!(
-                "DWARF lists {} parameter(s) taking at most {max} bytes, but the function takes {args} \
-                 bytes of arguments: parameters are missing from DWARF (Go 1.19 and older leave \
-                 out unnamed and `_` parameters; functions written in assembly have none)",
-                sig.params.len()
-            ));
-        }
-        Ok(sig)
-    }
-
-    /// The DWARF signatures of every function, by entry address (for listings). Functions
-    /// whose types cannot be decoded are left out; empty when there is no DWARF.
-    pub fn dwarf_signatures(&self) -> Result<HashMap<u64, DwarfSignature>, ResolveError> {
-        let mut out = HashMap::new();
-        if !self.has_dwarf {
-            return Ok(out);
-        }
-        let cache = self.dwarf_cache()?;
-        let mut ctx = Ctx::new(cache, self);
-        for (&addr, &off) in &cache.by_addr {
-            if let Ok(sig) = ctx
-                .signature(off)
-                .and_then(|s| self.check_complete(addr, s))
-            {
-                out.insert(addr, sig);
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Integer and float registers a value takes under Go's register ABI (amd64), or `None`
-/// when it goes on the stack.
-fn registers(t: &GoType) -> Option<(u32, u32)> {
-    Some(match t {
-        GoType::Bool | GoType::Int { .. } | GoType::Uintptr | GoType::Pointer => (1, 0),
-        GoType::Float { .. } => (0, 1),
-        GoType::Complex { .. } => (0, 2),
-        GoType::String | GoType::Interface => (2, 0),
-        GoType::Slice { .. } => (3, 0),
-        GoType::Struct { fields, .. } => {
-            let mut n = (0, 0);
-            for (_, f) in fields {
-                let (i, x) = registers(f)?;
-                n = (n.0 + i, n.1 + x);
-            }
-            n
-        }
-        GoType::Array { len: 0, .. } => (0, 0),
-        GoType::Array { len: 1, elem, .. } => registers(elem)?,
-        GoType::Array { .. } => return None,
-    })
-}
-
-/// Whether all results fit the 9 integer and 15 float result registers.
-fn results_fit_registers(results: &[DwarfParam]) -> bool {
-    let mut n = (0, 0);
-    for r in results {
-        match registers(&r.ty) {
-            Some((i, x)) => n = (n.0 + i, n.1 + x),
-            None => return false,
-        }
-    }
-    n.0 <= 9 && n.1 <= 15
 }
