@@ -114,7 +114,8 @@ fn validate(elf: &ElfFile, p: &Pclntab, pcln_vaddr: u64, addr: u64) -> Option<Mo
     let ftab = pcln_vaddr + p.pcln_off as u64;
     let ok = w.at(0) == pcln_vaddr
         && w.at(OFF_FUNCNAMETAB) == names
-        && w.at(OFF_FUNCNAMETAB + 8) == names_len
+        // The table's end in the header may include alignment padding before cutab.
+        && (1..=names_len).contains(&w.at(OFF_FUNCNAMETAB + 8))
         && w.at(OFF_FTAB) == ftab
         && w.at(OFF_FTAB + 8) == p.nfunc as u64 + 1;
     if !ok {
