@@ -90,7 +90,11 @@ fn go_nm(v: GoVersion, bin: &Path) -> BTreeMap<String, u64> {
         .env("GOTOOLCHAIN", "local")
         .output()
         .expect("run go tool nm");
-    assert!(o.status.success(), "go tool nm: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "go tool nm: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let mut m = BTreeMap::new();
     for line in String::from_utf8_lossy(&o.stdout).lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -129,9 +133,10 @@ fn dwarf_low_pcs(path: &Path) -> HashMap<String, u64> {
             ) else {
                 continue;
             };
-            let (Ok(name), Ok(Some(addr))) =
-                (dwarf.attr_string(&unit, name), dwarf.attr_address(&unit, low))
-            else {
+            let (Ok(name), Ok(Some(addr))) = (
+                dwarf.attr_string(&unit, name),
+                dwarf.attr_address(&unit, low),
+            ) else {
                 continue;
             };
             out.insert(String::from_utf8_lossy(&name).into_owned(), addr);
@@ -150,13 +155,20 @@ fn check(v: GoVersion, link: Link) -> usize {
         let ver = b.go_version().unwrap_or_default();
         assert!(ver.starts_with(v.tag()), "{what}: version {ver}");
     }
-    assert!(full.has_symtab() && full.has_dwarf() && !stripped.has_symtab(), "{what}");
+    assert!(
+        full.has_symtab() && full.has_dwarf() && !stripped.has_symtab(),
+        "{what}"
+    );
 
     let nm = go_nm(v, &full_path);
     // The module data was found in both builds (no fallback), and says runtime.text.
     let text = nm["runtime.text"];
     assert_eq!(full.go_text_start(), Some(text), "{what}: text start");
-    assert_eq!(stripped.go_text_start(), Some(text), "{what}: stripped text start");
+    assert_eq!(
+        stripped.go_text_start(),
+        Some(text),
+        "{what}: stripped text start"
+    );
 
     let mut compared = 0;
     for (label, b) in [("full", &full), ("stripped", &stripped)] {
@@ -182,16 +194,28 @@ fn check(v: GoVersion, link: Link) -> usize {
                 None => false,
             }
         };
-        let n = nm.iter().filter(|(n, &a)| agrees("go tool nm", n, a)).count();
-        assert!(n > 1000, "{what} {label}: only {n} functions compared with go tool nm");
+        let n = nm
+            .iter()
+            .filter(|(n, &a)| agrees("go tool nm", n, a))
+            .count();
+        assert!(
+            n > 1000,
+            "{what} {label}: only {n} functions compared with go tool nm"
+        );
         compared += n;
         // Every function of the main package, both ways.
         for (name, addr) in nm.iter().filter(|(n, _)| n.starts_with("main.")) {
-            assert!(agrees("go tool nm", name, *addr), "{what} {label}: no {name}");
+            assert!(
+                agrees("go tool nm", name, *addr),
+                "{what} {label}: no {name}"
+            );
         }
         if label == "full" {
             let syms = b.elf_symbols();
-            let n = syms.iter().filter(|s| agrees(".symtab", &s.name, s.addr)).count();
+            let n = syms
+                .iter()
+                .filter(|s| agrees(".symtab", &s.name, s.addr))
+                .count();
             assert!(n > 1000, "{what}: only {n} functions compared with .symtab");
             let dwarf = dwarf_low_pcs(&full_path);
             let n = dwarf.iter().filter(|(n, &a)| agrees("DWARF", n, a)).count();
@@ -201,7 +225,9 @@ fn check(v: GoVersion, link: Link) -> usize {
         // The probe sites of the main package are instruction boundaries, found by the
         // same names in both builds.
         for f in funcs.iter().filter(|f| f.name.starts_with("main.")) {
-            let found = b.find_function(&f.name).unwrap_or_else(|e| panic!("{what}: {e}"));
+            let found = b
+                .find_function(&f.name)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
             b.probe_sites(&found)
                 .unwrap_or_else(|e| panic!("{what} {label}: {e}"));
         }
@@ -217,9 +243,17 @@ fn pclntab_addresses_agree_on_every_build_kind() {
         for link in Link::ALL {
             let t = Instant::now();
             let n = check(v, link);
-            eprintln!("{} {}: {n} addresses agree ({:?})", v.tag(), link.name(), t.elapsed());
+            eprintln!(
+                "{} {}: {n} addresses agree ({:?})",
+                v.tag(),
+                link.name(),
+                t.elapsed()
+            );
             total += n;
         }
     }
-    eprintln!("{total} addresses compared on 24 builds in {:?}", t.elapsed());
+    eprintln!(
+        "{total} addresses compared on 24 builds in {:?}",
+        t.elapsed()
+    );
 }

@@ -324,7 +324,9 @@ impl ElfFile {
     pub(crate) fn code(&self, addr: u64, size: u64) -> Option<(u64, &[u8])> {
         let l = self.load_of(addr, size.max(1))?;
         let off = addr - l.vaddr + l.offset;
-        let code = self.map.get(off as usize..off.checked_add(size)? as usize)?;
+        let code = self
+            .map
+            .get(off as usize..off.checked_add(size)? as usize)?;
         Some((off, code))
     }
 

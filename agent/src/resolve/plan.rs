@@ -91,8 +91,14 @@ pub enum PlanWarning {
 /// One way a probe's signature differs from DWARF.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SignatureDifference {
-    ParamCount { signature: usize, dwarf: usize },
-    ResultCount { signature: usize, dwarf: usize },
+    ParamCount {
+        signature: usize,
+        dwarf: usize,
+    },
+    ResultCount {
+        signature: usize,
+        dwarf: usize,
+    },
     /// Parameter `index` (0-based) is laid out differently (registers, stack slots or size).
     Param {
         index: usize,

@@ -42,3 +42,63 @@ fn symbol_parts() {
     assert_eq!(error::last_component("main.main.func1"), "func1");
     assert_eq!(error::last_component("memcpy"), "memcpy");
 }
+
+#[test]
+fn refusals_name_symbol_and_offset() {
+    let e = ResolveError::NotInstructionBoundary {
+        path: "/bin/x".into(),
+        symbol: "main.f".into(),
+        addr: 0x401000,
+        offset: 2,
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("refusing to place a breakpoint at main.f+0x2 (address 0x401002) in /bin/x: not an instruction boundary"),
+        "{msg}"
+    );
+    assert!(msg.contains("the function table may be wrong"), "{msg}");
+    let e = ResolveError::AddressMismatch {
+        path: "/bin/x".into(),
+        symbol: "main.f".into(),
+        pclntab: 0x401000,
+        symtab: 0x401100,
+    };
+    assert!(e.to_string().starts_with(
+        "main.f is at 0x401000 in the Go function table of /bin/x but at 0x401100 in its ELF symbol table"
+    ));
+}
+
+#[test]
+fn plan_warnings_say_what_is_missed() {
+    use plan::{PlanWarning, SignatureDifference};
+    let w = PlanWarning::InlinedCallSites {
+        symbol: "net/http.(*Client).Do".into(),
+        count: 3,
+    };
+    assert_eq!(
+        w.to_string(),
+        "net/http.(*Client).Do: the compiler also inlined it at 3 call site(s); calls through \
+         those run a copy of its body and are not seen (rebuild with -gcflags='net/http=-l' \
+         to see them)"
+    );
+    let w = PlanWarning::SignatureDisagreesWithDwarf {
+        symbol: "main.f".into(),
+        differences: vec![
+            SignatureDifference::ResultCount {
+                signature: 1,
+                dwarf: 2,
+            },
+            SignatureDifference::Param {
+                index: 0,
+                signature: "int".into(),
+                dwarf: "string".into(),
+            },
+        ],
+    };
+    assert_eq!(
+        w.to_string(),
+        "main.f: the probe's signature disagrees with DWARF (the signature has 1 result(s), \
+         DWARF 2; parameter 0 is int in the signature but string in DWARF); DWARF was used, \
+         capture names of the signature map to DWARF's parameters by position"
+    );
+}

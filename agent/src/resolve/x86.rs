@@ -72,9 +72,8 @@ pub(crate) fn first_non_boundary(code: &[u8], sites: &[u64]) -> Option<u64> {
             }
             pending.next();
         }
-        if pending.peek().is_none() {
-            return None;
-        }
+        // All sites seen.
+        pending.peek()?;
         decoder.decode_out(&mut insn);
     }
     // Sites at or past the end of the code.

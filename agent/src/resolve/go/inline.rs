@@ -68,7 +68,9 @@ impl InlineIndex {
         for f in funcs {
             let rec = p.pcln_off + f.func_off as usize;
             let npcdata = u32_at(table, rec + 28).ok_or("a _func record is cut off")? as usize;
-            let nfuncdata = *table.get(rec + lay.nfuncdata).ok_or("a _func record is cut off")?;
+            let nfuncdata = *table
+                .get(rec + lay.nfuncdata)
+                .ok_or("a _func record is cut off")?;
             if npcdata <= PCDATA_INL_TREE_INDEX || (nfuncdata as usize) <= FUNCDATA_INL_TREE {
                 continue;
             }
@@ -151,6 +153,35 @@ fn uvarint(b: &[u8]) -> Option<(u32, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn table(pctab: &[u8]) -> Pclntab {
+        Pclntab {
+            off: 0,
+            len: pctab.len(),
+            magic: super::super::pclntab::MAGIC_GO120,
+            min_lc: 1,
+            nfunc: 0,
+            funcname_off: 0,
+            funcname_end: 0,
+            pctab_off: 0,
+            pcln_off: pctab.len(),
+        }
+    }
+
+    #[test]
+    fn largest_inline_index_of_a_pc_value_table() {
+        // -1 -> 0 for 4 bytes, -> -1 for 4, -> 2 for 4 (zigzag deltas +1, -1, +3), end.
+        let t = [2, 4, 1, 4, 6, 4, 0];
+        assert_eq!(max_value(&t, &table(&t), 0, 12), Some(2));
+        // Only the first 8 bytes belong to the function: index 2 is not reached.
+        assert_eq!(max_value(&t, &table(&t), 0, 8), Some(0));
+        // Never inlined: -1 throughout.
+        let t = [0, 12, 0];
+        assert_eq!(max_value(&t, &table(&t), 0, 12), None);
+        // Cut off in the middle of a pair.
+        let t = [2, 0x80];
+        assert_eq!(max_value(&t, &table(&t), 0, 12), None);
+    }
 
     #[test]
     fn uvarints() {

@@ -7,6 +7,7 @@ pub mod gotype;
 
 pub(crate) mod buildinfo;
 pub(crate) mod dwarf;
+mod dwarf_types;
 pub(crate) mod inline;
 pub(crate) mod moduledata;
 pub(crate) mod pclntab;
@@ -194,9 +195,10 @@ impl GoInfo {
     /// their names there for the inline trees of their callers).
     pub(crate) fn name_in_funcnametab(&self, elf: &ElfFile, name: &[u8]) -> bool {
         match self.pclntab() {
-            Some(p) if !name.is_empty() => {
-                p.funcnames(elf.data()).split(|&b| b == 0).any(|n| n == name)
-            }
+            Some(p) if !name.is_empty() => p
+                .funcnames(elf.data())
+                .split(|&b| b == 0)
+                .any(|n| n == name),
             _ => false,
         }
     }

@@ -253,6 +253,9 @@ impl Pclntab {
 
     /// The entry offset of functab entry `i` (`i == nfunc` is the end of the last function).
     pub(crate) fn entry_off(&self, data: &[u8], i: usize) -> Option<u32> {
-        u32_at(self.bytes(data), self.pcln_off.checked_add(i.checked_mul(8)?)?)
+        u32_at(
+            self.bytes(data),
+            self.pcln_off.checked_add(i.checked_mul(8)?)?,
+        )
     }
 }

@@ -186,7 +186,12 @@ fn compare(sig: &Signature, lay: &Layout, d: &DwarfSignature) -> Vec<SignatureDi
             dwarf: d.results.len(),
         });
     }
-    let pairs = lay.params.iter().zip(&dl.params).zip(&sig.params).zip(&d.params);
+    let pairs = lay
+        .params
+        .iter()
+        .zip(&dl.params)
+        .zip(&sig.params)
+        .zip(&d.params);
     for (i, (((s, dw), sp), dp)) in pairs.enumerate() {
         if s.parts != dw.parts {
             out.push(SignatureDifference::Param {
@@ -196,7 +201,12 @@ fn compare(sig: &Signature, lay: &Layout, d: &DwarfSignature) -> Vec<SignatureDi
             });
         }
     }
-    let pairs = lay.results.iter().zip(&dl.results).zip(&sig.results).zip(&d.results);
+    let pairs = lay
+        .results
+        .iter()
+        .zip(&dl.results)
+        .zip(&sig.results)
+        .zip(&d.results);
     for (i, (((s, dw), sp), dp)) in pairs.enumerate() {
         if s.parts != dw.parts {
             out.push(SignatureDifference::Result {
@@ -328,8 +338,108 @@ fn capture_plan(
         GoType::Slice { bytes: true } => bytes(Decode::Bytes),
         GoType::Slice { bytes: false } => Err(uncapturable(Uncapturable::Slice)),
         GoType::Complex { .. } => Err(uncapturable(Uncapturable::Complex)),
-        GoType::Struct { .. } | GoType::Array { .. } => {
-            Err(uncapturable(Uncapturable::Aggregate))
+        GoType::Struct { .. } | GoType::Array { .. } => Err(uncapturable(Uncapturable::Aggregate)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::DwarfParam;
+
+    fn dwarf(params: &[(&str, GoType)], results: &[(&str, GoType)]) -> DwarfSignature {
+        let list = |ps: &[(&str, GoType)]| {
+            ps.iter()
+                .map(|(n, t)| DwarfParam {
+                    name: n.to_string(),
+                    type_name: t.to_string(),
+                    ty: t.clone(),
+                })
+                .collect()
+        };
+        DwarfSignature {
+            params: list(params),
+            results: list(results),
         }
+    }
+
+    fn compared(sig: &str, d: &DwarfSignature) -> Vec<SignatureDifference> {
+        let sig = parse_signature(sig).unwrap();
+        let (tp, tr) = signature_types(&sig).unwrap();
+        compare(&sig, &layout(&tp, &tr), d)
+    }
+
+    const INT: GoType = GoType::Int {
+        size: 8,
+        signed: true,
+    };
+
+    #[test]
+    fn same_shapes_agree() {
+        let d = dwarf(
+            &[("c", GoType::Pointer), ("url", GoType::String)],
+            &[("resp", GoType::Pointer), ("err", GoType::Interface)],
+        );
+        // Other names, other pointer and interface types, same layout.
+        let s = "func(client *Client, u string) (*Response, error)";
+        assert_eq!(compared(s, &d), vec![]);
+        // int and int64 are the same word; bool and uint8 the same byte.
+        let d = dwarf(&[("n", INT), ("b", GoType::Bool)], &[]);
+        assert_eq!(compared("func(n int64, b uint8)", &d), vec![]);
+    }
+
+    #[test]
+    fn counts_and_shapes_differ() {
+        let d = dwarf(&[("c", GoType::Pointer), ("url", GoType::String)], &[]);
+        assert_eq!(
+            compared("func(url string)", &d),
+            vec![
+                SignatureDifference::ParamCount {
+                    signature: 1,
+                    dwarf: 2
+                },
+                SignatureDifference::Param {
+                    index: 0,
+                    signature: "string".into(),
+                    dwarf: "pointer".into()
+                },
+            ]
+        );
+        // A smaller integer in the same register is a different shape (its size).
+        let d = dwarf(&[("n", INT)], &[("ok", GoType::Bool)]);
+        assert_eq!(
+            compared("func(n int32) (ok bool, err error)", &d),
+            vec![
+                SignatureDifference::ResultCount {
+                    signature: 2,
+                    dwarf: 1
+                },
+                SignatureDifference::Param {
+                    index: 0,
+                    signature: "int32".into(),
+                    dwarf: "int64".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn signature_names_bind_to_dwarf_by_name_then_position() {
+        let d = dwarf(
+            &[("c", GoType::Pointer), ("url", GoType::String)],
+            &[("err", GoType::Interface)],
+        );
+        let sig = parse_signature("func(url int, target string) (n int, failure error)").unwrap();
+        let typed = from_dwarf(&d, aliases(&sig, &d));
+        // DWARF's own names win; `url` is DWARF's url, not the signature's position 0.
+        assert_eq!(typed.lookup("url"), Some(ValueRef::Param(1)));
+        assert_eq!(typed.lookup("c"), Some(ValueRef::Param(0)));
+        // Names DWARF lacks bind by their position in the signature.
+        assert_eq!(typed.lookup("target"), Some(ValueRef::Param(1)));
+        assert_eq!(typed.lookup("n"), Some(ValueRef::Result(0)));
+        // failure is result 1, which DWARF does not have.
+        assert_eq!(typed.lookup("failure"), None);
+        assert_eq!(typed.lookup("r0"), Some(ValueRef::Result(0)));
+        assert_eq!(typed.lookup("p1"), Some(ValueRef::Param(1)));
     }
 }

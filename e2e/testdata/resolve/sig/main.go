@@ -87,6 +87,9 @@ func main() {
 	c := &Counter{}
 	c.Add(m)
 	ok := kinds(map[string]int{}, make(chan int), func() int { return 1 }, [3]uint16{1, 2, 3}, pair{1, true}, 1, 1i+1, 1, true, 1, 1, errors.New("e"), []string{"a"})
-	n = twice(n) + twice(m) + twiceFn(x)
+	// Two inlined calls whose results are used apart, so that both keep code.
+	fmt.Println(twice(n))
+	fmt.Println(twice(m))
+	n += twiceFn(x)
 	fmt.Println(n, leaf(n, m), bigFrame(n), ok, c.n)
 }
