@@ -22,12 +22,13 @@ pub(crate) struct Load {
     pub executable: bool,
 }
 
-/// A section whose bytes are in the file.
+/// A PROGBITS section.
 #[derive(Debug, Clone)]
 pub(crate) struct Section {
     pub name: Vec<u8>,
     pub addr: u64,
-    pub offset: usize,
+    /// File offset; `None` when the section runs past the end of the file.
+    pub offset: Option<usize>,
     pub size: usize,
 }
 
@@ -191,7 +192,7 @@ impl ElfFile {
                 kept.push(Section {
                     name: name.to_vec(),
                     addr: shdr.sh_addr(endian),
-                    offset: if in_file { off as usize } else { usize::MAX },
+                    offset: in_file.then_some(off as usize),
                     size: size as usize,
                 });
             }

@@ -6,7 +6,8 @@
 use std::fmt;
 
 use crate::attach::abi::{self, GpCapture, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES};
-use crate::resolve::error::{go_package, PlanError};
+use crate::resolve::error::go_package;
+pub use crate::resolve::error::{PlanError, Uncapturable};
 use crate::resolve::{go, Binary, TargetKind};
 use gprobe_crds::Probe;
 

@@ -37,13 +37,29 @@ fn stripped_kubectl_builds() {
         assert_eq!(b.dwarf_signature(&main).unwrap(), None);
         let funcs = b.functions().unwrap();
         assert_eq!(funcs.len(), n);
+        // The text base comes from the module data, found by a scan of the data segment.
+        assert!(b.go_text_start().is_some(), "{}", path.display());
+        // The inline trees of every function, read once; later questions are lookups.
+        let t = Instant::now();
+        let inlined = b.inlined_call_sites("net/http.(*Client).Do").unwrap();
+        let indexed = t.elapsed();
+        let t = Instant::now();
+        let strings = b.inlined_call_sites("strings.HasPrefix").unwrap();
+        let looked_up = t.elapsed();
+        assert!(
+            strings > 100,
+            "{}: strings.HasPrefix inlined {strings} times",
+            path.display()
+        );
         if !cfg!(debug_assertions) {
             // Fast enough in a release build only (the debug run checks the largest one).
             b.check_fast_decoder()
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
         eprintln!(
-            "{} ({ver}): {n} functions; open {opened:?}, function table {counted:?}",
+            "{} ({ver}): {n} functions; open {opened:?}, function table {counted:?}; \
+             inline trees {indexed:?} (then {looked_up:?} a name): (*Client).Do inlined at \
+             {inlined}, strings.HasPrefix at {strings} call sites",
             path.display()
         );
     }

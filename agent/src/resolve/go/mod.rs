@@ -45,18 +45,20 @@ impl GoInfo {
             .section(b".gopclntab")
             .or_else(|| elf.section(b".data.rel.ro.gopclntab"));
         let (pcln, pcln_vaddr) = match section {
-            Some(s) if s.offset == usize::MAX => {
-                return Err(ResolveError::Malformed {
-                    path: elf.path().to_path_buf(),
-                    reason: format!(
-                        "section {} (+{:#x} bytes) is past the end of the file ({} bytes)",
-                        String::from_utf8_lossy(&s.name),
-                        s.size,
-                        data.len()
-                    ),
-                });
-            }
-            Some(s) => (Pclntab::parse(data, s.offset, s.size), Some(s.addr)),
+            Some(s) => match s.offset {
+                Some(off) => (Pclntab::parse(data, off, s.size), Some(s.addr)),
+                None => {
+                    return Err(ResolveError::Malformed {
+                        path: elf.path().to_path_buf(),
+                        reason: format!(
+                            "section {} (+{:#x} bytes) is past the end of the file ({} bytes)",
+                            String::from_utf8_lossy(&s.name),
+                            s.size,
+                            data.len()
+                        ),
+                    })
+                }
+            },
             // No section headers (removed by a tool such as sstrip): scan the
             // non-executable segments for a pclntab header.
             None if !elf.has_section_headers() => {
@@ -78,8 +80,7 @@ impl GoInfo {
             None => (PclnState::Absent, None),
         };
         let blob = match elf.section(b".go.buildinfo") {
-            Some(s) if s.offset != usize::MAX => Some((s.offset, s.offset + s.size)),
-            Some(_) => None,
+            Some(s) => s.offset.map(|off| (off, off + s.size)),
             None if !elf.has_section_headers() => {
                 buildinfo::scan(data).map(|off| (off, data.len()))
             }
