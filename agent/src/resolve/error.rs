@@ -59,6 +59,15 @@ pub enum ResolveError {
         offset: u64,
     },
 
+    #[error("refusing to probe {symbol} at {addr:#x} in {}: decoded from its first byte, its instructions run past its end (+{size:#x}) to +{end:#x}; the function table may be wrong", path.display())]
+    CodePastEnd {
+        path: PathBuf,
+        symbol: String,
+        addr: u64,
+        size: u64,
+        end: u64,
+    },
+
     #[error("{} has no function table: it is not a Go binary and has no .symtab or .dynsym symbols; trace an unstripped build of the program", path.display())]
     NoFunctions { path: PathBuf },
 

@@ -261,13 +261,28 @@ impl Binary {
         };
         let mut sites = rets.clone();
         sites.push(body);
-        if let Some(offset) = x86::first_non_boundary(code, &sites) {
-            return Err(ResolveError::NotInstructionBoundary {
-                path: self.path().to_path_buf(),
-                symbol: f.name.clone(),
-                addr: f.addr,
-                offset,
-            });
+        // Go pads functions with INT3 up to the next one: the decode of a Go function ends
+        // exactly at its end (checked on every function of the kubectl builds), and half
+        // the functions of a table shifted by a few bytes do not.
+        match x86::check_sites(code, &sites, self.is_go()) {
+            Ok(()) => {}
+            Err(x86::SiteError::NotBoundary(offset)) => {
+                return Err(ResolveError::NotInstructionBoundary {
+                    path: self.path().to_path_buf(),
+                    symbol: f.name.clone(),
+                    addr: f.addr,
+                    offset,
+                })
+            }
+            Err(x86::SiteError::PastEnd(end)) => {
+                return Err(ResolveError::CodePastEnd {
+                    path: self.path().to_path_buf(),
+                    symbol: f.name.clone(),
+                    addr: f.addr,
+                    size: f.size,
+                    end,
+                })
+            }
         }
         Ok(ProbeSites {
             entry_offset: entry,

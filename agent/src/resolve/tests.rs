@@ -57,6 +57,18 @@ fn refusals_name_symbol_and_offset() {
         "{msg}"
     );
     assert!(msg.contains("the function table may be wrong"), "{msg}");
+    let e = ResolveError::CodePastEnd {
+        path: "/bin/x".into(),
+        symbol: "main.f".into(),
+        addr: 0x401000,
+        size: 0x20,
+        end: 0x22,
+    };
+    assert_eq!(
+        e.to_string(),
+        "refusing to probe main.f at 0x401000 in /bin/x: decoded from its first byte, its \
+         instructions run past its end (+0x20) to +0x22; the function table may be wrong"
+    );
     let e = ResolveError::AddressMismatch {
         path: "/bin/x".into(),
         symbol: "main.f".into(),

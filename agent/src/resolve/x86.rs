@@ -50,11 +50,22 @@ fn is_ret(insn: &Instruction) -> bool {
     matches!(insn.code(), Code::Retnq | Code::Retnq_imm16)
 }
 
-/// The first of `sites` (offsets into `code`) that is not where an instruction starts when
-/// `code` is decoded linearly from its first byte with iced-x86, or `None` when all are.
-/// A breakpoint inside an instruction corrupts it; a function table that points a few
-/// bytes off decodes into a different instruction stream, which this catches.
-pub(crate) fn first_non_boundary(code: &[u8], sites: &[u64]) -> Option<u64> {
+/// Why probe sites of a function are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SiteError {
+    /// The site (an offset into the code) is not where an instruction starts.
+    NotBoundary(u64),
+    /// The last instruction runs past the end of the function, to this offset.
+    PastEnd(u64),
+}
+
+/// Decodes `code` linearly from its first byte with iced-x86 and checks that every one of
+/// `sites` (offsets into `code`) is where an instruction starts, and with `exact_end` that
+/// the last instruction ends where the code does. A breakpoint inside an instruction
+/// corrupts it; a function table that points a few bytes off decodes into a different
+/// instruction stream, which often straddles the function's end (compilers pad functions
+/// with whole instructions, INT3 for Go).
+pub(crate) fn check_sites(code: &[u8], sites: &[u64], exact_end: bool) -> Result<(), SiteError> {
     let mut sorted = sites.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
@@ -65,19 +76,29 @@ pub(crate) fn first_non_boundary(code: &[u8], sites: &[u64]) -> Option<u64> {
         let at = decoder.position() as u64;
         while let Some(&s) = pending.peek() {
             if s < at {
-                return Some(s);
+                return Err(SiteError::NotBoundary(s));
             }
             if s > at {
                 break;
             }
             pending.next();
         }
-        // All sites seen.
-        pending.peek()?;
+        if pending.peek().is_none() && !exact_end {
+            return Ok(());
+        }
         decoder.decode_out(&mut insn);
     }
     // Sites at or past the end of the code.
-    pending.next()
+    if let Some(s) = pending.next() {
+        return Err(SiteError::NotBoundary(s));
+    }
+    // The decoder stops at the end of the buffer; an instruction cut there is invalid
+    // and spans what was left.
+    let end = decoder.position() as u64;
+    if exact_end && (insn.is_invalid() || end != code.len() as u64) {
+        return Err(SiteError::PastEnd(end.max(code.len() as u64 + 1)));
+    }
+    Ok(())
 }
 
 /// How the one-byte and two-byte (0F) opcode maps continue after the opcode.
@@ -487,18 +508,22 @@ mod tests {
 
     #[test]
     fn boundaries_of_a_linear_decode() {
+        use SiteError::*;
         // CMP RSP,[R14+0x10] (4 bytes); JBE +0x20 (2); PUSH RBP (1); RET (1)
         let code = [0x49, 0x3b, 0x66, 0x10, 0x76, 0x20, 0x55, 0xc3];
-        assert_eq!(first_non_boundary(&code, &[0, 4, 6, 7]), None);
-        assert_eq!(first_non_boundary(&code, &[]), None);
+        assert_eq!(check_sites(&code, &[0, 4, 6, 7], true), Ok(()));
+        assert_eq!(check_sites(&code, &[], false), Ok(()));
         // Inside the CMP, inside the JBE, past the end.
-        assert_eq!(first_non_boundary(&code, &[0, 2]), Some(2));
-        assert_eq!(first_non_boundary(&code, &[7, 5]), Some(5));
-        assert_eq!(first_non_boundary(&code, &[7, 8]), Some(8));
+        assert_eq!(check_sites(&code, &[0, 2], false), Err(NotBoundary(2)));
+        assert_eq!(check_sites(&code, &[7, 5], false), Err(NotBoundary(5)));
+        assert_eq!(check_sites(&code, &[7, 8], false), Err(NotBoundary(8)));
         // MOV RAX,imm64; RET. Decoded from one byte later, the bytes read MOV EAX,imm32;
         // ADD EAX,imm32, and the RET byte is inside the ADD.
         let code = [0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8, 0xc3];
-        assert_eq!(first_non_boundary(&code, &[0, 10]), None);
-        assert_eq!(first_non_boundary(&code[1..], &[0, 9]), Some(9));
+        assert_eq!(check_sites(&code, &[0, 10], true), Ok(()));
+        assert_eq!(check_sites(&code[1..], &[0, 9], false), Err(NotBoundary(9)));
+        // Cut one byte short, the MOV's immediate runs past the end.
+        assert_eq!(check_sites(&code[..9], &[0], false), Ok(()));
+        assert_eq!(check_sites(&code[..9], &[0], true), Err(PastEnd(10)));
     }
 }

@@ -249,3 +249,26 @@ fn pie_module_data_through_relocations() {
     assert_eq!(b.find_function("main.mix").unwrap(), want);
     assert_eq!(b.inlined_call_sites("main.twice").unwrap(), 2);
 }
+
+#[test]
+fn function_bounds_that_cut_an_instruction_are_refused() {
+    for v in crate::VERSIONS {
+        let b = open(&sig_stripped(v));
+        let f = b.find_function("main.bigFrame").unwrap();
+        let sites = b.probe_sites(&f).unwrap();
+        let body = sites.body_offset - sites.entry_offset;
+        // A table that ends the function inside its stack check's Jcc.
+        let cut = FuncInfo {
+            size: body - 1,
+            ..f.clone()
+        };
+        match b.probe_sites(&cut) {
+            Err(ResolveError::CodePastEnd { symbol, size, .. }) => {
+                assert_eq!((symbol.as_str(), size), ("main.bigFrame", body - 1))
+            }
+            other => panic!("{}: {other:?}", v.tag()),
+        }
+        let msg = b.probe_sites(&cut).unwrap_err().to_string();
+        assert!(msg.contains("the function table may be wrong"), "{msg}");
+    }
+}
