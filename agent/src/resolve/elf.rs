@@ -384,8 +384,11 @@ impl ElfFile {
     /// The addresses of the symbols named `name` (any type), in table order.
     pub(crate) fn symbol_addrs(&self, name: &[u8]) -> Vec<u64> {
         let mut v = Vec::new();
+        let data: &[u8] = &self.map;
         self.for_each_symbol(|s| {
-            if self.name_bytes(s.name_off) == name {
+            // Compare in place: building every name first costs a scan for its NUL.
+            let at = data.get(s.name_off..).unwrap_or_default();
+            if at.starts_with(name) && at.get(name.len()) == Some(&0) {
                 v.push(s.addr);
             }
         });

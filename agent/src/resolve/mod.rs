@@ -234,7 +234,10 @@ impl Binary {
         };
         let f = self.info(&funcs[i as usize]);
         if self.is_go() && self.has_symtab() {
-            let addrs = self.elf.symbol_addrs(want);
+            // .symtab calls an assembly function X.abi0 where its ABIInternal wrapper is
+            // X; the pclntab calls both X (and find_function picks the body).
+            let mut addrs = self.elf.symbol_addrs(want);
+            addrs.extend(self.elf.symbol_addrs(format!("{symbol}.abi0").as_bytes()));
             if !addrs.is_empty() && !addrs.contains(&f.addr) {
                 return Err(ResolveError::AddressMismatch {
                     path: self.path().to_path_buf(),

@@ -249,3 +249,21 @@ fn inlined_call_sites_are_counted() {
     let exe = std::env::current_exe().unwrap();
     assert_eq!(open(&exe).inlined_call_sites("main").unwrap(), 0);
 }
+
+#[test]
+fn symtab_guard_accepts_every_function_of_a_sound_binary() {
+    // Every name of the pclntab, found and checked against .symtab (assembly functions
+    // are NAME.abi0 there, their ABIInternal wrappers NAME), linked internally and
+    // externally.
+    for v in VERSIONS {
+        for path in [sig_bin(v), crate::sig_external(v)] {
+            let b = open(&path);
+            let funcs = b.functions().unwrap();
+            for f in &funcs {
+                if let Err(e) = b.find_function(&f.name) {
+                    panic!("{}: {e}", v.tag());
+                }
+            }
+        }
+    }
+}
