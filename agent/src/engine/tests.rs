@@ -141,7 +141,7 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
         ret_offsets: (0..rets as u64).map(|i| 0x1010 + i).collect(),
         entry_captures: vec![],
         return_captures: vec![],
-        signature_source: "signature",
+        signature_source: crate::plan::SignatureSource::Signature,
         warnings: vec![],
     }
 }

@@ -1,61 +1,431 @@
-//! Binary resolution: functions, probe sites and signatures of ELF (Go) binaries.
+//! The resolve stage: from an ELF binary and a probe to what attach needs. [`Binary`]
+//! reads a binary's functions (Go's pclntab, else the ELF symbol tables), their probe
+//! sites and signatures; [`plan::plan_probe`] turns one probe into a [`plan::ProbePlan`].
+//!
+//! Layout: `elf.rs` (the file), `x86.rs` (instruction decoding), `plan.rs` (the plan,
+//! whatever the target), and one folder per target kind: `go/` (pclntab, module data,
+//! DWARF, register ABI, inline trees). C functions and USDT probes will get `c/` and
+//! `usdt/` beside it.
 
-pub mod abi;
-pub mod gotype;
+pub mod go;
+pub mod plan;
 
-mod binary;
-mod buildinfo;
-mod dwarf;
+mod elf;
 mod error;
-mod pclntab;
-mod sites;
-
-pub use binary::{Binary, FuncInfo, ProbeSites};
-pub use dwarf::{DwarfParam, DwarfSignature};
-pub use error::ResolveError;
+mod funcs;
+mod x86;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod tests;
 
-    // Binary is shared between pipeline stages through Arc.
-    const _: () = {
-        const fn send_sync<T: Send + Sync>() {}
-        send_sync::<Binary>();
-    };
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::OnceLock;
 
-    #[test]
-    fn error_messages_say_cause_and_fix() {
-        let e = ResolveError::NotFound {
-            path: "/path/bin".into(),
-            symbol: "net/http.Get".into(),
-            inlined: true,
-            similar: vec!["net/http.(*Client).Get".into()],
-        };
-        assert_eq!(
-            e.to_string(),
-            "net/http.Get is inlined into its callers in /path/bin (the compiler copied its body, \
-             so there is no function to probe); probe net/http.(*Client).Get instead, or rebuild \
-             with -gcflags='net/http=-l'"
-        );
-        let e = ResolveError::NotFound {
-            path: "/path/bin".into(),
-            symbol: "main.nope".into(),
-            inlined: false,
-            similar: vec![],
-        };
-        assert_eq!(
-            e.to_string(),
-            "symbol main.nope not found in /path/bin; list functions with: gprobe symbols /path/bin --filter nope"
-        );
+pub use error::{PlanError, ResolveError, Uncapturable};
+pub use go::dwarf::{DwarfParam, DwarfSignature};
+// Older paths, kept for callers: `resolve::abi`, `resolve::gotype`.
+pub use go::{abi, gotype};
+
+use elf::ElfFile;
+use go::dwarf::DwarfCache;
+use go::inline::InlineIndex;
+use go::GoInfo;
+
+/// A function of the binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuncInfo {
+    pub name: String,
+    /// ELF virtual address of the first instruction.
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// Where uprobes go in one function. All offsets are file offsets (what a uprobe takes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeSites {
+    /// The first instruction.
+    pub entry_offset: u64,
+    /// The first instruction after Go's stack-growth check (`CMP ..., [R14+0x10]; Jcc`);
+    /// equal to `entry_offset` when the function has none. A probe here fires once per
+    /// call, where the entry fires again after the stack grows.
+    pub body_offset: u64,
+    /// Every RET (C3 / C2 iw) of the function.
+    pub ret_offsets: Vec<u64>,
+}
+
+/// What kind of code a binary's functions are, which decides how probes are planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A Go binary (it has a pclntab): Go register ABI, stack-growth checks.
+    Go,
+    /// Any other ELF binary: functions from its symbol tables.
+    Elf,
+}
+
+/// A function as the tables store it: its name stays in the file until asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawFunc {
+    pub addr: u64,
+    pub size: u64,
+    /// File offset of the NUL-terminated name.
+    pub name_off: usize,
+    /// Go's _func.funcID (0 for ordinary functions and for ELF symbols).
+    pub func_id: u8,
+    /// Offset of Go's _func record from the functab (0 for ELF symbols).
+    pub func_off: u32,
+}
+
+/// A memory-mapped ELF binary. Cheap to open; tables are parsed when first asked for and
+/// kept. `Send + Sync`: share it with `Arc`.
+pub struct Binary {
+    elf: ElfFile,
+    go: GoInfo,
+    funcs: OnceLock<Vec<RawFunc>>,
+    by_name: OnceLock<Vec<u32>>,
+    dwarf: OnceLock<DwarfCache>,
+    inlined: OnceLock<Result<InlineIndex, String>>,
+}
+
+impl std::fmt::Debug for Binary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binary")
+            .field("elf", &self.elf)
+            .field("go_version", &self.go.version())
+            .field("is_go", &self.is_go())
+            .finish()
+    }
+}
+
+impl Binary {
+    /// Maps `path` and reads its ELF headers; no per-function work happens here.
+    pub fn open(path: &Path) -> Result<Binary, ResolveError> {
+        let elf = ElfFile::open(path)?;
+        let go = GoInfo::open(&elf)?;
+        Ok(Binary {
+            elf,
+            go,
+            funcs: OnceLock::new(),
+            by_name: OnceLock::new(),
+            dwarf: OnceLock::new(),
+            inlined: OnceLock::new(),
+        })
     }
 
-    #[test]
-    fn symbol_parts() {
-        assert_eq!(error::go_package("net/http.(*Client).Get"), "net/http");
-        assert_eq!(error::last_component("net/http.(*Client).Get"), "Get");
-        assert_eq!(error::go_package("main.main.func1"), "main");
-        assert_eq!(error::last_component("main.main.func1"), "func1");
-        assert_eq!(error::last_component("memcpy"), "memcpy");
+    pub fn path(&self) -> &Path {
+        self.elf.path()
+    }
+
+    /// The Go release that built the binary, e.g. "go1.27.3", from `.go.buildinfo`.
+    pub fn go_version(&self) -> Option<&str> {
+        self.go.version()
+    }
+
+    /// True when the binary has a Go function table (pclntab), of any Go release.
+    pub fn is_go(&self) -> bool {
+        self.go.is_go()
+    }
+
+    pub fn kind(&self) -> TargetKind {
+        if self.is_go() {
+            TargetKind::Go
+        } else {
+            TargetKind::Elf
+        }
+    }
+
+    /// True when the binary has a non-empty `.symtab` (it was not stripped).
+    pub fn has_symtab(&self) -> bool {
+        self.elf.has_symtab()
+    }
+
+    /// True when the binary has DWARF debug information (`.debug_info` or `.zdebug_info`).
+    pub fn has_dwarf(&self) -> bool {
+        self.elf.has_dwarf()
+    }
+
+    /// The file offset of virtual address `addr`, through the PT_LOAD segment holding it.
+    pub fn file_offset(&self, addr: u64) -> Option<u64> {
+        self.elf.file_offset(addr)
+    }
+
+    /// Where a Go binary's function entry offsets count from (`runtime.text`), as read
+    /// from its module data; `None` when the module data was not found (or not Go).
+    pub fn go_text_start(&self) -> Option<u64> {
+        self.go.module(&self.elf).map(|m| m.text)
+    }
+
+    fn info(&self, f: &RawFunc) -> FuncInfo {
+        FuncInfo {
+            name: String::from_utf8_lossy(self.elf.name_bytes(f.name_off)).into_owned(),
+            addr: f.addr,
+            size: f.size,
+        }
+    }
+
+    /// The function table, built once: pclntab for Go binaries, ELF symbols otherwise.
+    pub(crate) fn raw_funcs(&self) -> Result<&[RawFunc], ResolveError> {
+        if let Some(v) = self.funcs.get() {
+            return Ok(v);
+        }
+        let v = match self.go.functions(&self.elf)? {
+            Some(v) => v,
+            None => funcs::from_symbols(&self.elf)?,
+        };
+        Ok(self.funcs.get_or_init(|| v))
+    }
+
+    /// The STT_FUNC symbols of the ELF symbol tables (`.symtab`, `.dynsym`), sorted by
+    /// address: what a non-Go binary's function table is made of, and for a Go binary a
+    /// cross-check of its pclntab.
+    pub fn elf_symbols(&self) -> Vec<FuncInfo> {
+        let mut v: Vec<FuncInfo> = Vec::new();
+        self.elf.for_each_symbol(|s| {
+            if s.is_func {
+                v.push(FuncInfo {
+                    name: String::from_utf8_lossy(self.elf.name_bytes(s.name_off)).into_owned(),
+                    addr: s.addr,
+                    size: s.size,
+                });
+            }
+        });
+        v.sort_by(|a, b| (a.addr, &a.name).cmp(&(b.addr, &b.name)));
+        v.dedup();
+        v
+    }
+
+    /// Every function, sorted by address.
+    pub fn functions(&self) -> Result<Vec<FuncInfo>, ResolveError> {
+        Ok(self.raw_funcs()?.iter().map(|f| self.info(f)).collect())
+    }
+
+    /// Number of functions, without building their names.
+    pub fn function_count(&self) -> Result<usize, ResolveError> {
+        Ok(self.raw_funcs()?.len())
+    }
+
+    fn name_index(&self) -> Result<&[u32], ResolveError> {
+        if let Some(v) = self.by_name.get() {
+            return Ok(v);
+        }
+        let v = funcs::name_index(&self.elf, self.raw_funcs()?);
+        Ok(self.by_name.get_or_init(|| v))
+    }
+
+    /// The function named `symbol` (exactly as the binary spells it, e.g.
+    /// `net/http.(*Client).Get`). Where several share the name (a Go function and its
+    /// ABI0 wrapper), the function that is not a wrapper wins, then the lowest address.
+    ///
+    /// A Go binary that still has its symbol table must agree with it: the pclntab
+    /// address of the function is refused when `.symtab` puts the same name elsewhere.
+    pub fn find_function(&self, symbol: &str) -> Result<FuncInfo, ResolveError> {
+        let funcs = self.raw_funcs()?;
+        let idx = self.name_index()?;
+        let want = symbol.as_bytes();
+        let name = |i: u32| self.elf.name_bytes(funcs[i as usize].name_off);
+        let pos = idx.partition_point(|&i| name(i) < want);
+        let Some(&i) = idx.get(pos).filter(|&&i| name(i) == want) else {
+            return Err(ResolveError::NotFound {
+                path: self.path().to_path_buf(),
+                symbol: symbol.to_string(),
+                inlined: self.go.name_in_funcnametab(&self.elf, want),
+                similar: funcs::similar(&self.elf, symbol, funcs),
+            });
+        };
+        let f = self.info(&funcs[i as usize]);
+        if self.is_go() && self.has_symtab() {
+            // .symtab calls an assembly function X.abi0 where its ABIInternal wrapper is
+            // X; the pclntab calls both X (and find_function picks the body).
+            let mut addrs = self.elf.symbol_addrs(want);
+            addrs.extend(self.elf.symbol_addrs(format!("{symbol}.abi0").as_bytes()));
+            if !addrs.is_empty() && !addrs.contains(&f.addr) {
+                return Err(ResolveError::AddressMismatch {
+                    path: self.path().to_path_buf(),
+                    symbol: symbol.to_string(),
+                    pclntab: f.addr,
+                    symtab: addrs[0],
+                });
+            }
+        }
+        Ok(f)
+    }
+
+    /// The probe sites of `f`: entry, body (after the stack-growth check) and every RET,
+    /// each checked to be an instruction boundary of the function.
+    pub fn probe_sites(&self, f: &FuncInfo) -> Result<ProbeSites, ResolveError> {
+        self.elf.check_x86_64()?;
+        let (entry, code) = self.code(&f.name, f.addr, f.size)?;
+        let mut rets = Vec::new();
+        x86::rets(code, |o| rets.push(o));
+        let body = if self.is_go() {
+            go::prologue::body_offset(code)
+        } else {
+            0
+        };
+        let mut sites = rets.clone();
+        sites.push(body);
+        // Go pads functions with INT3 up to the next one: the decode of a Go function ends
+        // exactly at its end (checked on every function of the kubectl builds), and half
+        // the functions of a table shifted by a few bytes do not.
+        match x86::check_sites(code, &sites, self.is_go()) {
+            Ok(()) => {}
+            Err(x86::SiteError::NotBoundary(offset)) => {
+                return Err(ResolveError::NotInstructionBoundary {
+                    path: self.path().to_path_buf(),
+                    symbol: f.name.clone(),
+                    addr: f.addr,
+                    offset,
+                })
+            }
+            Err(x86::SiteError::PastEnd(end)) => {
+                return Err(ResolveError::CodePastEnd {
+                    path: self.path().to_path_buf(),
+                    symbol: f.name.clone(),
+                    addr: f.addr,
+                    size: f.size,
+                    end,
+                })
+            }
+        }
+        Ok(ProbeSites {
+            entry_offset: entry,
+            body_offset: entry + body,
+            ret_offsets: rets.into_iter().map(|o| entry + o).collect(),
+        })
+    }
+
+    /// The file offset and bytes of a function.
+    fn code(&self, name: &str, addr: u64, size: u64) -> Result<(u64, &[u8]), ResolveError> {
+        self.elf
+            .code(addr, size)
+            .ok_or_else(|| ResolveError::AddressNotMapped {
+                path: self.path().to_path_buf(),
+                symbol: name.to_string(),
+                addr,
+            })
+    }
+
+    /// Computes the probe sites of every function (on all cores) and returns how many
+    /// RETs there are in total. For benchmarks and warm-up: nothing is kept.
+    pub fn all_probe_sites(&self) -> Result<usize, ResolveError> {
+        self.elf.check_x86_64()?;
+        let is_go = self.is_go();
+        funcs::parallel_sum(self.raw_funcs()?, |f| {
+            let name = String::from_utf8_lossy(self.elf.name_bytes(f.name_off));
+            let (_, code) = self.code(&name, f.addr, f.size)?;
+            let mut rets = 0;
+            x86::rets(code, |_| rets += 1);
+            if is_go {
+                std::hint::black_box(go::prologue::body_offset(code));
+            }
+            Ok(rets)
+        })
+    }
+
+    /// Checks the fast RET scan against a full iced-x86 decode of every function.
+    /// Returns how many functions were compared, or the first difference.
+    #[doc(hidden)]
+    pub fn check_fast_decoder(&self) -> Result<usize, String> {
+        let funcs = self.raw_funcs().map_err(|e| e.to_string())?;
+        let (mut fast, mut slow) = (Vec::new(), Vec::new());
+        for f in funcs {
+            let name = String::from_utf8_lossy(self.elf.name_bytes(f.name_off));
+            let (_, code) = self
+                .code(&name, f.addr, f.size)
+                .map_err(|e| e.to_string())?;
+            fast.clear();
+            slow.clear();
+            x86::rets(code, |o| fast.push(o));
+            x86::rets_iced(code, |o| slow.push(o));
+            if fast != slow {
+                return Err(format!(
+                    "{name} at {:#x}: fast scan RETs {fast:x?}, iced RETs {slow:x?}",
+                    f.addr
+                ));
+            }
+        }
+        Ok(funcs.len())
+    }
+
+    /// How many call sites the compiler inlined the Go function `name` into (calls that
+    /// a probe on the function does not see). The inline trees of all functions are read
+    /// once, on the first call.
+    pub fn inlined_call_sites(&self, name: &str) -> Result<usize, ResolveError> {
+        if !self.is_go() {
+            return Ok(0);
+        }
+        let funcs = self.raw_funcs()?;
+        let index = self.inlined.get_or_init(|| {
+            self.go
+                .inline_index(&self.elf, funcs)
+                .map_err(|e| e.to_string())
+        });
+        match index {
+            Ok(index) => Ok(self.go.inlined_count(&self.elf, index, name.as_bytes())),
+            Err(reason) => Err(ResolveError::BadPclntab {
+                path: self.path().to_path_buf(),
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    fn dwarf_cache(&self) -> Result<&DwarfCache, ResolveError> {
+        if let Some(c) = self.dwarf.get() {
+            return Ok(c);
+        }
+        let c = DwarfCache::load(&self.elf).map_err(|reason| ResolveError::Dwarf {
+            path: self.path().to_path_buf(),
+            symbol: None,
+            reason,
+        })?;
+        Ok(self.dwarf.get_or_init(|| c))
+    }
+
+    /// The raw function at `addr`, for the pclntab's per-function records.
+    fn raw_at(&self, addr: u64) -> Option<RawFunc> {
+        let funcs = self.raw_funcs().ok()?;
+        let i = funcs.partition_point(|f| f.addr < addr);
+        funcs.get(i).filter(|f| f.addr == addr).copied()
+    }
+
+    /// The Go signature of `f` from DWARF; `None` when the binary is not Go, has no DWARF
+    /// or no entry for the function.
+    pub fn dwarf_signature(&self, f: &FuncInfo) -> Result<Option<DwarfSignature>, ResolveError> {
+        if !self.is_go() || !self.has_dwarf() {
+            return Ok(None);
+        }
+        let cache = self.dwarf_cache()?;
+        let Some(sig) = cache.signature(&self.elf, f.addr) else {
+            return Ok(None);
+        };
+        let checked = sig.and_then(|sig| match self.raw_at(f.addr) {
+            Some(raw) => self.go.check_complete(&self.elf, &raw, sig),
+            None => Ok(sig),
+        });
+        checked.map(Some).map_err(|reason| ResolveError::Dwarf {
+            path: self.path().to_path_buf(),
+            symbol: Some(f.name.clone()),
+            reason,
+        })
+    }
+
+    /// The DWARF signatures of every function, by entry address (for listings). Functions
+    /// whose types cannot be decoded are left out; empty when there is no DWARF.
+    pub fn dwarf_signatures(&self) -> Result<HashMap<u64, DwarfSignature>, ResolveError> {
+        let mut out = HashMap::new();
+        if !self.is_go() || !self.has_dwarf() {
+            return Ok(out);
+        }
+        let cache = self.dwarf_cache()?;
+        for (addr, sig) in cache.signatures(&self.elf) {
+            let checked = sig.and_then(|sig| match self.raw_at(addr) {
+                Some(raw) => self.go.check_complete(&self.elf, &raw, sig),
+                None => Ok(sig),
+            });
+            if let Ok(sig) = checked {
+                out.insert(addr, sig);
+            }
+        }
+        Ok(out)
     }
 }

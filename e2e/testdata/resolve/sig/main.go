@@ -1,5 +1,6 @@
 // Test program for gprobe's resolve module: functions with known signatures and
-// prologues, built unstripped and stripped with Go 1.19 and Go 1.27.
+// prologues, built with Go 1.19 to 1.27, linked internally, externally and as PIE,
+// stripped and not.
 package main
 
 import (
@@ -65,6 +66,14 @@ func leaf(a, b int) int {
 	return a*b + 1
 }
 
+// twice is small enough to be inlined: main's two direct calls are, and the function
+// value twiceFn keeps an out-of-line copy that a probe can attach to.
+func twice(x int) int {
+	return 2*x + 1
+}
+
+var twiceFn = twice
+
 func main() {
 	x := 3
 	n, err := mix(1, "two", []byte("three"), nil, &x, 4.5, struct {
@@ -78,5 +87,9 @@ func main() {
 	c := &Counter{}
 	c.Add(m)
 	ok := kinds(map[string]int{}, make(chan int), func() int { return 1 }, [3]uint16{1, 2, 3}, pair{1, true}, 1, 1i+1, 1, true, 1, 1, errors.New("e"), []string{"a"})
+	// Two inlined calls whose results are used apart, so that both keep code.
+	fmt.Println(twice(n))
+	fmt.Println(twice(m))
+	n += twiceFn(x)
 	fmt.Println(n, leaf(n, m), bigFrame(n), ok, c.n)
 }

@@ -38,6 +38,13 @@ pub struct Placed {
     pub parts: Vec<Part>,
 }
 
+impl Placed {
+    /// True when the value lives on the stack (a value is never split between the two).
+    pub fn on_stack(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p.loc, Loc::Stack(_)))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     pub params: Vec<Placed>,

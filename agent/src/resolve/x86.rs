@@ -1,23 +1,19 @@
-//! Where to put uprobes in one function: its entry, its body after Go's stack-growth
-//! check, and every RET (Go return probes are uprobes on RETs, never uretprobes).
+//! x86-64 instruction decoding for probe sites: every RET of a function (Go return probes
+//! are uprobes on RETs, never uretprobes), and the check that a site is an instruction
+//! boundary. The Go stack-growth check lives in `go/prologue.rs`.
 
-use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, Register};
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction};
 
-/// How many leading instructions may hold the stack-growth check.
-const PROLOGUE_INSNS: usize = 8;
-
-/// Decodes the x86-64 function `code` and calls `on_ret(offset)` for every RET (C3 or
-/// C2 iw), offsets relative to the function's first byte. Returns the offset of the first
-/// instruction after the stack-growth check (`CMP reg, [R14+0x10]` then a Jcc within the
-/// first instructions), or 0 when there is none.
+/// Calls `on_ret(offset)` for every RET (C3 or C2 iw) of the x86-64 function `code`,
+/// decoded linearly from its first byte; offsets are relative to that byte.
 ///
-/// iced-x86 decodes the prologue; the rest is walked with [`fast_len`], a length decoder
-/// for the common encodings, and iced again for anything else (VEX/EVEX, prefixed RETs,
-/// rare opcodes). `scan_iced` is the reference it is checked against.
-pub(crate) fn scan(code: &[u8], mut on_ret: impl FnMut(u64)) -> u64 {
+/// Most instructions are walked with [`fast_len`], a length decoder for the common
+/// encodings; iced-x86 decodes anything else (VEX/EVEX, prefixed RETs, rare opcodes).
+/// [`rets_iced`] is the reference it is checked against.
+pub(crate) fn rets(code: &[u8], mut on_ret: impl FnMut(u64)) {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut insn = Instruction::default();
-    let (body, mut pos) = prologue(&mut decoder, &mut insn, &mut on_ret);
+    let mut pos = 0;
     while pos < code.len() {
         if let Some((len, ret)) = fast_len(&code[pos..]) {
             if ret {
@@ -31,54 +27,78 @@ pub(crate) fn scan(code: &[u8], mut on_ret: impl FnMut(u64)) -> u64 {
         }
         decoder.set_ip(pos as u64);
         decoder.decode_out(&mut insn);
-        if matches!(insn.code(), Code::Retnq | Code::Retnq_imm16) {
+        if is_ret(&insn) {
             on_ret(pos as u64);
         }
         pos += insn.len().max(1);
     }
-    body
 }
 
-/// Decodes up to [`PROLOGUE_INSNS`] instructions looking for the stack-growth check.
-/// Returns (body offset or 0, offset where decoding stopped).
-fn prologue(
-    decoder: &mut Decoder<'_>,
-    insn: &mut Instruction,
-    on_ret: &mut impl FnMut(u64),
-) -> (u64, usize) {
-    let mut seen_cmp = false;
-    for _ in 0..PROLOGUE_INSNS {
-        if !decoder.can_decode() {
-            break;
-        }
-        decoder.decode_out(insn);
-        if matches!(insn.code(), Code::Retnq | Code::Retnq_imm16) {
-            on_ret(insn.ip());
-        }
-        if !seen_cmp {
-            seen_cmp = insn.mnemonic() == Mnemonic::Cmp
-                && insn.memory_base() == Register::R14
-                && insn.memory_index() == Register::None
-                && insn.memory_displacement64() == 0x10;
-        } else if is_jcc(insn.mnemonic()) {
-            return (insn.next_ip(), decoder.position());
-        }
-    }
-    (0, decoder.position())
-}
-
-/// The reference scan: iced-x86 for every instruction.
-pub(crate) fn scan_iced(code: &[u8], mut on_ret: impl FnMut(u64)) -> u64 {
+/// The reference RET scan: iced-x86 for every instruction.
+pub(crate) fn rets_iced(code: &[u8], mut on_ret: impl FnMut(u64)) {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut insn = Instruction::default();
-    let (body, _) = prologue(&mut decoder, &mut insn, &mut on_ret);
     while decoder.can_decode() {
         decoder.decode_out(&mut insn);
-        if matches!(insn.code(), Code::Retnq | Code::Retnq_imm16) {
+        if is_ret(&insn) {
             on_ret(insn.ip());
         }
     }
-    body
+}
+
+fn is_ret(insn: &Instruction) -> bool {
+    matches!(insn.code(), Code::Retnq | Code::Retnq_imm16)
+}
+
+/// Why probe sites of a function are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SiteError {
+    /// The site (an offset into the code) is not where an instruction starts.
+    NotBoundary(u64),
+    /// The last instruction runs past the end of the function, to this offset.
+    PastEnd(u64),
+}
+
+/// Decodes `code` linearly from its first byte with iced-x86 and checks that every one of
+/// `sites` (offsets into `code`) is where an instruction starts, and with `exact_end` that
+/// the last instruction ends where the code does. A breakpoint inside an instruction
+/// corrupts it; a function table that points a few bytes off decodes into a different
+/// instruction stream, which often straddles the function's end (compilers pad functions
+/// with whole instructions, INT3 for Go).
+pub(crate) fn check_sites(code: &[u8], sites: &[u64], exact_end: bool) -> Result<(), SiteError> {
+    let mut sorted = sites.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut pending = sorted.into_iter().peekable();
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    while decoder.can_decode() {
+        let at = decoder.position() as u64;
+        while let Some(&s) = pending.peek() {
+            if s < at {
+                return Err(SiteError::NotBoundary(s));
+            }
+            if s > at {
+                break;
+            }
+            pending.next();
+        }
+        if pending.peek().is_none() && !exact_end {
+            return Ok(());
+        }
+        decoder.decode_out(&mut insn);
+    }
+    // Sites at or past the end of the code.
+    if let Some(s) = pending.next() {
+        return Err(SiteError::NotBoundary(s));
+    }
+    // The decoder stops at the end of the buffer; an instruction cut there is invalid
+    // and spans what was left.
+    let end = decoder.position() as u64;
+    if exact_end && (insn.is_invalid() || end != code.len() as u64) {
+        return Err(SiteError::PastEnd(end.max(code.len() as u64 + 1)));
+    }
+    Ok(())
 }
 
 /// How the one-byte and two-byte (0F) opcode maps continue after the opcode.
@@ -465,58 +485,45 @@ pub(crate) fn fast_len(b: &[u8]) -> Option<(usize, bool)> {
     Some((len, false))
 }
 
-fn is_jcc(m: Mnemonic) -> bool {
-    use Mnemonic::*;
-    matches!(
-        m,
-        Ja | Jae | Jb | Jbe | Je | Jne | Jg | Jge | Jl | Jle | Jo | Jno | Jp | Jnp | Js | Jns
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn small_frame_check() {
-        // CMP RSP,[R14+0x10]; JBE +0x20; PUSH RBP; MOV RBP,RSP; POP RBP; RET
-        let code = [
-            0x49, 0x3b, 0x66, 0x10, 0x76, 0x20, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3,
-        ];
-        let mut rets = vec![];
-        let body = scan(&code, |o| rets.push(o));
-        assert_eq!(body, 6);
-        assert_eq!(rets, vec![11]);
+    fn all_rets(code: &[u8]) -> (Vec<u64>, Vec<u64>) {
+        let (mut fast, mut slow) = (vec![], vec![]);
+        rets(code, |o| fast.push(o));
+        rets_iced(code, |o| slow.push(o));
+        (fast, slow)
     }
 
     #[test]
-    fn large_frame_check() {
-        // LEA R12,[RSP-0x1000]; CMP R12,[R14+0x10]; JBE rel32; NOP; RET 8
-        let code = [
-            0x4c, 0x8d, 0xa4, 0x24, 0x00, 0xf0, 0xff, 0xff, // lea r12,[rsp-0x1000]
-            0x4d, 0x3b, 0x66, 0x10, // cmp r12,[r14+0x10]
-            0x0f, 0x86, 0x10, 0x00, 0x00, 0x00, // jbe
-            0x90, // nop
-            0xc2, 0x08, 0x00, // ret 8
-        ];
-        let mut rets = vec![];
-        assert_eq!(scan(&code, |o| rets.push(o)), 18);
-        assert_eq!(rets, vec![19]);
-    }
-
-    #[test]
-    fn no_check_and_embedded_c3() {
+    fn rets_skip_c3_bytes_inside_instructions() {
         // MOV EAX,0xC3C3C3C3; RET; INT3 padding
         let code = [0xb8, 0xc3, 0xc3, 0xc3, 0xc3, 0xc3, 0xcc, 0xcc];
-        let mut rets = vec![];
-        assert_eq!(scan(&code, |o| rets.push(o)), 0);
-        assert_eq!(rets, vec![5]);
+        assert_eq!(all_rets(&code), (vec![5], vec![5]));
+        // NOP; RET 8 (C2 iw); a REP-prefixed RET (F3 C3) goes through iced.
+        let code = [0x90, 0xc2, 0x08, 0x00, 0xf3, 0xc3];
+        assert_eq!(all_rets(&code), (vec![1, 4], vec![1, 4]));
     }
 
     #[test]
-    fn jcc_without_cmp_is_not_a_check() {
-        // TEST RAX,RAX; JE +2; RET
-        let code = [0x48, 0x85, 0xc0, 0x74, 0x02, 0xc3];
-        assert_eq!(scan(&code, |_| {}), 0);
+    fn boundaries_of_a_linear_decode() {
+        use SiteError::*;
+        // CMP RSP,[R14+0x10] (4 bytes); JBE +0x20 (2); PUSH RBP (1); RET (1)
+        let code = [0x49, 0x3b, 0x66, 0x10, 0x76, 0x20, 0x55, 0xc3];
+        assert_eq!(check_sites(&code, &[0, 4, 6, 7], true), Ok(()));
+        assert_eq!(check_sites(&code, &[], false), Ok(()));
+        // Inside the CMP, inside the JBE, past the end.
+        assert_eq!(check_sites(&code, &[0, 2], false), Err(NotBoundary(2)));
+        assert_eq!(check_sites(&code, &[7, 5], false), Err(NotBoundary(5)));
+        assert_eq!(check_sites(&code, &[7, 8], false), Err(NotBoundary(8)));
+        // MOV RAX,imm64; RET. Decoded from one byte later, the bytes read MOV EAX,imm32;
+        // ADD EAX,imm32, and the RET byte is inside the ADD.
+        let code = [0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8, 0xc3];
+        assert_eq!(check_sites(&code, &[0, 10], true), Ok(()));
+        assert_eq!(check_sites(&code[1..], &[0, 9], false), Err(NotBoundary(9)));
+        // Cut one byte short, the MOV's immediate runs past the end.
+        assert_eq!(check_sites(&code[..9], &[0], false), Ok(()));
+        assert_eq!(check_sites(&code[..9], &[0], true), Err(PastEnd(10)));
     }
 }

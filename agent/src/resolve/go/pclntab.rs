@@ -2,6 +2,8 @@
 //! 1.18/1.19, 0xfffffff1 for Go 1.20+). See Go's runtime/symtab.go (`pcHeader`, `functab`,
 //! `_func`) and debug/gosym/pclntab.go.
 
+use crate::resolve::elf::{u32_at, u64_at};
+
 /// pclntab magics, by the Go release that introduced them.
 pub(crate) const MAGIC_GO12: u32 = 0xffff_fffb;
 pub(crate) const MAGIC_GO116: u32 = 0xffff_fffa;
@@ -30,29 +32,37 @@ pub(crate) struct Pclntab {
     /// Bytes of the table (section size, or the rest of the segment when found by a scan).
     pub len: usize,
     pub magic: u32,
+    pub min_lc: u8,
     pub nfunc: usize,
-    pub text_start: u64,
     /// funcnametab, relative to `off`: [funcname_off, funcname_end).
     pub funcname_off: usize,
     pub funcname_end: usize,
+    /// pctab (the pc-value tables), relative to `off`.
+    pub pctab_off: usize,
     /// functab (pclntab proper), relative to `off`.
     pub pcln_off: usize,
 }
 
-pub(crate) fn u32_at(d: &[u8], off: usize) -> Option<u32> {
-    let b = d.get(off..off.checked_add(4)?)?;
-    Some(u32::from_le_bytes(b.try_into().ok()?))
-}
+/// Offset of textStart in the pcHeader: Go 1.18 to 1.26 write `runtime.text` there (a
+/// dynamic relocation fills it in position-independent builds); Go 1.27 leaves it 0.
+pub(crate) const HEADER_TEXT_START: u64 = 24;
 
-pub(crate) fn u64_at(d: &[u8], off: usize) -> Option<u64> {
-    let b = d.get(off..off.checked_add(8)?)?;
-    Some(u64::from_le_bytes(b.try_into().ok()?))
+/// One function of the table: its entry offset from the text start, and where its
+/// records are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PclnFunc {
+    pub entry_off: u32,
+    pub size: u64,
+    /// File offset of the NUL-terminated name.
+    pub name_off: usize,
+    pub func_id: u8,
+    /// Offset of the _func record from the functab.
+    pub func_off: u32,
 }
 
 impl Pclntab {
-    /// Parses the pcHeader at `data[off..off+len]`. `text_addr` replaces a zero textStart
-    /// (position-independent builds whose textStart is filled by a dynamic relocation).
-    pub(crate) fn parse(data: &[u8], off: usize, len: usize, text_addr: Option<u64>) -> PclnState {
+    /// Parses the pcHeader at `data[off..off+len]`.
+    pub(crate) fn parse(data: &[u8], off: usize, len: usize) -> PclnState {
         let Some(end) = off.checked_add(len).filter(|&e| e <= data.len()) else {
             return PclnState::Bad(format!(
                 "table at file offset {off:#x} with {len} bytes runs past the end of the file"
@@ -82,7 +92,8 @@ impl Pclntab {
         let Some(f) = fields else {
             return PclnState::Bad("header truncated".into());
         };
-        let (nfunc, text_start, funcname_off, cu_off, pcln_off) = (f[0], f[2], f[3], f[4], f[7]);
+        // f[2] is textStart; see HEADER_TEXT_START.
+        let (nfunc, funcname_off, cu_off, pctab_off, pcln_off) = (f[0], f[3], f[4], f[6], f[7]);
         let len64 = len as u64;
         if nfunc == 0 || nfunc > len64 / 8 {
             return PclnState::Bad(format!("implausible function count {nfunc}"));
@@ -100,18 +111,20 @@ impl Pclntab {
                 "function table at {pcln_off:#x} with {nfunc} entries is outside the {len} bytes of the table"
             ));
         }
-        let text_start = match (text_start, text_addr) {
-            (0, Some(t)) => t,
-            (s, _) => s,
-        };
+        if pctab_off > pcln_off {
+            return PclnState::Bad(format!(
+                "pc-value tables at {pctab_off:#x} start after the function table at {pcln_off:#x}"
+            ));
+        }
         PclnState::Ok(Pclntab {
             off,
             len,
             magic,
+            min_lc,
             nfunc: nfunc as usize,
-            text_start,
             funcname_off: funcname_off as usize,
             funcname_end: cu_off as usize,
+            pctab_off: pctab_off as usize,
             pcln_off: pcln_off as usize,
         })
     }
@@ -128,7 +141,7 @@ impl Pclntab {
 
     /// Scans `data[start..end]` for a Go 1.18+ pclntab header (for binaries whose section
     /// headers were removed). Returns the state of the first plausible one.
-    pub(crate) fn scan(data: &[u8], start: usize, end: usize, text_addr: Option<u64>) -> PclnState {
+    pub(crate) fn scan(data: &[u8], start: usize, end: usize) -> PclnState {
         let end = end.min(data.len());
         let mut off = start.next_multiple_of(8);
         let mut old = None;
@@ -145,7 +158,7 @@ impl Pclntab {
                 let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 match magic {
                     MAGIC_GO118 | MAGIC_GO120 => {
-                        if let PclnState::Ok(p) = Self::parse(data, off, end - off, text_addr) {
+                        if let PclnState::Ok(p) = Self::parse(data, off, end - off) {
                             if p.first_entry_consistent(data) {
                                 return PclnState::Ok(p);
                             }
@@ -185,12 +198,11 @@ impl Pclntab {
         (args >= 0).then_some(args as u64)
     }
 
-    /// Calls `f(entry address, size, file offset of the NUL-terminated name, funcID,
-    /// _func offset)` for each function, in table (= address) order.
+    /// Calls `f` for each function, in table (= address) order.
     pub(crate) fn for_each_func(
         &self,
         data: &[u8],
-        mut f: impl FnMut(u64, u64, usize, u8, u32),
+        mut f: impl FnMut(PclnFunc),
     ) -> Result<(), String> {
         let t = self.bytes(data);
         // _func.funcID follows cuOffset (Go 1.18/1.19) or startLine (Go 1.20+).
@@ -228,15 +240,22 @@ impl Pclntab {
                     "function {i}'s name offset {name_off} is outside the name table ({names_len} bytes)"
                 ));
             }
-            let func_id = t.get(fo.saturating_add(func_id_at)).copied().unwrap_or(0);
-            f(
-                self.text_start.wrapping_add(entry as u64),
-                (next - entry) as u64,
-                self.off + self.funcname_off + name_off as usize,
-                func_id,
-                funcoff as u32,
-            );
+            f(PclnFunc {
+                entry_off: entry,
+                size: (next - entry) as u64,
+                name_off: self.off + self.funcname_off + name_off as usize,
+                func_id: t.get(fo.saturating_add(func_id_at)).copied().unwrap_or(0),
+                func_off: funcoff as u32,
+            });
         }
         Ok(())
+    }
+
+    /// The entry offset of functab entry `i` (`i == nfunc` is the end of the last function).
+    pub(crate) fn entry_off(&self, data: &[u8], i: usize) -> Option<u32> {
+        u32_at(
+            self.bytes(data),
+            self.pcln_off.checked_add(i.checked_mul(8)?)?,
+        )
     }
 }

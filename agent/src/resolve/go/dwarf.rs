@@ -1,0 +1,313 @@
+//! Go function signatures from DWARF: the parameters and results of a function's
+//! DW_TAG_subprogram, their names and their types mapped to [`GoType`].
+//!
+//! Go compresses its DWARF: older releases in `.zdebug_*` sections, Go 1.19 and 1.27 (as
+//! measured) in SHF_COMPRESSED `.debug_*` sections; object's `uncompressed_data` handles
+//! both. Go 1.25+ writes DWARF 5 (addresses through .debug_addr).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use gimli::{
+    constants, AttributeValue, DebugInfoOffset, EndianSlice, RunTimeEndian, SectionId, Unit,
+    UnitOffset,
+};
+use object::{Object, ObjectSection};
+
+use super::gotype::GoType;
+use crate::resolve::elf::ElfFile;
+
+/// A parameter or result of a function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DwarfParam {
+    /// The Go name; unnamed (or `_`) parameters are `p0`, `p1`..., results `r0`, `r1`...
+    /// (by position among the parameters, respectively the results).
+    pub name: String,
+    /// The DWARF type's name, e.g. `*net/http.Client`, `string`, `error`.
+    pub type_name: String,
+    pub ty: GoType,
+}
+
+/// A function's signature as DWARF describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DwarfSignature {
+    pub params: Vec<DwarfParam>,
+    pub results: Vec<DwarfParam>,
+}
+
+pub(super) type R<'a> = EndianSlice<'a, RunTimeEndian>;
+
+/// A DWARF section's bytes: in the mapped file, or decompressed.
+enum SecData {
+    Mapped(usize, usize),
+    Owned(Vec<u8>),
+}
+
+/// The loaded DWARF sections and an index of subprograms by entry address.
+pub(crate) struct DwarfCache {
+    sections: Vec<(SectionId, SecData)>,
+    /// Start offsets of the units in .debug_info, ascending.
+    units: Vec<usize>,
+    /// Entry address -> .debug_info offset of its DW_TAG_subprogram.
+    by_addr: HashMap<u64, usize>,
+}
+
+pub(super) fn err_str(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl DwarfCache {
+    pub(crate) fn load(elf: &ElfFile) -> Result<DwarfCache, String> {
+        let data = elf.data();
+        let file = object::File::parse(data).map_err(err_str)?;
+        let base = data.as_ptr() as usize;
+        let mut sections = Vec::new();
+        for id in [
+            SectionId::DebugAbbrev,
+            SectionId::DebugAddr,
+            SectionId::DebugInfo,
+            SectionId::DebugLine,
+            SectionId::DebugLineStr,
+            SectionId::DebugStr,
+            SectionId::DebugStrOffsets,
+            SectionId::DebugTypes,
+        ] {
+            let Some(sec) = file.section_by_name(id.name()) else {
+                continue;
+            };
+            let bytes = sec
+                .uncompressed_data()
+                .map_err(|e| format!("section {}: {e}", id.name()))?;
+            let d = match bytes {
+                Cow::Borrowed(b) => SecData::Mapped(b.as_ptr() as usize - base, b.len()),
+                Cow::Owned(v) => SecData::Owned(v),
+            };
+            sections.push((id, d));
+        }
+        let mut cache = DwarfCache {
+            sections,
+            units: Vec::new(),
+            by_addr: HashMap::new(),
+        };
+        let dwarf = cache.dwarf(elf);
+        let mut iter = dwarf.units();
+        let mut units = Vec::new();
+        let mut by_addr = HashMap::new();
+        while let Some(header) = iter.next().map_err(err_str)? {
+            let Some(uoff) = header.offset().as_debug_info_offset() else {
+                continue;
+            };
+            units.push(uoff.0);
+            let unit = dwarf.unit(header).map_err(err_str)?;
+            let mut tree = unit.entries_tree(None).map_err(err_str)?;
+            let root = tree.root().map_err(err_str)?;
+            let mut children = root.children();
+            while let Some(child) = children.next().map_err(err_str)? {
+                let e = child.entry();
+                if e.tag() != constants::DW_TAG_subprogram {
+                    continue;
+                }
+                let Some(v) = e.attr_value(constants::DW_AT_low_pc).map_err(err_str)? else {
+                    continue;
+                };
+                if let Ok(Some(addr)) = dwarf.attr_address(&unit, v) {
+                    if let Some(off) = e.offset().to_debug_info_offset(&unit.header) {
+                        by_addr.entry(addr).or_insert(off.0);
+                    }
+                }
+            }
+        }
+        cache.units = units;
+        cache.by_addr = by_addr;
+        Ok(cache)
+    }
+
+    fn bytes<'a>(&'a self, elf: &'a ElfFile, id: SectionId) -> &'a [u8] {
+        match self.sections.iter().find(|(i, _)| *i == id) {
+            Some((_, SecData::Mapped(off, len))) => {
+                elf.data().get(*off..off + len).unwrap_or_default()
+            }
+            Some((_, SecData::Owned(v))) => v,
+            None => &[],
+        }
+    }
+
+    fn dwarf<'a>(&'a self, elf: &'a ElfFile) -> gimli::Dwarf<R<'a>> {
+        let loaded: Result<_, ()> = gimli::Dwarf::load(|id| {
+            Ok(EndianSlice::new(self.bytes(elf, id), RunTimeEndian::Little))
+        });
+        loaded.unwrap_or_default()
+    }
+
+    /// The signature of the subprogram whose low_pc is `addr`; `None` when DWARF has none.
+    pub(crate) fn signature(
+        &self,
+        elf: &ElfFile,
+        addr: u64,
+    ) -> Option<Result<DwarfSignature, String>> {
+        let &off = self.by_addr.get(&addr)?;
+        Some(Ctx::new(self, elf).signature(off))
+    }
+
+    /// The signatures of every subprogram by low_pc, each decoded or not.
+    pub(crate) fn signatures<'a>(
+        &'a self,
+        elf: &'a ElfFile,
+    ) -> impl Iterator<Item = (u64, Result<DwarfSignature, String>)> + 'a {
+        let mut ctx = Ctx::new(self, elf);
+        self.by_addr
+            .iter()
+            .map(move |(&addr, &off)| (addr, ctx.signature(off)))
+    }
+}
+
+/// Resolves types and signatures over one loaded DWARF, caching units and types.
+pub(super) struct Ctx<'a> {
+    dwarf: gimli::Dwarf<R<'a>>,
+    unit_starts: &'a [usize],
+    units: HashMap<usize, Rc<Unit<R<'a>>>>,
+    pub(super) types: HashMap<usize, (String, GoType)>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(cache: &'a DwarfCache, elf: &'a ElfFile) -> Self {
+        Ctx {
+            dwarf: cache.dwarf(elf),
+            unit_starts: &cache.units,
+            units: HashMap::new(),
+            types: HashMap::new(),
+        }
+    }
+
+    /// The unit holding .debug_info offset `off`, and the entry's offset in it.
+    pub(super) fn locate(&mut self, off: usize) -> Result<(Rc<Unit<R<'a>>>, UnitOffset), String> {
+        let i = self.unit_starts.partition_point(|&s| s <= off);
+        if i == 0 {
+            return Err(format!("reference {off:#x} is before the first unit"));
+        }
+        let start = self.unit_starts[i - 1];
+        let unit = match self.units.get(&start) {
+            Some(u) => u.clone(),
+            None => {
+                let header = self
+                    .dwarf
+                    .debug_info
+                    .header_from_offset(DebugInfoOffset(start))
+                    .map_err(err_str)?;
+                let u = Rc::new(self.dwarf.unit(header).map_err(err_str)?);
+                self.units.insert(start, u.clone());
+                u
+            }
+        };
+        let uoff = DebugInfoOffset(off)
+            .to_unit_offset(&unit.header)
+            .ok_or_else(|| format!("reference {off:#x} is outside its unit"))?;
+        Ok((unit, uoff))
+    }
+
+    pub(super) fn string(&self, unit: &Unit<R<'a>>, v: AttributeValue<R<'a>>) -> Option<String> {
+        let s = self.dwarf.attr_string(unit, v).ok()?;
+        Some(String::from_utf8_lossy(s.slice()).into_owned())
+    }
+
+    /// A reference attribute as a .debug_info offset.
+    pub(super) fn reference(unit: &Unit<R<'a>>, v: AttributeValue<R<'a>>) -> Option<usize> {
+        match v {
+            AttributeValue::UnitRef(u) => u.to_debug_info_offset(&unit.header).map(|o| o.0),
+            AttributeValue::DebugInfoRef(o) => Some(o.0),
+            _ => None,
+        }
+    }
+
+    /// The signature of the subprogram at .debug_info offset `off`.
+    fn signature(&mut self, off: usize) -> Result<DwarfSignature, String> {
+        let (unit, uoff) = self.locate(off)?;
+        let entry = unit.entry(uoff).map_err(err_str)?;
+        // A concrete instance of an inlinable function: the abstract one lists every
+        // parameter in declaration order, with names and types (the instance may leave
+        // out unused ones). Go 1.19 lists unnamed results (`~r0`) only in the instance:
+        // take those of its own parameters that the abstract one does not have.
+        let origin = entry
+            .attr_value(constants::DW_AT_abstract_origin)
+            .map_err(err_str)?
+            .and_then(|v| Self::reference(&unit, v));
+        let mut raw = match origin {
+            Some(o) => {
+                let (ounit, ouoff) = self.locate(o)?;
+                self.formal_params(&ounit, ouoff)?
+            }
+            None => Vec::new(),
+        };
+        for p in self.formal_params(&unit, uoff)? {
+            let dup = raw.iter().any(|q| q.0 == p.0);
+            if (origin.is_none() || (p.0.is_some() && !dup)) && p.3.is_none() {
+                raw.push(p);
+            }
+        }
+        let mut sig = DwarfSignature {
+            params: Vec::new(),
+            results: Vec::new(),
+        };
+        for (name, is_result, ty, _) in raw {
+            let ty = ty.ok_or_else(|| {
+                format!(
+                    "parameter {} has no type",
+                    name.as_deref().unwrap_or("(unnamed)")
+                )
+            })?;
+            let (type_name, ty) = self.go_type(ty, 0)?;
+            let list = if is_result {
+                &mut sig.results
+            } else {
+                &mut sig.params
+            };
+            let name = match name {
+                Some(n) if !n.is_empty() && !n.starts_with('~') && n != "_" => n,
+                _ => format!("{}{}", if is_result { 'r' } else { 'p' }, list.len()),
+            };
+            list.push(DwarfParam {
+                name,
+                type_name,
+                ty,
+            });
+        }
+        Ok(sig)
+    }
+
+    /// (name, is_result, type offset, abstract origin) of each formal parameter of the
+    /// subprogram at `uoff`, in order.
+    #[allow(clippy::type_complexity)]
+    fn formal_params(
+        &mut self,
+        unit: &Unit<R<'a>>,
+        uoff: UnitOffset,
+    ) -> Result<Vec<(Option<String>, bool, Option<usize>, Option<usize>)>, String> {
+        let mut raw = Vec::new();
+        let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
+        let root = tree.root().map_err(err_str)?;
+        let mut children = root.children();
+        while let Some(child) = children.next().map_err(err_str)? {
+            let e = child.entry();
+            if e.tag() != constants::DW_TAG_formal_parameter {
+                continue;
+            }
+            let (mut name, mut is_result, mut ty, mut origin) = (None, false, None, None);
+            let mut attrs = e.attrs();
+            while let Some(a) = attrs.next().map_err(err_str)? {
+                match a.name() {
+                    constants::DW_AT_name => name = self.string(unit, a.value()),
+                    constants::DW_AT_variable_parameter => {
+                        is_result = matches!(a.value(), AttributeValue::Flag(true))
+                            || a.udata_value().is_some_and(|v| v != 0);
+                    }
+                    constants::DW_AT_type => ty = Self::reference(unit, a.value()),
+                    constants::DW_AT_abstract_origin => origin = Self::reference(unit, a.value()),
+                    _ => {}
+                }
+            }
+            raw.push((name, is_result, ty, origin));
+        }
+        Ok(raw)
+    }
+}

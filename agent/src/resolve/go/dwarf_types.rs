@@ -1,0 +1,301 @@
+//! DWARF types mapped to [`GoType`]: Go's kinds (DW_AT_go_kind), structs, arrays and the
+//! element of slices.
+
+use std::rc::Rc;
+
+use gimli::{constants, AttributeValue, DwAt, Unit, UnitOffset};
+
+use super::dwarf::{err_str, Ctx, R};
+use super::gotype::GoType;
+
+/// Go's DWARF extensions (src/cmd/internal/dwarf/dwarf.go).
+const DW_AT_GO_KIND: DwAt = DwAt(0x2900);
+const DW_AT_GO_ELEM: DwAt = DwAt(0x2902);
+
+/// reflect.Kind values used by DW_AT_go_kind.
+mod kind {
+    pub const BOOL: u64 = 1;
+    pub const INT: u64 = 2;
+    pub const INT64: u64 = 6;
+    pub const UINT: u64 = 7;
+    pub const UINT8: u64 = 8;
+    pub const UINT64: u64 = 11;
+    pub const UINTPTR: u64 = 12;
+    pub const FLOAT32: u64 = 13;
+    pub const FLOAT64: u64 = 14;
+    pub const COMPLEX64: u64 = 15;
+    pub const COMPLEX128: u64 = 16;
+    pub const ARRAY: u64 = 17;
+    pub const CHAN: u64 = 18;
+    pub const FUNC: u64 = 19;
+    pub const INTERFACE: u64 = 20;
+    pub const MAP: u64 = 21;
+    pub const PTR: u64 = 22;
+    pub const SLICE: u64 = 23;
+    pub const STRING: u64 = 24;
+    pub const STRUCT: u64 = 25;
+    pub const UNSAFE_POINTER: u64 = 26;
+}
+
+/// Nested by-value types deeper than this are treated as malformed (cycles).
+const MAX_DEPTH: usize = 48;
+
+impl<'a> Ctx<'a> {
+    /// The name and [`GoType`] of the type at .debug_info offset `off`.
+    pub(super) fn go_type(&mut self, off: usize, depth: usize) -> Result<(String, GoType), String> {
+        if let Some(t) = self.types.get(&off) {
+            return Ok(t.clone());
+        }
+        if depth > MAX_DEPTH {
+            return Err(format!("type at {off:#x} nests too deeply (a cycle?)"));
+        }
+        let (unit, uoff) = self.locate(off)?;
+        let e = unit.entry(uoff).map_err(err_str)?;
+        let tag = e.tag();
+        let mut name = None;
+        let mut go_kind = None;
+        let mut byte_size = None;
+        let mut encoding = None;
+        let mut target = None;
+        let mut elem = None;
+        let mut attrs = e.attrs();
+        while let Some(a) = attrs.next().map_err(err_str)? {
+            match a.name() {
+                constants::DW_AT_name => name = self.string(&unit, a.value()),
+                constants::DW_AT_byte_size => byte_size = a.udata_value(),
+                constants::DW_AT_encoding => {
+                    encoding = match a.value() {
+                        AttributeValue::Encoding(enc) => Some(enc),
+                        v => v.udata_value().map(|x| gimli::DwAte(x as u8)),
+                    }
+                }
+                constants::DW_AT_type => target = Self::reference(&unit, a.value()),
+                // Kind 0 (Invalid) appears on some synthesized types: use the tag.
+                DW_AT_GO_KIND => go_kind = a.udata_value().filter(|&k| k != 0),
+                DW_AT_GO_ELEM => elem = Self::reference(&unit, a.value()),
+                _ => {}
+            }
+        }
+        let type_desc = || {
+            format!(
+                "type {} ({} at {off:#x})",
+                name.as_deref().unwrap_or("(unnamed)"),
+                tag
+            )
+        };
+        let is_typedef = tag == constants::DW_TAG_typedef;
+        let follow = |ctx: &mut Self| -> Result<GoType, String> {
+            let t = target.ok_or_else(|| format!("{} refers to no type", type_desc()))?;
+            Ok(ctx.go_type(t, depth + 1)?.1)
+        };
+        let int = |size: u8, signed: bool| GoType::Int { size, signed };
+        let ty = match go_kind {
+            Some(kind::BOOL) => GoType::Bool,
+            Some(kind::INT) => int(8, true),
+            Some(k @ 3..=kind::INT64) => int(1 << (k - 3), true),
+            Some(kind::UINT) => int(8, false),
+            Some(k @ kind::UINT8..=kind::UINT64) => int(1 << (k - kind::UINT8), false),
+            Some(kind::UINTPTR) => GoType::Uintptr,
+            Some(kind::FLOAT32) => GoType::Float { size: 4 },
+            Some(kind::FLOAT64) => GoType::Float { size: 8 },
+            Some(kind::COMPLEX64) => GoType::Complex { size: 8 },
+            Some(kind::COMPLEX128) => GoType::Complex { size: 16 },
+            Some(kind::CHAN | kind::FUNC | kind::MAP | kind::PTR | kind::UNSAFE_POINTER) => {
+                GoType::Pointer
+            }
+            Some(kind::INTERFACE) => GoType::Interface,
+            Some(kind::STRING) => GoType::String,
+            Some(kind::ARRAY | kind::SLICE | kind::STRUCT) if is_typedef => follow(self)?,
+            Some(kind::SLICE) => GoType::Slice {
+                bytes: self.is_uint8(elem, &name, depth)?,
+            },
+            Some(kind::ARRAY) => self.array(&unit, uoff, target, byte_size, depth)?,
+            Some(kind::STRUCT) => self.structure(&unit, uoff, byte_size, depth)?,
+            Some(k) => return Err(format!("{} has unknown Go kind {k}", type_desc())),
+            None => match tag {
+                constants::DW_TAG_typedef => follow(self)?,
+                constants::DW_TAG_pointer_type | constants::DW_TAG_subroutine_type => {
+                    GoType::Pointer
+                }
+                constants::DW_TAG_base_type => {
+                    let size = byte_size.unwrap_or(0) as u8;
+                    match encoding {
+                        Some(constants::DW_ATE_boolean) => GoType::Bool,
+                        Some(constants::DW_ATE_signed | constants::DW_ATE_signed_char)
+                            if matches!(size, 1 | 2 | 4 | 8) =>
+                        {
+                            int(size, true)
+                        }
+                        Some(constants::DW_ATE_unsigned | constants::DW_ATE_unsigned_char)
+                            if matches!(size, 1 | 2 | 4 | 8) =>
+                        {
+                            int(size, false)
+                        }
+                        Some(constants::DW_ATE_float) if matches!(size, 4 | 8) => {
+                            GoType::Float { size }
+                        }
+                        Some(constants::DW_ATE_complex_float) if matches!(size, 8 | 16) => {
+                            GoType::Complex { size }
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{} has an unsupported encoding or size {size}",
+                                type_desc()
+                            ))
+                        }
+                    }
+                }
+                constants::DW_TAG_structure_type => match name.as_deref() {
+                    Some("string") => GoType::String,
+                    Some(n) if n.starts_with("[]") => GoType::Slice {
+                        bytes: n == "[]uint8" || n == "[]byte",
+                    },
+                    _ => self.structure(&unit, uoff, byte_size, depth)?,
+                },
+                constants::DW_TAG_array_type => {
+                    self.array(&unit, uoff, target, byte_size, depth)?
+                }
+                _ => return Err(format!("{} is not a type gprobe can decode", type_desc())),
+            },
+        };
+        let type_name = name.unwrap_or_else(|| ty.to_string());
+        self.types.insert(off, (type_name.clone(), ty.clone()));
+        Ok((type_name, ty))
+    }
+
+    /// Whether a slice's element type (DW_AT_go_elem) is uint8 (byte).
+    fn is_uint8(
+        &mut self,
+        elem: Option<usize>,
+        slice_name: &Option<String>,
+        depth: usize,
+    ) -> Result<bool, String> {
+        let Some(mut off) = elem else {
+            return Ok(matches!(slice_name.as_deref(), Some("[]uint8" | "[]byte")));
+        };
+        // Follow typedefs by hand: mapping the element fully could recurse forever
+        // (type T struct{ kids []T }).
+        for _ in depth..MAX_DEPTH {
+            let (unit, uoff) = self.locate(off)?;
+            let e = unit.entry(uoff).map_err(err_str)?;
+            if let Some(k) = e.attr_value(DW_AT_GO_KIND).map_err(err_str)? {
+                return Ok(k.udata_value() == Some(kind::UINT8));
+            }
+            match e.tag() {
+                constants::DW_TAG_typedef => {
+                    match e
+                        .attr_value(constants::DW_AT_type)
+                        .map_err(err_str)?
+                        .and_then(|v| Self::reference(&unit, v))
+                    {
+                        Some(t) => off = t,
+                        None => return Ok(false),
+                    }
+                }
+                constants::DW_TAG_base_type => {
+                    let size = e.attr_value(constants::DW_AT_byte_size).map_err(err_str)?;
+                    let enc = e.attr_value(constants::DW_AT_encoding).map_err(err_str)?;
+                    return Ok(size.and_then(|s| s.udata_value()) == Some(1)
+                        && matches!(
+                            enc,
+                            Some(AttributeValue::Encoding(
+                                constants::DW_ATE_unsigned | constants::DW_ATE_unsigned_char
+                            ))
+                        ));
+                }
+                _ => return Ok(false),
+            }
+        }
+        Ok(false)
+    }
+
+    fn structure(
+        &mut self,
+        unit: &Rc<Unit<R<'a>>>,
+        uoff: UnitOffset,
+        byte_size: Option<u64>,
+        depth: usize,
+    ) -> Result<GoType, String> {
+        let mut members = Vec::new();
+        {
+            let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
+            let root = tree.root().map_err(err_str)?;
+            let mut children = root.children();
+            while let Some(child) = children.next().map_err(err_str)? {
+                let e = child.entry();
+                if e.tag() != constants::DW_TAG_member {
+                    continue;
+                }
+                let name = match e.attr_value(constants::DW_AT_name).map_err(err_str)? {
+                    Some(v) => self.string(unit, v).unwrap_or_default(),
+                    None => String::new(),
+                };
+                let ty = e
+                    .attr_value(constants::DW_AT_type)
+                    .map_err(err_str)?
+                    .and_then(|v| Self::reference(unit, v))
+                    .ok_or_else(|| format!("struct field {name} has no type"))?;
+                members.push((name, ty));
+            }
+        }
+        let mut fields = Vec::with_capacity(members.len());
+        for (name, ty) in members {
+            fields.push((name, self.go_type(ty, depth + 1)?.1));
+        }
+        let align = fields.iter().map(|(_, t)| t.align()).max().unwrap_or(1);
+        match byte_size {
+            Some(size) => Ok(GoType::Struct {
+                fields,
+                size,
+                align,
+            }),
+            None => Ok(GoType::new_struct(fields)),
+        }
+    }
+
+    fn array(
+        &mut self,
+        unit: &Rc<Unit<R<'a>>>,
+        uoff: UnitOffset,
+        elem: Option<usize>,
+        byte_size: Option<u64>,
+        depth: usize,
+    ) -> Result<GoType, String> {
+        let elem = elem.ok_or("array type has no element type")?;
+        let elem = self.go_type(elem, depth + 1)?.1;
+        let mut len = None;
+        {
+            let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
+            let root = tree.root().map_err(err_str)?;
+            let mut children = root.children();
+            while let Some(child) = children.next().map_err(err_str)? {
+                let e = child.entry();
+                if e.tag() != constants::DW_TAG_subrange_type {
+                    continue;
+                }
+                if let Some(c) = e.attr_value(constants::DW_AT_count).map_err(err_str)? {
+                    len = c.udata_value();
+                } else if let Some(u) = e
+                    .attr_value(constants::DW_AT_upper_bound)
+                    .map_err(err_str)?
+                {
+                    len = u.udata_value().map(|u| u + 1);
+                }
+                break;
+            }
+        }
+        let len = match (len, byte_size) {
+            (Some(l), _) => l,
+            (None, Some(s)) if elem.size() > 0 => s / elem.size(),
+            _ => return Err("array type has no length".into()),
+        };
+        let size = byte_size.unwrap_or(len * elem.size());
+        let align = elem.align();
+        Ok(GoType::Array {
+            len,
+            elem: Box::new(elem),
+            size,
+            align,
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! Go's module data (`runtime.firstmoduledata`, a `runtime.moduledata` in Go's
+//! runtime/symtab.go): the runtime's own description of the binary. Its `text` field is
+//! the base of every function entry offset of the pclntab; its `gofunc` field the base of
+//! every funcdata offset (inline trees).
+//!
+//! Layout (amd64, Go 1.18 to 1.27): `pcHeader *pcHeader` at 0, then the slices
+//! funcnametab (8), cutab (32), filetab (56), pctab (80), pclntable (104), ftab (128),
+//! then findfunctab (152), minpc (160), maxpc (168), text (176), etext (184). Later fields
+//! moved between releases (see [`GOFUNC_OFFSETS`]).
+
+use super::pclntab::Pclntab;
+use crate::resolve::elf::{u64_at, ElfFile};
+
+/// What gprobe uses of the module data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ModuleData {
+    /// Link-time address of the module data.
+    pub addr: u64,
+    /// Where function entry offsets count from (`runtime.text`).
+    pub text: u64,
+    /// Where funcdata offsets count from (`go:func.*`), when recognized.
+    pub gofunc: Option<u64>,
+}
+
+const OFF_FUNCNAMETAB: u64 = 8;
+const OFF_FTAB: u64 = 128;
+const OFF_MINPC: u64 = 160;
+const OFF_MAXPC: u64 = 168;
+const OFF_TEXT: u64 = 176;
+const OFF_ETEXT: u64 = 184;
+
+/// Offsets of `gofunc` (preceded by `rodata`): Go 1.27 (after types, typedesclen, etypes,
+/// itaboffset, itabsize, rodata), Go 1.20-1.24 (covctrs/ecovctrs added), Go 1.18/1.19.
+/// Tried in this order: at a wrong offset of another layout the pair of words is a
+/// length or a slice capacity, which is not an address of the file.
+const GOFUNC_OFFSETS: [u64; 3] = [344, 320, 304];
+
+/// The bytes read of a candidate: up to the last gofunc offset.
+const WINDOW: u64 = 352;
+
+/// Words of the module data as the loaded program sees them: a word with an
+/// R_X86_64_RELATIVE relocation holds its addend (the link-time address) once loaded,
+/// whatever the file holds there (0 in some position-independent builds).
+struct Window {
+    words: Vec<u64>,
+}
+
+impl Window {
+    fn read(elf: &ElfFile, addr: u64) -> Option<Window> {
+        let bytes = elf.read_vaddr(addr, WINDOW as usize)?;
+        let mut words: Vec<u64> = bytes.chunks_exact(8).filter_map(|w| u64_at(w, 0)).collect();
+        elf.for_each_relative_reloc(|at, addend| {
+            if at >= addr && at < addr + WINDOW && (at - addr) % 8 == 0 {
+                words[((at - addr) / 8) as usize] = addend;
+            }
+        });
+        Some(Window { words })
+    }
+
+    fn at(&self, off: u64) -> u64 {
+        self.words.get((off / 8) as usize).copied().unwrap_or(0)
+    }
+}
+
+/// Finds and validates the module data of the binary whose pclntab `p` is at virtual
+/// address `pcln_vaddr`. Candidates, in order: the `runtime.firstmoduledata` symbol, the
+/// `.go.module` section (Go 1.26+), then every word of the writable segments (and every
+/// relocation addend) equal to `pcln_vaddr`, since the module data starts with a pointer
+/// to the pclntab's header.
+pub(crate) fn find(elf: &ElfFile, p: &Pclntab, pcln_vaddr: u64) -> Option<ModuleData> {
+    let data = elf.data();
+    let try_at = |addr: u64| validate(elf, p, pcln_vaddr, addr);
+    for addr in elf.symbol_addrs(b"runtime.firstmoduledata") {
+        if let Some(m) = try_at(addr) {
+            return Some(m);
+        }
+    }
+    if let Some(s) = elf.section(b".go.module") {
+        if let Some(m) = try_at(s.addr) {
+            return Some(m);
+        }
+    }
+    let want = pcln_vaddr.to_le_bytes();
+    for l in elf.loads().iter().filter(|l| l.writable) {
+        let (start, end) = (l.offset as usize, (l.offset + l.filesz) as usize);
+        let Some(seg) = data.get(start..end) else {
+            continue;
+        };
+        // Segments start page-aligned in the file and the module data is 8-aligned.
+        for (i, w) in seg.chunks_exact(8).enumerate() {
+            if w == want {
+                if let Some(m) = try_at(l.vaddr + i as u64 * 8) {
+                    return Some(m);
+                }
+            }
+        }
+    }
+    let mut relocated = Vec::new();
+    elf.for_each_relative_reloc(|at, addend| {
+        if addend == pcln_vaddr {
+            relocated.push(at);
+        }
+    });
+    relocated.into_iter().find_map(try_at)
+}
+
+/// The module data at `addr`, if its fields describe the pclntab `p` (the table pointers,
+/// the function count, and minpc/maxpc against the first and last function entries).
+fn validate(elf: &ElfFile, p: &Pclntab, pcln_vaddr: u64, addr: u64) -> Option<ModuleData> {
+    let w = Window::read(elf, addr)?;
+    let data = elf.data();
+    let names = pcln_vaddr + p.funcname_off as u64;
+    let names_len = (p.funcname_end - p.funcname_off) as u64;
+    let ftab = pcln_vaddr + p.pcln_off as u64;
+    let ok = w.at(0) == pcln_vaddr
+        && w.at(OFF_FUNCNAMETAB) == names
+        // The table's end in the header may include alignment padding before cutab.
+        && (1..=names_len).contains(&w.at(OFF_FUNCNAMETAB + 8))
+        && w.at(OFF_FTAB) == ftab
+        && w.at(OFF_FTAB + 8) == p.nfunc as u64 + 1;
+    if !ok {
+        return None;
+    }
+    let text = w.at(OFF_TEXT);
+    let first = p.entry_off(data, 0)? as u64;
+    let last = p.entry_off(data, p.nfunc)? as u64;
+    if w.at(OFF_MINPC) != text.checked_add(first)?
+        || w.at(OFF_MAXPC) != text.checked_add(last)?
+        || w.at(OFF_ETEXT) < w.at(OFF_MAXPC)
+        || elf.file_offset(text + first).is_none()
+    {
+        return None;
+    }
+    let gofunc = GOFUNC_OFFSETS.iter().find_map(|&off| {
+        let (rodata, gofunc) = (w.at(off - 8), w.at(off));
+        (rodata != 0
+            && rodata <= gofunc
+            && elf.file_offset(rodata).is_some()
+            && elf.file_offset(gofunc).is_some())
+        .then_some(gofunc)
+    });
+    Some(ModuleData { addr, text, gofunc })
+}
+
+/// The word at `addr` as the loaded program sees it (relocation addend first).
+pub(crate) fn relocated_word(elf: &ElfFile, addr: u64) -> Option<u64> {
+    let mut relocated = None;
+    elf.for_each_relative_reloc(|at, addend| {
+        if at == addr {
+            relocated = Some(addend);
+        }
+    });
+    relocated.or_else(|| u64_at(elf.read_vaddr(addr, 8)?, 0))
+}
