@@ -2,6 +2,7 @@
 
 pub mod jsonl;
 pub mod otlp;
+pub mod summary;
 pub mod table;
 
 use crate::events::CallRecord;
