@@ -4,10 +4,11 @@
 use crate::attach::{AttachError, LoadOptions, Tracer};
 use crate::discover::{self, ProcEvent};
 use crate::events::reader::{self, Processor, ReaderStats, Registry};
-use crate::events::{CallRecord, Clock};
-use crate::export::otlp::{LossCounters, OtlpConfig, OtlpError, OtlpExporter};
-use crate::export::{Delivered, DeliveredByPid, Exporters, Format};
-use crate::session::{AttachReport, ProbeCounters, ProbeState, Session};
+use crate::events::Clock;
+use crate::export::otlp::{OtlpConfig, OtlpError};
+use crate::export::{ExportError, ExportHandle, ExportOptions, Format};
+use crate::session::{AttachReport, LossCounters, ProbeCounters, ProbeState, Session};
+use crate::stats::Stats;
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
@@ -22,6 +23,8 @@ pub enum PipelineError {
     Attach(#[from] AttachError),
     #[error(transparent)]
     Otlp(#[from] OtlpError),
+    #[error(transparent)]
+    Export(#[from] ExportError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -38,13 +41,16 @@ pub struct Pipeline {
     pub session: Session,
     /// Exec and exit of every process on the host.
     pub proc_events: mpsc::Receiver<ProcEvent>,
-    /// Calls delivered per (spec, symbol, pid), updated by the export stage.
-    pub delivered_by_pid: DeliveredByPid,
+    /// Every count: calls delivered per probe and pid (by the export stage), OTLP.
+    pub stats: Stats,
     reader_task: JoinHandle<std::io::Result<ReaderStats>>,
-    exporter_task: JoinHandle<Exporters>,
+    export: ExportHandle,
     watcher_task: JoinHandle<std::io::Result<()>>,
     stop_tx: watch::Sender<bool>,
 }
+
+/// Calls delivered per (spec, symbol).
+pub type Delivered = HashMap<(Arc<str>, Arc<str>), u64>;
 
 /// What a run did, printed on stderr at the end.
 #[derive(Debug, Default)]
@@ -68,25 +74,12 @@ impl Pipeline {
         let registry = Arc::new(Registry::default());
         let losses: LossCounters = Default::default();
         let session = Session::new(tracer, registry.clone(), losses.clone());
-        let otlp = match &opts.otlp {
-            Some(cfg) => Some(OtlpExporter::new(cfg, losses)?),
-            None => None,
-        };
-        let mut exporters = Exporters::new(opts.format, out, otlp);
-        let delivered_by_pid = exporters.delivered_by_pid.clone();
-        let (tx, mut rx) = mpsc::channel::<Vec<CallRecord>>(64);
-        let exporter_task = tokio::spawn(async move {
-            while let Some(batch) = rx.recv().await {
-                if let Err(e) = exporters.export(&batch).await {
-                    if e.kind() == std::io::ErrorKind::BrokenPipe {
-                        break;
-                    }
-                    tracing::error!("writing output failed: {e}");
-                }
-            }
-            let _ = exporters.finish().await;
-            exporters
-        });
+        let stats = Stats::new();
+        let (tx, export) = crate::export::start(
+            ExportOptions::new(opts.format, opts.otlp.clone()),
+            out,
+            stats.clone(),
+        )?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let processor = Processor::new(registry, Clock::new(), 65_536);
         let reader_task = tokio::spawn(reader::run(
@@ -101,9 +94,9 @@ impl Pipeline {
         Ok(Pipeline {
             session,
             proc_events,
-            delivered_by_pid,
+            stats,
             reader_task,
-            exporter_task,
+            export,
             watcher_task,
             stop_tx,
         })
@@ -121,17 +114,20 @@ impl Pipeline {
             Ok(Err(e)) => return Err(PipelineError::Io(e)),
             Err(e) => return Err(PipelineError::Io(std::io::Error::other(e.to_string()))),
         };
-        let exporters = self
-            .exporter_task
-            .await
-            .map_err(|e| PipelineError::Io(std::io::Error::other(e.to_string())))?;
-        let (spans_exported, otlp_errors) = exporters
-            .otlp
-            .as_ref()
-            .map(|o| (o.spans_exported, o.export_errors))
-            .unwrap_or((0, 0));
+        let finished = self
+            .export
+            .finish(tokio::time::Instant::now() + crate::export::FINISH_WITHIN)
+            .await;
+        if let crate::export::OutputEnd::Failed(e) = finished.output {
+            return Err(PipelineError::Io(e));
+        }
+        let (spans_exported, _, otlp_errors) = self.stats.otlp_counts();
+        let mut delivered = Delivered::new();
+        for (k, p) in self.stats.probes() {
+            *delivered.entry((k.spec, k.symbol)).or_default() += p.delivered;
+        }
         Ok(RunSummary {
-            delivered: exporters.delivered,
+            delivered,
             counters,
             reader,
             attach,

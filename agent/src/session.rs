@@ -6,13 +6,15 @@ use crate::attach::{Link, Tracer};
 use crate::discover::{FileKey, ProcInfo};
 use crate::events::reader::Registry;
 use crate::events::{ProbeMeta, Resource};
-use crate::export::otlp::LossCounters;
 use crate::plan::{plan_probe, ProbePlan};
 use crate::resolve::Binary;
 use gprobe_crds::{validate_spec, ProbeSpec};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// BPF-side counters per (spec, symbol): (lost, throttled), as of the last `counters()`.
+pub type LossCounters = Arc<std::sync::Mutex<HashMap<(Arc<str>, Arc<str>), (u64, u64)>>>;
 
 /// The outcome of attaching one probe of one spec to one binary.
 #[derive(Debug, Clone, PartialEq, Eq)]

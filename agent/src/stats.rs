@@ -184,6 +184,16 @@ impl Stats {
             .unwrap_or(0)
     }
 
+    /// Calls from `pid` delivered for every probe of `spec` on `symbol` (a spec may probe
+    /// one symbol in several probes).
+    pub fn delivered_from(&self, spec: &str, symbol: &str, pid: u32) -> u64 {
+        lock(&self.0.by_pid)
+            .iter()
+            .filter(|((k, p), _)| *p == pid && &*k.spec == spec && &*k.symbol == symbol)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// Forgets per-pid counts of an exited process; returns them per probe.
     pub fn take_pid(&self, pid: u32) -> Vec<(ProbeKey, u64)> {
         let mut by_pid = lock(&self.0.by_pid);
@@ -262,11 +272,20 @@ mod tests {
         st.add_delivered([(&a, 1, 2)]);
         assert_eq!(st.probe(&a).delivered, 9);
         assert_eq!(st.delivered_by(&a, 1), 5);
+        let a1 = ProbeKey {
+            index: 1,
+            ..a.clone()
+        };
+        st.add_delivered([(&a1, 1, 10)]);
+        assert_eq!(st.delivered_from("a", "main.f", 1), 15);
+        assert_eq!(st.delivered_from("a", "main.f", 2), 4);
+        assert_eq!(st.delivered_from("b", "main.g", 1), 0);
         let mut gone = st.take_pid(1);
         gone.sort();
-        assert_eq!(gone, vec![(a.clone(), 5), (b.clone(), 1)]);
+        assert_eq!(gone, vec![(a.clone(), 5), (a1.clone(), 10), (b.clone(), 1)]);
         assert_eq!(st.delivered_by(&a, 1), 0);
         assert_eq!(st.probe(&a).delivered, 9, "totals survive the process");
+        assert_eq!(st.delivered_from("a", "main.f", 1), 0);
     }
 
     #[test]

@@ -336,12 +336,7 @@ impl Agent {
     fn attachment_status(&self) -> Vec<(ProbeSpec, ProbeAttachmentStatus)> {
         let report = self.pipeline.session.report();
         let counters = self.pipeline.session.counters();
-        let delivered = self
-            .pipeline
-            .delivered_by_pid
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let stats = &self.pipeline.stats;
         let now = rfc3339_now();
         let mut out = Vec::new();
         let mut entries: Vec<&SpecEntry> = self.specs.values().collect();
@@ -390,12 +385,7 @@ impl Agent {
                     });
                     let hits: u64 = pids
                         .iter()
-                        .map(|p| {
-                            delivered
-                                .get(&(Arc::from(name), Arc::from(probe.symbol.as_str()), *p))
-                                .copied()
-                                .unwrap_or(0)
-                        })
+                        .map(|p| stats.delivered_from(name, &probe.symbol, *p))
                         .sum();
                     let c = counters
                         .get(&(Arc::from(name), Arc::from(probe.symbol.as_str())))
