@@ -87,6 +87,12 @@ impl SpanTask {
                 biased;
                 _ = until(stop) => break,
                 Ok(()) = self.deadline.changed() => {}
+                // Before new calls: under a steady stream the timer still fires.
+                _ = tick.tick() => {
+                    if !builder.is_empty() {
+                        self.flush(&mut builder, &mut warn).await;
+                    }
+                }
                 msg = self.rx.recv() => match msg {
                     Some(calls) => {
                         builder.record(&calls);
@@ -103,11 +109,6 @@ impl SpanTask {
                         break;
                     }
                 },
-                _ = tick.tick() => {
-                    if !builder.is_empty() {
-                        self.flush(&mut builder, &mut warn).await;
-                    }
-                }
             }
         }
         // Whatever is still here could not be exported in time.
