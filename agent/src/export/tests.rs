@@ -175,16 +175,19 @@ async fn a_closed_output_stops_writing_but_calls_are_still_counted() {
     assert_eq!(stats.probe(&p.key).delivered, 30);
 }
 
-/// Records `n` calls in batches of 1000 and waits until the output has every line.
+/// Sends `n` calls in batches of 1000 and waits until the output has every line.
 async fn send_and_wait_for_output(
     tx: &mpsc::Sender<Vec<CallRecord>>,
     lines: &mut watch::Receiver<usize>,
     n: usize,
 ) -> Duration {
     let p = probe();
+    let batches: Vec<_> = (0..n / 1000)
+        .map(|i| calls(&p, 100 + i as u32 % 4, 1000))
+        .collect();
     let t0 = Instant::now();
-    for i in 0..n / 1000 {
-        tx.send(calls(&p, 100 + i as u32 % 4, 1000)).await.unwrap();
+    for b in batches {
+        tx.send(b).await.unwrap();
     }
     tokio::time::timeout(Duration::from_secs(30), lines.wait_for(|c| *c >= n))
         .await
@@ -215,14 +218,11 @@ async fn a_collector_that_never_answers_holds_back_neither_output_nor_exit() {
     assert!(level.peak <= level.capacity, "{level:?}");
     drop(tx);
 
+    // What the pipeline gives it: gprobe exits within 5 s whatever the collector does.
     let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs(5);
-    let f = handle.finish(deadline).await;
+    let f = handle.finish(t0 + FINISH_WITHIN).await;
     let took = t0.elapsed();
-    assert!(
-        Instant::now() <= deadline + Duration::from_millis(50),
-        "finish took {took:?}"
-    );
+    assert!(took < Duration::from_secs(5), "finish took {took:?}");
     assert!(matches!(f.output, OutputEnd::Complete), "{f:?}");
     let (exported, dropped, errors) = stats.otlp_counts();
     assert_eq!(exported, 0);
@@ -271,11 +271,15 @@ async fn a_refused_endpoint_keeps_the_queue_bounded_and_counts_errors_as_they_ha
     }
     let failures_after = t0.elapsed();
     drop(tx);
-    let deadline = Instant::now() + Duration::from_secs(5);
     let f = handle.otlp_queue().unwrap();
     assert!(f.peak <= 4096, "{f:?}");
-    let fin = handle.finish(deadline).await;
-    assert!(Instant::now() <= deadline + Duration::from_millis(50));
+    let t1 = Instant::now();
+    let fin = handle.finish(t1 + FINISH_WITHIN).await;
+    assert!(
+        t1.elapsed() < Duration::from_secs(5),
+        "finish took {:?}",
+        t1.elapsed()
+    );
     let (exported, dropped, errors) = stats.otlp_counts();
     assert_eq!(exported, 0);
     assert_eq!(dropped, sent, "every span is accounted for");
