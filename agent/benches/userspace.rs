@@ -13,7 +13,7 @@ use gprobe_agent::attach::abi::{GpEvent, GpValue, EV_CALL, EV_ENTRY, EV_RETURN};
 use gprobe_agent::events::reader::{Processor, Registry};
 use gprobe_agent::events::{CallRecord, Clock, ProbeMeta, Resource};
 use gprobe_agent::export::jsonl::write_record;
-use gprobe_agent::export::otlp::{OtlpConfig, OtlpExporter, Protocol};
+use gprobe_agent::export::otlp::SpanBuilder;
 use gprobe_agent::plan::Decode;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -177,21 +177,8 @@ fn bench_jsonl(c: &mut Criterion) {
 }
 
 fn bench_otlp(c: &mut Criterion) {
-    // The exporter's gRPC channel is built on a tokio runtime; it is never flushed, so
-    // nothing is sent to the (closed) endpoint.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let _enter = rt.enter();
-    let cfg = OtlpConfig {
-        endpoint: "http://127.0.0.1:1".into(),
-        protocol: Protocol::Grpc,
-        metrics_interval: Duration::from_secs(3600),
-        agent_resource: vec![("service.name", "gprobe".into())],
-    };
-    let exporter = || OtlpExporter::new(&cfg, Default::default()).expect("OTLP exporter");
+    // Span building alone (what the OTLP task does per call); nothing is exported.
+    let exporter = SpanBuilder::new;
     let mut g = c.benchmark_group("otlp");
     g.throughput(Throughput::Elements(BATCH as u64))
         .sampling_mode(SamplingMode::Flat)
@@ -203,10 +190,9 @@ fn bench_otlp(c: &mut Criterion) {
         let mut calls = Vec::with_capacity(BATCH);
         g.bench_function(BenchmarkId::new("process+spans", name), |b| {
             // Spans pile up until a flush that never comes, so each sample gets a fresh
-            // exporter, built and dropped outside the timed part (dropping one waits about
-            // a second for the SDK's retries against the closed port: samples are few and
-            // flat). In the agent, `pending` keeps its capacity across flushes; here
-            // untimed batches first grow it so that the timed ones never reallocate it.
+            // builder, built and dropped outside the timed part. In the agent, `pending`
+            // keeps its capacity across flushes; here untimed batches first grow it so
+            // that the timed ones never reallocate it.
             b.iter_custom(|iters| {
                 let mut ex = exporter();
                 let mut m = 1;

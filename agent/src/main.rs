@@ -143,7 +143,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 duration,
             };
             let summary = runtime()?.block_on(cluster::run(opts, Box::new(std::io::stdout())))?;
-            eprint!("{}", summary.render());
+            eprint!("{}", summary.summary().render());
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {
@@ -179,10 +179,11 @@ fn run(command: Command) -> Result<ExitCode> {
                 },
             };
             let summary = runtime()?.block_on(local::run(opts, Box::new(std::io::stdout())))?;
-            eprint!("{}", summary.render());
+            let report = summary.summary();
+            eprint!("{}", report.render());
             if let Some(path) = summary_file {
-                summary
-                    .write_json(&path)
+                report
+                    .write_file(&path)
                     .with_context(|| format!("writing --summary-file {}", path.display()))?;
             }
             if !summary.any_attached() {

@@ -6,9 +6,9 @@ use crate::discover::{self, ProcEvent};
 use crate::engine::driver::{self, EngineHandle, Input};
 use crate::engine::{Engine, EngineOptions, Mode, SpecRejected};
 use crate::events::reader::{self, Processor, ReaderStats, Registry};
-use crate::events::{CallRecord, Clock};
-use crate::export::otlp::{OtlpConfig, OtlpError, OtlpExporter};
-use crate::export::{Exporters, Format};
+use crate::events::Clock;
+use crate::export::otlp::OtlpConfig;
+use crate::export::{self, ExportError, ExportHandle, ExportOptions, Format};
 use crate::plan::BinaryResolver;
 use crate::stats::{ProbeStats, Stats};
 use gprobe_crds::ProbeSpec;
@@ -16,7 +16,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thiserror::Error;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 #[derive(Debug, Error)]
@@ -24,7 +24,7 @@ pub enum PipelineError {
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error(transparent)]
-    Otlp(#[from] OtlpError),
+    Export(#[from] ExportError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -41,7 +41,7 @@ pub struct Pipeline {
     pub engine: EngineHandle,
     pub stats: Stats,
     reader_task: JoinHandle<std::io::Result<ReaderStats>>,
-    exporter_task: JoinHandle<Exporters>,
+    export: ExportHandle,
     watcher_task: JoinHandle<std::io::Result<()>>,
     stop_tx: watch::Sender<bool>,
 }
@@ -68,24 +68,11 @@ impl Pipeline {
         let (tracer, rings) = BpfTracer::load(&opts.load)?;
         let registry = Arc::new(Registry::default());
         let stats = Stats::new();
-        let otlp = match &opts.otlp {
-            Some(cfg) => Some(OtlpExporter::new(cfg, Default::default())?),
-            None => None,
-        };
-        let mut exporters = Exporters::new(opts.format, out, otlp, stats.clone());
-        let (tx, mut rx) = mpsc::channel::<Vec<CallRecord>>(64);
-        let exporter_task = tokio::spawn(async move {
-            while let Some(batch) = rx.recv().await {
-                if let Err(e) = exporters.export(&batch).await {
-                    if e.kind() == std::io::ErrorKind::BrokenPipe {
-                        break;
-                    }
-                    tracing::error!("writing output failed: {e}");
-                }
-            }
-            let _ = exporters.finish().await;
-            exporters
-        });
+        let (tx, export) = export::start(
+            ExportOptions::new(opts.format, opts.otlp.clone()),
+            out,
+            stats.clone(),
+        )?;
 
         let (exit_tx, exit_rx) = std::sync::mpsc::channel();
         let mut engine = Engine::new(
@@ -134,7 +121,7 @@ impl Pipeline {
                 engine: handle,
                 stats,
                 reader_task,
-                exporter_task,
+                export,
                 watcher_task,
                 stop_tx,
             },
@@ -161,10 +148,18 @@ impl Pipeline {
             Ok(Err(e)) => return Err(PipelineError::Io(e)),
             Err(e) => return Err(PipelineError::Io(std::io::Error::other(e.to_string()))),
         };
-        let _exporters = self
-            .exporter_task
-            .await
-            .map_err(|e| PipelineError::Io(std::io::Error::other(e.to_string())))?;
+        let finished = self
+            .export
+            .finish(tokio::time::Instant::from_std(deadline))
+            .await;
+        if let Some(o) = &finished.otlp {
+            if o.spans_abandoned > 0 {
+                tracing::warn!(
+                    "{} spans were not exported before the deadline (the OTLP collector is slow or down)",
+                    o.spans_abandoned
+                );
+            }
+        }
         Ok(RunSummary {
             stats: self.stats,
             reader,
@@ -264,75 +259,8 @@ impl RunSummary {
         "the matched processes exited before gprobe could attach".into()
     }
 
-    /// The summary as the JSON object of DESIGN.md, written atomically to `path`.
-    pub fn write_json(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let probes: Vec<serde_json::Value> = self
-            .stats
-            .probes()
-            .iter()
-            .map(|(k, p)| {
-                serde_json::json!({
-                    "spec": &*k.spec, "symbol": &*k.symbol, "attached": p.attached,
-                    "error": p.error, "delivered": p.delivered, "lost": p.lost,
-                    "throttled": p.throttled, "unfinished": p.unfinished,
-                    "abandoned": p.abandoned, "returns_lost": p.returns_lost,
-                    "too_deep": p.too_deep,
-                })
-            })
-            .collect();
-        let ps = self.stats.processes();
-        let (exported, dropped, errors) = self.stats.otlp_counts();
-        let doc = serde_json::json!({
-            "probes": probes,
-            "processes": {
-                "matched": ps.matched, "traced": ps.traced, "missed_total": ps.missed_total,
-                "missed": ps.missed.iter().map(|m| serde_json::json!({
-                    "pid": m.pid, "executable": m.executable, "reason": m.reason,
-                })).collect::<Vec<_>>(),
-            },
-            "otlp": {"spans_exported": exported, "spans_dropped": dropped, "export_errors": errors},
-        });
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(&doc)?)?;
-        std::fs::rename(&tmp, path)
-    }
-
-    /// The end-of-run report: per probe, calls delivered and every way a call was not.
-    pub fn render(&self) -> String {
-        let probes = self.stats.probes();
-        let mut s = String::from("gprobe summary:\n");
-        if !probes.values().any(|p| p.attached) {
-            s += "  no probe was attached\n";
-        }
-        for (k, c) in &probes {
-            s += &format!(
-                "  {k}: {} calls delivered, {} lost (ring buffer full), {} throttled (eventsPerSecond)\n",
-                c.delivered, c.lost, c.throttled
-            );
-            if c.returns_lost > 0 {
-                s += &format!(
-                    "    {} of the delivered calls lost their return (ring buffer full) and are reported unfinished\n",
-                    c.returns_lost
-                );
-            }
-            if c.too_deep > 0 {
-                s += &format!(
-                    "    {} calls nested deeper than {} in one goroutine were not recorded\n",
-                    c.too_deep,
-                    crate::attach::abi::GP_MAX_DEPTH
-                );
-            }
-            if let (Some(e), false) = (&c.error, c.attached) {
-                s += &format!("  failed: {k}: {e}\n");
-            }
-        }
-        let p = self.reader.pairing;
-        if p.abandoned > 0 || p.orphan_returns > 0 {
-            s += &format!(
-                "  {} calls abandoned in flight (never returned), {} returns without their entry\n",
-                p.abandoned, p.orphan_returns
-            );
-        }
-        s
+    /// The end-of-run report of DESIGN.md (stderr text and `--summary-file` JSON).
+    pub fn summary(&self) -> crate::export::summary::Summary {
+        crate::export::summary::Summary::from_stats(&self.stats)
     }
 }

@@ -186,13 +186,9 @@ impl Stats {
             .unwrap_or(0)
     }
 
-    /// Forgets per-pid counts of an exited process; returns them per probe.
-    pub fn take_pid(&self, pid: u32) -> Vec<(ProbeKey, u64)> {
-        let mut by_pid = lock(&self.0.by_pid);
-        let keys: Vec<(ProbeKey, u32)> = by_pid.keys().filter(|k| k.1 == pid).cloned().collect();
-        keys.into_iter()
-            .filter_map(|k| by_pid.remove(&k).map(|n| (k.0, n)))
-            .collect()
+    /// Keeps the per-pid counts of the processes `keep` accepts (the others exited).
+    pub fn retain_pids(&self, keep: impl Fn(u32) -> bool) {
+        lock(&self.0.by_pid).retain(|(_, pid), _| keep(*pid));
     }
 
     pub fn probes(&self) -> BTreeMap<ProbeKey, ProbeStats> {
@@ -283,10 +279,9 @@ mod tests {
         st.add_delivered([(&a, 1, 2)]);
         assert_eq!(st.probe(&a).delivered, 9);
         assert_eq!(st.delivered_by(&a, 1), 5);
-        let mut gone = st.take_pid(1);
-        gone.sort();
-        assert_eq!(gone, vec![(a.clone(), 5), (b.clone(), 1)]);
+        st.retain_pids(|pid| pid != 1);
         assert_eq!(st.delivered_by(&a, 1), 0);
+        assert_eq!(st.delivered_by(&a, 2), 4);
         assert_eq!(st.probe(&a).delivered, 9, "totals survive the process");
     }
 

@@ -518,6 +518,10 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             self.retire_binary(k);
         }
         self.refresh_counters();
+        // Per-process delivery counts of exited processes (their last records were read
+        // long before this tick).
+        let procs = &self.procs;
+        self.stats.retain_pids(|pid| procs.contains_key(&pid));
     }
 
     /// Frees a binary's configurations; their counters are kept.

@@ -1,7 +1,9 @@
 //! Captured bytes to typed values.
 
+use super::redact;
 use crate::attach::abi::{values, VAL_FAULT, VAL_TRUNCATED};
 use crate::plan::Decode;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +39,9 @@ fn word(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(b)
 }
 
-pub fn decode_one(decode: Decode, flags: u8, bytes: &[u8]) -> ValueKind {
+/// One captured value. Strings and byte slices go through [`redact`] when `redact` is set
+/// (the probe's `redact`, true unless the spec says `redact: false`).
+pub fn decode_one(decode: Decode, flags: u8, bytes: &[u8], redact: bool) -> ValueKind {
     if flags & VAL_FAULT != 0 {
         return ValueKind::Fault;
     }
@@ -62,21 +66,27 @@ pub fn decode_one(decode: Decode, flags: u8, bytes: &[u8]) -> ValueKind {
         Decode::Float { .. } => ValueKind::Float(f64::from_bits(w)),
         Decode::Pointer => ValueKind::Pointer(w),
         Decode::Interface => ValueKind::Interface { nil: w == 0 },
-        Decode::Str | Decode::Bytes => ValueKind::Str {
-            text: String::from_utf8_lossy(bytes).into_owned(),
-            truncated: flags & VAL_TRUNCATED != 0,
-        },
+        Decode::Str | Decode::Bytes => {
+            let truncated = flags & VAL_TRUNCATED != 0;
+            let text = String::from_utf8_lossy(bytes);
+            let text = match redact.then(|| redact::redact(&text, truncated)) {
+                Some(Cow::Owned(redacted)) => redacted,
+                _ => text.into_owned(),
+            };
+            ValueKind::Str { text, truncated }
+        }
     }
 }
 
-/// Decodes a record's values with the configuration's decoders.
-pub fn decode_values(data: &[u8], captures: &[(Arc<str>, Decode)]) -> Vec<Value> {
+/// Decodes a record's values with the configuration's decoders; `redact` as in
+/// [`decode_one`].
+pub fn decode_values(data: &[u8], captures: &[(Arc<str>, Decode)], redact: bool) -> Vec<Value> {
     let mut out = Vec::with_capacity(captures.len());
     for raw in values(data) {
         if let Some((name, decode)) = captures.get(raw.cap as usize) {
             out.push(Value {
                 name: name.clone(),
-                kind: decode_one(*decode, raw.flags, raw.bytes),
+                kind: decode_one(*decode, raw.flags, raw.bytes, redact),
             });
         }
     }
@@ -97,7 +107,8 @@ mod tests {
                     signed: true
                 },
                 0,
-                &b
+                &b,
+                false
             ),
             ValueKind::Int(-5)
         );
@@ -110,7 +121,8 @@ mod tests {
                     signed: true
                 },
                 0,
-                &b
+                &b,
+                false
             ),
             ValueKind::Int(-1)
         );
@@ -121,13 +133,17 @@ mod tests {
                     signed: false
                 },
                 0,
-                &b
+                &b,
+                false
             ),
             ValueKind::Uint(0xdeff)
         );
-        assert_eq!(decode_one(Decode::Bool, 0, &b), ValueKind::Bool(true));
         assert_eq!(
-            decode_one(Decode::Bool, 0, &0x100u64.to_le_bytes()),
+            decode_one(Decode::Bool, 0, &b, false),
+            ValueKind::Bool(true)
+        );
+        assert_eq!(
+            decode_one(Decode::Bool, 0, &0x100u64.to_le_bytes(), false),
             ValueKind::Bool(false)
         );
     }
@@ -138,7 +154,8 @@ mod tests {
             decode_one(
                 Decode::Float { size: 8 },
                 0,
-                &2.5f64.to_bits().to_le_bytes()
+                &2.5f64.to_bits().to_le_bytes(),
+                false
             ),
             ValueKind::Float(2.5)
         );
@@ -146,27 +163,28 @@ mod tests {
             decode_one(
                 Decode::Float { size: 4 },
                 0,
-                &(1.5f32.to_bits() as u64).to_le_bytes()
+                &(1.5f32.to_bits() as u64).to_le_bytes(),
+                false
             ),
             ValueKind::Float(1.5)
         );
         assert_eq!(
-            decode_one(Decode::Str, VAL_TRUNCATED, b"http://x"),
+            decode_one(Decode::Str, VAL_TRUNCATED, b"http://x", false),
             ValueKind::Str {
                 text: "http://x".into(),
                 truncated: true
             }
         );
         assert_eq!(
-            decode_one(Decode::Interface, 0, &0u64.to_le_bytes()),
+            decode_one(Decode::Interface, 0, &0u64.to_le_bytes(), false),
             ValueKind::Interface { nil: true }
         );
         assert_eq!(
-            decode_one(Decode::Interface, 0, &8u64.to_le_bytes()),
+            decode_one(Decode::Interface, 0, &8u64.to_le_bytes(), false),
             ValueKind::Interface { nil: false }
         );
         assert_eq!(
-            decode_one(Decode::Pointer, VAL_FAULT, &[]),
+            decode_one(Decode::Pointer, VAL_FAULT, &[], false),
             ValueKind::Fault
         );
     }
@@ -188,7 +206,7 @@ mod tests {
                 },
             ),
         ];
-        let v = decode_values(&data, &caps);
+        let v = decode_values(&data, &caps, true);
         assert_eq!(v.len(), 2);
         assert_eq!(
             v[0].kind,
@@ -198,5 +216,53 @@ mod tests {
             }
         );
         assert_eq!(v[1].kind, ValueKind::Int(42));
+    }
+
+    #[test]
+    fn strings_are_redacted_unless_the_probe_says_not_to() {
+        let url = b"https://shop:hunter2@api.example/pay?card=1&token=abc";
+        let red = "https://REDACTED@api.example/pay?card=1&token=REDACTED";
+        for decode in [Decode::Str, Decode::Bytes] {
+            assert_eq!(
+                decode_one(decode, 0, url, true),
+                ValueKind::Str {
+                    text: red.into(),
+                    truncated: false
+                }
+            );
+            assert_eq!(
+                decode_one(decode, 0, url, false),
+                ValueKind::Str {
+                    text: String::from_utf8_lossy(url).into_owned(),
+                    truncated: false
+                }
+            );
+        }
+        // A value cut inside the password is redacted too.
+        assert_eq!(
+            decode_one(Decode::Str, VAL_TRUNCATED, b"https://shop:hunt", true),
+            ValueKind::Str {
+                text: "https://REDACTED".into(),
+                truncated: true
+            }
+        );
+        // Through decode_values: the probe's flag reaches every string.
+        let mut data = vec![0u8, 0, 14, 0, 0, 0, 0, 0];
+        data.extend_from_slice(b"a=1&password=x\0\0");
+        let caps: Vec<(Arc<str>, Decode)> = vec![("q".into(), Decode::Str)];
+        assert_eq!(
+            decode_values(&data, &caps, true)[0].kind,
+            ValueKind::Str {
+                text: "a=1&password=REDACTED".into(),
+                truncated: false
+            }
+        );
+        assert_eq!(
+            decode_values(&data, &caps, false)[0].kind,
+            ValueKind::Str {
+                text: "a=1&password=x".into(),
+                truncated: false
+            }
+        );
     }
 }

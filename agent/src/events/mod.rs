@@ -4,6 +4,7 @@
 mod decode;
 mod pairing;
 pub mod reader;
+pub mod redact;
 
 pub use decode::{decode_values, Value, ValueKind};
 pub use pairing::{Pairing, PairingStats};

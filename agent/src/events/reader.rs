@@ -132,7 +132,7 @@ impl Processor {
             self.stats.unknown_probe += 1;
             return None;
         };
-        let values = decode_values(data, &meta.captures);
+        let values = decode_values(data, &meta.captures, meta.redact);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
                 let rec = CallRecord {

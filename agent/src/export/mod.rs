@@ -1,13 +1,39 @@
-//! Where calls go: JSON lines or a table on stdout, and OTLP spans and metrics.
+//! The export stage: where calls go. JSON lines or a table on the output (stdout), OTLP
+//! spans and metrics, and the end-of-run summary.
+//!
+//! ```text
+//!                  Sender<Vec<CallRecord>>          (bounded: a slow stdout holds the reader)
+//! events reader ───────────────────────────► output thread: JSONL/table, Stats::add_delivered,
+//!                                                  │        call-duration histogram
+//!                                                  │ try, never wait (bounded; overflow
+//!                                                  ▼ dropped and counted in Stats)
+//!                                            OTLP span task: batches, flush timer, export
+//!                                            with a timeout, failures counted and logged
+//! ```
+//!
+//! Nothing on the output path waits for the collector: a slow or dead collector costs the
+//! OTLP queue's bound in memory, spans dropped (counted in `Stats::otlp()`), and at most
+//! `finish`'s deadline at exit. Counts live in [`Stats`] only; metrics and the summary read
+//! them there.
+//!
+//! Use: [`start`] inside the tokio runtime, send batches on the returned sender, drop every
+//! sender when no more calls come (after the reader's last batch), then
+//! [`ExportHandle::finish`] with a deadline (e.g. `Instant::now() + FINISH_WITHIN`).
 
 pub mod jsonl;
 pub mod otlp;
+pub mod ratelimit;
+pub mod summary;
 pub mod table;
+mod writer;
 
 use crate::events::CallRecord;
-use std::collections::HashMap;
+use crate::stats::Stats;
 use std::io::Write;
-use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 /// Output format on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,94 +43,143 @@ pub enum Format {
     None,
 }
 
-/// Calls delivered per (spec, symbol).
-pub type Delivered = HashMap<(Arc<str>, Arc<str>), u64>;
+/// What [`finish`](ExportHandle::finish) is given at exit, so that gprobe stops within 5 s
+/// whatever the collector does.
+pub const FINISH_WITHIN: Duration = Duration::from_millis(4500);
 
-/// Calls delivered per (spec, symbol, pid), shared with whoever reports per container.
-pub type DeliveredByPid = Arc<std::sync::Mutex<HashMap<(Arc<str>, Arc<str>, u32), u64>>>;
+/// Batches the output channel holds before the sender waits (the output is slow).
+pub const DEFAULT_CHANNEL_BATCHES: usize = 64;
 
-/// The export stage: every batch of calls goes to stdout and, if configured, OTLP.
-pub struct Exporters {
-    format: Format,
-    out: std::io::BufWriter<Box<dyn Write + Send>>,
-    buf: Vec<u8>,
-    table_header: bool,
-    pub otlp: Option<otlp::OtlpExporter>,
-    pub delivered: Delivered,
-    pub delivered_by_pid: DeliveredByPid,
-    stats: crate::stats::Stats,
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub format: Format,
+    /// OTLP export, with its queue and batch tuning; `None` for none.
+    pub otlp: Option<otlp::OtlpConfig>,
+    /// Capacity of the channel to the output thread, in batches.
+    pub channel_batches: usize,
 }
 
-impl Exporters {
-    pub fn new(
-        format: Format,
-        out: Box<dyn Write + Send>,
-        otlp: Option<otlp::OtlpExporter>,
-        stats: crate::stats::Stats,
-    ) -> Self {
+impl ExportOptions {
+    pub fn new(format: Format, otlp: Option<otlp::OtlpConfig>) -> Self {
         Self {
             format,
-            out: std::io::BufWriter::with_capacity(256 << 10, out),
-            buf: Vec::with_capacity(4096),
-            table_header: false,
             otlp,
-            delivered: HashMap::new(),
-            delivered_by_pid: Default::default(),
-            stats,
+            channel_batches: DEFAULT_CHANNEL_BATCHES,
         }
-    }
-
-    pub async fn export(&mut self, batch: &[CallRecord]) -> std::io::Result<()> {
-        {
-            let mut by_pid = self
-                .delivered_by_pid
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            for rec in batch {
-                *by_pid
-                    .entry((rec.probe.spec.clone(), rec.probe.symbol.clone(), rec.pid))
-                    .or_default() += 1;
-            }
-        }
-        let mut counts: HashMap<(&crate::stats::ProbeKey, u32), u64> = HashMap::new();
-        for rec in batch {
-            *counts.entry((&rec.probe.key, rec.pid)).or_default() += 1;
-        }
-        self.stats
-            .add_delivered(counts.into_iter().map(|((k, pid), n)| (k, pid, n)));
-        for rec in batch {
-            *self
-                .delivered
-                .entry((rec.probe.spec.clone(), rec.probe.symbol.clone()))
-                .or_default() += 1;
-            self.buf.clear();
-            match self.format {
-                Format::Jsonl => jsonl::write_record(rec, &mut self.buf),
-                Format::Table => {
-                    if !self.table_header {
-                        table::write_header(&mut self.buf);
-                        self.table_header = true;
-                    }
-                    table::write_row(rec, &mut self.buf)
-                }
-                Format::None => {}
-            }
-            self.out.write_all(&self.buf)?;
-        }
-        // A batch is a natural flush point: tailing readers see calls within a poll period.
-        self.out.flush()?;
-        if let Some(o) = &mut self.otlp {
-            o.record(batch);
-            o.maybe_flush().await;
-        }
-        Ok(())
-    }
-
-    pub async fn finish(&mut self) -> std::io::Result<()> {
-        self.out.flush()?;
-        if let Some(o) = &mut self.otlp {
-            o.shutdown().await;
-        }
-        Ok(())
     }
 }
+
+#[derive(Debug, Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Otlp(#[from] otlp::OtlpError),
+    #[error("starting the output thread failed: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// How the output ended.
+#[derive(Debug, Default)]
+pub enum OutputEnd {
+    /// Every call sent was written (or the reader of stdout went away first).
+    #[default]
+    Complete,
+    /// Writing failed (the first error; later calls were still counted and exported).
+    Failed(std::io::Error),
+    /// The output thread had not finished by the deadline: the calls it had not written
+    /// yet are missing from the output.
+    Late,
+    /// The output thread panicked.
+    Panicked,
+}
+
+/// What [`ExportHandle::finish`] could not complete by its deadline; every count is in
+/// [`Stats`].
+#[derive(Debug, Default)]
+pub struct Finished {
+    pub output: OutputEnd,
+    /// OTLP, when it was configured.
+    pub otlp: Option<otlp::OtlpFinished>,
+}
+
+/// The running export stage.
+pub struct ExportHandle {
+    output: oneshot::Receiver<writer::WriterEnd>,
+    otlp: Option<otlp::OtlpHandle>,
+}
+
+/// Starts the export stage: an output thread for `opts.format` on `out`, and OTLP export
+/// when `opts.otlp` is set (which needs the tokio runtime). Send batches of calls on the
+/// returned sender; every batch is counted once in `Stats::add_delivered`.
+pub fn start(
+    opts: ExportOptions,
+    out: Box<dyn Write + Send>,
+    stats: Stats,
+) -> Result<(mpsc::Sender<Vec<CallRecord>>, ExportHandle), ExportError> {
+    let (sink, otlp) = match &opts.otlp {
+        Some(cfg) => {
+            let (sink, handle) = otlp::start(cfg, stats.clone())?;
+            (Some(sink), Some(handle))
+        }
+        None => (None, None),
+    };
+    let (tx, rx) = mpsc::channel(opts.channel_batches.max(1));
+    let (done_tx, done_rx) = oneshot::channel();
+    let w = writer::Writer {
+        format: opts.format,
+        out,
+        stats,
+        otlp: sink,
+    };
+    std::thread::Builder::new()
+        .name("gprobe-output".into())
+        .spawn(move || {
+            let _ = done_tx.send(w.run(rx));
+        })
+        .map_err(ExportError::Thread)?;
+    Ok((
+        tx,
+        ExportHandle {
+            output: done_rx,
+            otlp,
+        },
+    ))
+}
+
+impl ExportHandle {
+    /// How full the OTLP span queue is, and was at most (`None` without OTLP).
+    pub fn otlp_queue(&self) -> Option<otlp::QueueLevel> {
+        self.otlp.as_ref().map(|o| o.level())
+    }
+
+    /// Ends the stage by `deadline`, whatever the collector does: waits for the output
+    /// thread to write every call sent (drop every sender first, or it waits for more
+    /// until the deadline), then, at the same time, for the span task to export what it
+    /// holds and for the final metrics export. What is not done by the deadline is
+    /// abandoned (spans counted as dropped) and reported in the result.
+    pub async fn finish(self, deadline: Instant) -> Finished {
+        if let Some(o) = &self.otlp {
+            // Exports already in flight are cut at the deadline too.
+            o.set_deadline(deadline);
+        }
+        let output = match tokio::time::timeout_at(deadline, self.output).await {
+            Ok(Ok(writer::WriterEnd { error: None })) => OutputEnd::Complete,
+            Ok(Ok(writer::WriterEnd { error: Some(e) })) => OutputEnd::Failed(e),
+            Ok(Err(_)) => OutputEnd::Panicked,
+            Err(_) => {
+                tracing::warn!(
+                    "the output was not written completely by the shutdown deadline \
+                     (output blocked?)"
+                );
+                OutputEnd::Late
+            }
+        };
+        let otlp = match self.otlp {
+            Some(o) => Some(o.finish(deadline).await),
+            None => None,
+        };
+        Finished { output, otlp }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,464 @@
+//! The end-of-run report, built from [`Stats`] only: the text printed on stderr and the
+//! `--summary-file` JSON of DESIGN.md, with the same numbers.
+
+use crate::stats::Stats;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// Missed processes named in the text (the file lists every one Stats kept).
+const MISSED_SHOWN: usize = 5;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbeSummary {
+    pub spec: String,
+    pub symbol: String,
+    pub attached: bool,
+    pub error: Option<String>,
+    pub delivered: u64,
+    pub lost: u64,
+    pub throttled: u64,
+    pub unfinished: u64,
+    pub abandoned: u64,
+    pub returns_lost: u64,
+    pub too_deep: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MissedSummary {
+    pub pid: u32,
+    pub executable: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessSummary {
+    pub matched: u64,
+    pub traced: u64,
+    /// Every missed process; `missed` lists the latest of them.
+    pub missed_total: u64,
+    pub missed: Vec<MissedSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OtlpSummary {
+    pub spans_exported: u64,
+    pub spans_dropped: u64,
+    pub export_errors: u64,
+}
+
+/// What a run did: one object, serialized as the `--summary-file` JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub probes: Vec<ProbeSummary>,
+    pub processes: ProcessSummary,
+    pub otlp: OtlpSummary,
+}
+
+#[derive(Debug, Error)]
+pub enum SummaryError {
+    #[error("writing the summary file {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("renaming {from} to the summary file {to}: {source}")]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `1 call`, `2 calls`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+impl Summary {
+    pub fn from_stats(stats: &Stats) -> Self {
+        let probes = stats
+            .probes()
+            .into_iter()
+            .map(|(k, p)| ProbeSummary {
+                spec: k.spec.to_string(),
+                symbol: k.symbol.to_string(),
+                attached: p.attached,
+                error: p.error,
+                delivered: p.delivered,
+                lost: p.lost,
+                throttled: p.throttled,
+                unfinished: p.unfinished,
+                abandoned: p.abandoned,
+                returns_lost: p.returns_lost,
+                too_deep: p.too_deep,
+            })
+            .collect();
+        let p = stats.processes();
+        let (spans_exported, spans_dropped, export_errors) = stats.otlp_counts();
+        Summary {
+            probes,
+            processes: ProcessSummary {
+                matched: p.matched,
+                traced: p.traced,
+                missed_total: p.missed_total,
+                missed: p
+                    .missed
+                    .into_iter()
+                    .map(|m| MissedSummary {
+                        pid: m.pid,
+                        executable: m.executable,
+                        reason: m.reason,
+                    })
+                    .collect(),
+            },
+            otlp: OtlpSummary {
+                spans_exported,
+                spans_dropped,
+                export_errors,
+            },
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        // Plain structs of strings and integers: serialization cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+
+    /// Writes the JSON to `path` atomically: a reader sees the old file or the whole new
+    /// one (a temporary file in the same directory, synced, then renamed over `path`).
+    pub fn write_file(&self, path: &Path) -> Result<(), SummaryError> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "summary".into());
+        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(self.to_json().as_bytes())?;
+            f.sync_all()
+        };
+        if let Err(source) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(SummaryError::Write {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        std::fs::rename(&tmp, path).map_err(|source| {
+            let _ = std::fs::remove_file(&tmp);
+            SummaryError::Rename {
+                from: tmp.clone(),
+                to: path.to_path_buf(),
+                source,
+            }
+        })
+    }
+
+    /// The text for stderr: per probe the calls delivered and every way a call was not,
+    /// with its cause and what to do; failed probes; missed processes; OTLP.
+    pub fn render(&self) -> String {
+        let mut s = String::from("gprobe summary:\n");
+        if self.probes.is_empty() {
+            s += "  no probe was configured\n";
+        }
+        for p in &self.probes {
+            let _ = writeln!(
+                s,
+                "  {} / {}: {} delivered, {} lost, {} throttled",
+                p.spec,
+                p.symbol,
+                count(p.delivered, "call", "calls"),
+                p.lost,
+                p.throttled
+            );
+            let detail = |s: &mut String, n: u64, text: &str| {
+                if n > 0 {
+                    let _ = writeln!(s, "    {text}");
+                }
+            };
+            detail(
+                &mut s,
+                p.lost,
+                &format!(
+                    "{} lost: the ring buffer was full (raise --ring-buffer-size)",
+                    count(p.lost, "call", "calls")
+                ),
+            );
+            detail(
+                &mut s,
+                p.throttled,
+                &format!(
+                    "{} not recorded: over the spec's limits.eventsPerSecond (raise it)",
+                    count(p.throttled, "call", "calls")
+                ),
+            );
+            detail(
+                &mut s,
+                p.too_deep,
+                &format!(
+                    "{} not recorded: nested deeper in one goroutine than gprobe pairs \
+                     (recursion; probe a function outside the recursion)",
+                    count(p.too_deep, "call", "calls")
+                ),
+            );
+            detail(
+                &mut s,
+                p.abandoned,
+                &format!(
+                    "{} abandoned: more calls in flight at once than gprobe pairs \
+                     (probe a less concurrent function)",
+                    count(p.abandoned, "call", "calls")
+                ),
+            );
+            detail(
+                &mut s,
+                p.returns_lost,
+                &format!(
+                    "{} of the delivered calls lost their return (ring buffer full; raise \
+                     --ring-buffer-size) and are reported unfinished",
+                    p.returns_lost
+                ),
+            );
+            detail(
+                &mut s,
+                p.unfinished,
+                &format!(
+                    "{} had not returned when their process exited or gprobe stopped \
+                     (delivered with \"unfinished\": true)",
+                    count(p.unfinished, "call", "calls")
+                ),
+            );
+            match (&p.error, p.attached) {
+                (Some(e), false) => {
+                    let _ = writeln!(s, "    failed: not attached: {e}");
+                }
+                (Some(e), true) => {
+                    let _ = writeln!(s, "    failed in some processes: {e}");
+                }
+                (None, false) => s += "    never attached: no selected process ran it\n",
+                (None, true) => {}
+            }
+        }
+        let pr = &self.processes;
+        if pr.matched > 0 || pr.missed_total > 0 {
+            let _ = writeln!(
+                s,
+                "  processes: {} matched, {} traced, {} missed",
+                pr.matched, pr.traced, pr.missed_total
+            );
+            for m in pr.missed.iter().take(MISSED_SHOWN) {
+                let _ = writeln!(
+                    s,
+                    "    missed pid {} ({}): {}",
+                    m.pid,
+                    crate::util::printable(&m.executable),
+                    m.reason
+                );
+            }
+            let shown = pr.missed.len().min(MISSED_SHOWN) as u64;
+            if pr.missed_total > shown {
+                let _ = writeln!(
+                    s,
+                    "    and {} more missed (--summary-file lists the latest {})",
+                    pr.missed_total - shown,
+                    pr.missed.len()
+                );
+            }
+        }
+        let o = &self.otlp;
+        if o.spans_exported + o.spans_dropped + o.export_errors > 0 {
+            let _ = write!(
+                s,
+                "  OTLP: {} exported, {} dropped, {}",
+                count(o.spans_exported, "span", "spans"),
+                o.spans_dropped,
+                count(o.export_errors, "failed export", "failed exports"),
+            );
+            if o.spans_dropped > 0 || o.export_errors > 0 {
+                s += " (collector slow or unreachable: check --otlp-endpoint and the collector)";
+            }
+            s += "\n";
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::{KernelCounts, Missed, ProbeKey};
+    use std::sync::atomic::Ordering;
+
+    fn key(spec: &str, symbol: &str) -> ProbeKey {
+        ProbeKey {
+            spec: spec.into(),
+            index: 0,
+            symbol: symbol.into(),
+        }
+    }
+
+    fn stats() -> Stats {
+        let st = Stats::new();
+        let get = key("http-client-urls", "net/http.(*Client).Get");
+        st.set_attached(&get);
+        st.add_delivered([(&get, 7, 811), (&get, 8, 1)]);
+        let tick = key("burst", "main.tick");
+        st.set_attached(&tick);
+        st.add_delivered([(&tick, 9, 1)]);
+        st.set_kernel(
+            &tick,
+            KernelCounts {
+                hits: 100,
+                lost: 1,
+                throttled: 90,
+                returns_lost: 2,
+                too_deep: 3,
+            },
+        );
+        st.add_unfinished(&tick, 2);
+        st.add_abandoned(&tick, 4);
+        let fail = key("shop", "main.handleOrder");
+        st.set_error(
+            &fail,
+            "symbol main.handleOrder not found in /app/shop".into(),
+        );
+        for _ in 0..31 {
+            st.process_matched(&[]);
+        }
+        for _ in 0..24 {
+            st.process_traced(&[]);
+        }
+        for pid in 4711..4718 {
+            st.process_missed(
+                &[],
+                Missed {
+                    pid,
+                    executable: "/app/shop".into(),
+                    reason: "exited before attach".into(),
+                },
+            );
+        }
+        st.otlp().spans_exported.store(812, Ordering::Relaxed);
+        st.otlp().spans_dropped.store(1, Ordering::Relaxed);
+        st.otlp().export_errors.store(1, Ordering::Relaxed);
+        st
+    }
+
+    #[test]
+    fn the_file_has_the_documented_shape_and_numbers() {
+        let dir = std::env::temp_dir().join(format!("gprobe-summary-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("summary.json");
+        std::fs::write(&path, "old").unwrap();
+        Summary::from_stats(&stats()).write_file(&path).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        // Only the file itself is left: the temporary one was renamed over it.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let get = v["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["symbol"] == "net/http.(*Client).Get")
+            .unwrap();
+        assert_eq!(
+            get,
+            &serde_json::json!({"spec": "http-client-urls", "symbol": "net/http.(*Client).Get",
+                "attached": true, "error": null, "delivered": 812, "lost": 0, "throttled": 0,
+                "unfinished": 0, "abandoned": 0, "returns_lost": 0, "too_deep": 0})
+        );
+        let tick = &v["probes"][0];
+        assert_eq!(tick["symbol"], "main.tick");
+        assert_eq!(
+            (
+                &tick["lost"],
+                &tick["throttled"],
+                &tick["returns_lost"],
+                &tick["too_deep"]
+            ),
+            (&1.into(), &90.into(), &2.into(), &3.into())
+        );
+        assert_eq!(
+            (&tick["unfinished"], &tick["abandoned"]),
+            (&2.into(), &4.into())
+        );
+        let fail = &v["probes"][2];
+        assert_eq!(fail["attached"], false);
+        assert_eq!(
+            fail["error"],
+            "symbol main.handleOrder not found in /app/shop"
+        );
+        assert_eq!(v["processes"]["matched"], 31);
+        assert_eq!(v["processes"]["traced"], 24);
+        assert_eq!(v["processes"]["missed_total"], 7);
+        assert_eq!(
+            v["processes"]["missed"][0],
+            serde_json::json!({"pid": 4711, "executable": "/app/shop", "reason": "exited before attach"})
+        );
+        assert_eq!(
+            v["otlp"],
+            serde_json::json!({"spans_exported": 812, "spans_dropped": 1, "export_errors": 1})
+        );
+    }
+
+    #[test]
+    fn a_failed_write_names_the_file_and_leaves_nothing_behind() {
+        let err = Summary::from_stats(&Stats::new())
+            .write_file(Path::new("/nonexistent-dir/summary.json"))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent-dir/summary.json"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_text_names_every_cause_with_what_to_do() {
+        let t = Summary::from_stats(&stats()).render();
+        let has = |s: &str| assert!(t.contains(s), "missing {s:?} in:\n{t}");
+        has("  burst / main.tick: 1 call delivered, 1 lost, 90 throttled\n");
+        has("    1 call lost: the ring buffer was full (raise --ring-buffer-size)\n");
+        has("    90 calls not recorded: over the spec's limits.eventsPerSecond (raise it)\n");
+        has("    3 calls not recorded: nested deeper in one goroutine");
+        has("    4 calls abandoned: more calls in flight at once");
+        has("    2 of the delivered calls lost their return (ring buffer full; raise --ring-buffer-size) and are reported unfinished\n");
+        has("    2 calls had not returned when their process exited or gprobe stopped");
+        has("  http-client-urls / net/http.(*Client).Get: 812 calls delivered, 0 lost, 0 throttled\n");
+        has("  shop / main.handleOrder: 0 calls delivered, 0 lost, 0 throttled\n    failed: not attached: symbol main.handleOrder not found in /app/shop\n");
+        has("  processes: 31 matched, 24 traced, 7 missed\n");
+        has("    missed pid 4711 (/app/shop): exited before attach\n");
+        has("    and 2 more missed");
+        assert!(
+            !t.contains("pid 4716"),
+            "only the first five are named:\n{t}"
+        );
+        has("  OTLP: 812 spans exported, 1 dropped, 1 failed export (collector slow");
+        // Nothing is said about causes that did not happen.
+        let get: Vec<&str> = t
+            .lines()
+            .skip_while(|l| !l.contains("net/http"))
+            .skip(1)
+            .take_while(|l| l.starts_with("    "))
+            .collect();
+        assert!(get.is_empty(), "{get:?}");
+    }
+
+    #[test]
+    fn an_empty_run_says_so() {
+        let t = Summary::from_stats(&Stats::new()).render();
+        assert_eq!(t, "gprobe summary:\n  no probe was configured\n");
+    }
+}

@@ -1,0 +1,153 @@
+//! The output thread: receives batches of calls, writes them as JSON lines or a table,
+//! counts them as delivered, and hands them to OTLP without waiting for it.
+
+use super::otlp::OtlpSink;
+use super::ratelimit::{suppressed_note, LogLimiter, WARN_EVERY};
+use super::{jsonl, table, Format};
+use crate::events::CallRecord;
+use crate::stats::{ProbeKey, Stats};
+use std::collections::HashMap;
+use std::io::{ErrorKind, Write};
+use tokio::sync::mpsc;
+
+pub(crate) struct Writer {
+    pub(crate) format: Format,
+    pub(crate) out: Box<dyn Write + Send>,
+    pub(crate) stats: Stats,
+    pub(crate) otlp: Option<OtlpSink>,
+}
+
+/// How the output thread ended.
+#[derive(Debug)]
+pub(crate) struct WriterEnd {
+    /// The first error writing the output, other than a closed pipe.
+    pub(crate) error: Option<std::io::Error>,
+}
+
+struct State {
+    buf: Vec<u8>,
+    table_header: bool,
+    /// The reader of stdout went away: nothing more is written (OTLP goes on).
+    closed: bool,
+    first_error: Option<std::io::Error>,
+    write_warn: LogLimiter,
+    queue_warn: LogLimiter,
+    /// Spans dropped at the OTLP queue since the last warning.
+    dropped_unlogged: u64,
+}
+
+impl Writer {
+    /// Runs until every sender of `rx` is gone, then flushes and closes the OTLP queue.
+    pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Vec<CallRecord>>) -> WriterEnd {
+        let mut st = State {
+            buf: Vec::with_capacity(256 << 10),
+            table_header: false,
+            closed: false,
+            first_error: None,
+            write_warn: LogLimiter::new(WARN_EVERY),
+            queue_warn: LogLimiter::new(WARN_EVERY),
+            dropped_unlogged: 0,
+        };
+        while let Some(batch) = rx.blocking_recv() {
+            self.batch(batch, &mut st);
+        }
+        if !st.closed {
+            if let Err(e) = self.out.flush() {
+                self.write_failed(e, &mut st);
+            }
+        }
+        if st.dropped_unlogged > 0 {
+            tracing::warn!(
+                "OTLP: {} more spans dropped, export queue full (collector slow or unreachable)",
+                st.dropped_unlogged
+            );
+        }
+        // Dropping the sink closes the queue: the span task exports what is left and ends.
+        drop(self.otlp.take());
+        WriterEnd {
+            error: st.first_error,
+        }
+    }
+
+    fn batch(&mut self, batch: Vec<CallRecord>, st: &mut State) {
+        if !st.closed && self.format != Format::None {
+            // One write per batch: a batch is a natural flush point, so tailing readers see
+            // calls within a poll period.
+            st.buf.clear();
+            for rec in &batch {
+                match self.format {
+                    Format::Jsonl => jsonl::write_record(rec, &mut st.buf),
+                    Format::Table => {
+                        if !st.table_header {
+                            table::write_header(&mut st.buf);
+                            st.table_header = true;
+                        }
+                        table::write_row(rec, &mut st.buf)
+                    }
+                    Format::None => {}
+                }
+            }
+            if let Err(e) = self.out.write_all(&st.buf).and_then(|()| self.out.flush()) {
+                self.write_failed(e, st);
+            }
+            if st.buf.capacity() > 4 << 20 {
+                // One huge batch must not pin its buffer for the rest of the run.
+                st.buf = Vec::with_capacity(256 << 10);
+            }
+        }
+        self.count(&batch);
+        if let Some(otlp) = &mut self.otlp {
+            let dropped = otlp.send(batch);
+            if dropped > 0 {
+                st.dropped_unlogged += dropped;
+                if let Some(suppressed) = st.queue_warn.allow() {
+                    tracing::warn!(
+                        "OTLP: export queue full (collector slow or unreachable): {} spans \
+                         dropped{}",
+                        std::mem::take(&mut st.dropped_unlogged),
+                        if suppressed > 0 {
+                            format!(" in the last {}s", WARN_EVERY.as_secs())
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+            }
+        }
+    }
+
+    /// Adds the batch to the delivered counts, once per probe and pid.
+    fn count(&self, batch: &[CallRecord]) {
+        let mut counts: HashMap<(usize, u32), (&ProbeKey, u64)> = HashMap::new();
+        for rec in batch {
+            counts
+                .entry((std::sync::Arc::as_ptr(&rec.probe) as usize, rec.pid))
+                .or_insert((&rec.probe.key, 0))
+                .1 += 1;
+        }
+        self.stats
+            .add_delivered(counts.into_iter().map(|((_, pid), (key, n))| (key, pid, n)));
+    }
+
+    fn write_failed(&self, e: std::io::Error, st: &mut State) {
+        if e.kind() == ErrorKind::BrokenPipe {
+            st.closed = true;
+            tracing::warn!(
+                "the output was closed (broken pipe): calls are no longer written{}",
+                if self.otlp.is_some() {
+                    " (OTLP export goes on)"
+                } else {
+                    ""
+                }
+            );
+            return;
+        }
+        if let Some(suppressed) = st.write_warn.allow() {
+            tracing::error!(
+                "writing the output failed: {e}{}",
+                suppressed_note(suppressed, WARN_EVERY)
+            );
+        }
+        st.first_error.get_or_insert(e);
+    }
+}
