@@ -6,6 +6,7 @@ use gprobe_e2e::cri::{can_run_containers, Containerd, Pod, PodSpec};
 use gprobe_e2e::go::{GoVersion, TempDir};
 use gprobe_e2e::harness::{self, can_trace, gprobe_bin, serial};
 use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, spans};
+use gprobe_e2e::procmem::{byte_at_file_offset, probe_offset, INT3};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -203,6 +204,11 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
         agent.stderr()
     );
     let fds_one = perf_fds(agent_pid);
+    // Uprobes are per process: the pod of the same image that the spec does not select
+    // has no breakpoint in its memory, the selected one has.
+    let off = probe_offset(&bin, "net/http.(*Client).Get");
+    assert_eq!(byte_at_file_offset(a.pid, off), INT3, "shop-a is traced");
+    assert_ne!(byte_at_file_offset(b.pid, off), INT3, "web-b pays nothing");
 
     // A pod started later is traced within a second or so.
     let started = Instant::now();
@@ -231,8 +237,9 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
     });
 
     // A removed pod leaves no probe behind.
-    let a_logs = ctrd.logs(&a);
+    // Its log read after it stopped: everything it fetched while traced is in it.
     ctrd.remove_pod(&a).unwrap();
+    let a_logs = ctrd.logs(&a);
     wait_until(
         "shop-a gone from the report",
         Duration::from_secs(5),
