@@ -137,8 +137,11 @@ impl Pipeline {
             .checked_sub(Duration::from_millis(2500))
             .filter(|d| *d > Instant::now())
             .unwrap_or_else(|| Instant::now() + Duration::from_millis(500));
+        let t0 = Instant::now();
         let detached = self.engine.stop(detach_by).await;
-        if !detached {
+        if detached {
+            tracing::info!("every uprobe detached in {} ms", t0.elapsed().as_millis());
+        } else {
             tracing::warn!("some uprobes were still being detached when gprobe stopped waiting; the kernel removes them when gprobe exits");
         }
         self.watcher_task.abort();

@@ -161,6 +161,12 @@ impl ProbeBuilder {
         self
     }
 
+    /// Sets `redact` (on by default): `false` keeps credentials in captured URLs.
+    pub fn redact(mut self, on: bool) -> Self {
+        self.0.redact = on;
+        self
+    }
+
     /// `latency: true`: measure each call from entry to return.
     pub fn latency(mut self) -> Self {
         self.0.latency = true;

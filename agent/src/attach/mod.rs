@@ -5,6 +5,7 @@
 
 pub mod abi;
 pub mod detach;
+pub mod multi;
 pub mod perf;
 
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
@@ -15,9 +16,11 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 use detach::DetachPool;
+use multi::MultiProgram;
 use perf::PerfLink;
 use std::collections::{BTreeSet, VecDeque};
 use std::os::fd::AsFd;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Instant;
 use thiserror::Error;
@@ -73,8 +76,19 @@ pub struct RingBuffers {
     pub procs: RingBuf<MapData>,
 }
 
+/// One attached set of uprobes; dropping it detaches them.
+#[derive(Debug)]
+pub enum Link {
+    /// A uprobe_multi link: many sites, one process.
+    Multi(OwnedFd),
+    /// A perf-event uprobe (kernels without uprobe_multi).
+    Perf(PerfLink),
+}
+
 /// Loaded BPF programs and maps.
 pub struct BpfTracer {
+    /// The uprobe program for uprobe_multi links; `None` where the kernel has none.
+    multi: Option<MultiProgram>,
     ebpf: Ebpf,
     probes: Array<MapData, GpProbeCfg>,
     stats: PerCpuArray<MapData, GpStats>,
@@ -84,7 +98,7 @@ pub struct BpfTracer {
     held: BpfHashMap<MapData, u32, u64>,
     /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
     free_ids: VecDeque<u32>,
-    pool: DetachPool<PerfLink>,
+    pool: DetachPool<Link>,
     cpus: usize,
 }
 
@@ -161,12 +175,20 @@ impl BpfTracer {
             program: UPROBE_PROG,
             source: Box::new(e),
         })?;
+        let multi = match MultiProgram::load(BPF_OBJECT, &ebpf, UPROBE_PROG) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::info!("uprobe_multi links are not available ({e}); using a perf event per uprobe (slower to attach and to detach)");
+                None
+            }
+        };
         let rings = RingBuffers {
             events: take(&mut ebpf, "events")?,
             procs: take(&mut ebpf, "proc_events")?,
         };
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| LoadError::Cpus(e))?;
         let tracer = BpfTracer {
+            multi,
             probes: take(&mut ebpf, "probes")?,
             stats: take(&mut ebpf, "stats")?,
             control: take(&mut ebpf, "control")?,
@@ -221,7 +243,7 @@ impl BpfTracer {
 }
 
 impl Tracer for BpfTracer {
-    type Links = Vec<PerfLink>;
+    type Links = Vec<Link>;
 
     fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError> {
         let (entry, ret) = plan.configs(0, rate_limit);
@@ -262,12 +284,37 @@ impl Tracer for BpfTracer {
         }
     }
 
-    fn attach(
-        &mut self,
-        pid: u32,
-        target: &Path,
-        sites: &[Site],
-    ) -> Result<Vec<PerfLink>, TraceError> {
+    fn attach(&mut self, pid: u32, target: &Path, sites: &[Site]) -> Result<Vec<Link>, TraceError> {
+        let gone = || !Path::new(&format!("/proc/{pid}")).exists();
+        if let Some(m) = &self.multi {
+            let mut links = Vec::with_capacity(2);
+            // One link for entry uprobes, one for uretprobes (a link is one or the other).
+            for ret in [false, true] {
+                let group: Vec<(u64, u64, u64)> = sites
+                    .iter()
+                    .filter(|s| s.point.ret == ret)
+                    .map(|s| (s.point.offset, s.cfg as u64, s.point.ref_ctr_offset))
+                    .collect();
+                if group.is_empty() {
+                    continue;
+                }
+                match m.attach(target, &group, pid, ret) {
+                    Ok(fd) => links.push(Link::Multi(fd)),
+                    Err(e) => {
+                        self.pool.drop_all(links);
+                        if gone() {
+                            return Err(TraceError::ProcessGone);
+                        }
+                        return Err(TraceError::Attach {
+                            path: target.display().to_string(),
+                            offset: group[0].0,
+                            source: perf::PerfError::Link(e),
+                        });
+                    }
+                }
+            }
+            return Ok(links);
+        }
         let up: &UProbe = self
             .ebpf
             .program(UPROBE_PROG)
@@ -277,12 +324,12 @@ impl Tracer for BpfTracer {
         let mut links = Vec::with_capacity(sites.len());
         for s in sites {
             match perf::attach(prog.as_fd(), target, s.point, pid, s.cfg as u64) {
-                Ok(l) => links.push(l),
+                Ok(l) => links.push(Link::Perf(l)),
                 Err(e) => {
                     self.pool.drop_all(links);
                     let gone = matches!(&e, perf::PerfError::Open(io)
                         if matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT)))
-                        && !Path::new(&format!("/proc/{pid}")).exists();
+                        && gone();
                     return Err(if gone {
                         TraceError::ProcessGone
                     } else {
@@ -298,7 +345,7 @@ impl Tracer for BpfTracer {
         Ok(links)
     }
 
-    fn detach(&mut self, links: Vec<PerfLink>) {
+    fn detach(&mut self, links: Vec<Link>) {
         self.pool.drop_all(links);
     }
 

@@ -317,7 +317,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let results = if requests.is_empty() {
             Vec::new()
         } else {
-            self.resolver.plan(&info.exe_link, &requests)
+            self.resolver.plan(&info.exe_link, &info.exe, &requests)
         };
         drop(requests);
         for ((sid, pi), res) in asked.into_iter().zip(results) {

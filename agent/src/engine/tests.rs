@@ -149,6 +149,7 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
 impl Resolver for FakeResolver {
     fn plan(
         &mut self,
+        _open: &Path,
         path: &Path,
         probes: &[PlanRequest<'_>],
     ) -> Vec<Result<ProbePlan, Arc<ProbeError>>> {

@@ -111,10 +111,12 @@ pub struct PlanRequest<'a> {
 
 /// Binary resolution, as the engine asks for it.
 pub trait Resolver {
-    /// Plans `probes` against the executable at `path` (one result per request, in order).
+    /// Plans `probes` against the executable at `path`, which messages call `shown` (one
+    /// result per request, in order).
     fn plan(
         &mut self,
         path: &Path,
+        shown: &Path,
         probes: &[PlanRequest<'_>],
     ) -> Vec<Result<ProbePlan, Arc<ProbeError>>>;
 }

@@ -85,13 +85,15 @@ impl std::fmt::Debug for ElfFile {
 }
 
 impl ElfFile {
-    /// Maps `path` and reads its ELF headers; no per-symbol work happens here.
-    pub(crate) fn open(path: &Path) -> Result<ElfFile, ResolveError> {
+    /// Maps the file at `open` (e.g. /proc/PID/exe) and reads its ELF headers, calling it
+    /// `path` in errors and reports (the path its process knows it by); no per-symbol work
+    /// happens here.
+    pub(crate) fn open_as(open: &Path, path: &Path) -> Result<ElfFile, ResolveError> {
         let io = |source| ResolveError::Io {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(io)?;
+        let file = File::open(open).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
         let len = meta.len();
         let not_elf = |reason: String| ResolveError::NotElf {

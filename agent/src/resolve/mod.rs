@@ -100,7 +100,12 @@ impl std::fmt::Debug for Binary {
 impl Binary {
     /// Maps `path` and reads its ELF headers; no per-function work happens here.
     pub fn open(path: &Path) -> Result<Binary, ResolveError> {
-        let elf = ElfFile::open(path)?;
+        Self::open_as(path, path)
+    }
+
+    /// Maps the file at `open` (e.g. /proc/PID/exe) and names it `path` in errors.
+    pub fn open_as(open: &Path, path: &Path) -> Result<Binary, ResolveError> {
+        let elf = ElfFile::open_as(open, path)?;
         let go = GoInfo::open(&elf)?;
         Ok(Binary {
             elf,

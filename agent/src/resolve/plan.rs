@@ -283,11 +283,12 @@ impl crate::engine::Resolver for BinaryResolver {
     fn plan(
         &mut self,
         path: &std::path::Path,
+        shown: &std::path::Path,
         probes: &[crate::engine::PlanRequest<'_>],
     ) -> Vec<Result<ProbePlan, std::sync::Arc<crate::engine::ProbeError>>> {
         use crate::engine::ProbeError;
         use std::sync::Arc;
-        match Binary::open(path) {
+        match Binary::open_as(path, shown) {
             Err(e) => {
                 let e = Arc::new(ProbeError::Binary(e));
                 probes.iter().map(|_| Err(e.clone())).collect()

@@ -28,6 +28,11 @@ func block(i int64) int64 {
 	return i
 }
 
+// visit is handed URLs that carry credentials and tokens (it does not fetch them).
+//
+//go:noinline
+func visit(url string) int { return len(url) }
+
 // rec recurses to depth d; every call returns d.
 //
 //go:noinline
@@ -39,7 +44,7 @@ func rec(d int64) int64 {
 }
 
 func main() {
-	mode := flag.String("mode", "short", "short | block | recurse | loop")
+	mode := flag.String("mode", "short", "short | block | recurse | loop | secrets (visits its arguments)")
 	calls := flag.Int64("calls", 10, "short: calls of work; recurse: how many recursions")
 	sleep := flag.Duration("sleep", 0, "short: pause between calls")
 	depth := flag.Int64("depth", 20, "recurse: depth of each recursion")
@@ -55,6 +60,11 @@ func main() {
 			}
 		}
 		fmt.Printf("calls=%d sum=%d\n", *calls, s)
+	case "secrets":
+		for _, u := range flag.Args() {
+			visit(u)
+			fmt.Printf("visited %s\n", u)
+		}
 	case "block":
 		block(42)
 	case "recurse":
