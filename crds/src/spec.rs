@@ -93,15 +93,31 @@ pub struct Selector {
     pub executable: Option<String>,
 }
 
-/// One function to trace.
+/// One function (or USDT probe) to trace.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new(
+    "(has(self.symbol) && self.symbol.trim() != '') != (has(self.usdt) && self.usdt.trim() != '')"
+).message("names no probe point, or two: give exactly one of symbol (a function) and usdt (provider:name)"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Probe {
-    /// The function's symbol as the Go toolchain names it, e.g. `main.computeE` or
-    /// `net/http.(*Client).Get`.
+    /// The function's symbol: as the Go toolchain names it (`main.computeE`,
+    /// `net/http.(*Client).Get`), or a C function (`createStringObject`, `SSL_write`).
+    /// Exactly one of `symbol` and `usdt` is given.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schemars(length(max = 1024))]
-    #[x_kube(validation = Rule::new("self.trim() != ''").message("is empty: name a function, e.g. main.computeE"))]
     pub symbol: String,
+    /// A USDT probe, `provider:name` (e.g. `postgresql:query__start`), from the
+    /// `.note.stapsdt` section of the executable or of `library`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub usdt: Option<String>,
+    /// A shared object of the selected processes that holds the symbol or USDT probe: a path
+    /// glob (`/usr/lib/**/libssl.so.3`) or a file-name glob (`libssl.so*`). Libraries loaded
+    /// after the process started (dlopen) are found when they are loaded. Without it, the
+    /// executable itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub library: Option<String>,
     /// The Go signature, e.g. `func(c *Client, url string) (resp *Response, err error)`.
     /// Methods take their receiver as the first parameter. Optional where the binary has
     /// DWARF; required for stripped binaries.
@@ -134,10 +150,22 @@ fn is_true(b: &bool) -> bool {
     *b
 }
 
+impl Probe {
+    /// What the probe is on, for messages and records: the symbol, or `usdt:provider:name`.
+    pub fn point(&self) -> String {
+        match &self.usdt {
+            Some(u) if self.symbol.is_empty() => format!("usdt:{u}"),
+            _ => self.symbol.clone(),
+        }
+    }
+}
+
 impl Default for Probe {
     fn default() -> Self {
         Self {
             symbol: String::new(),
+            usdt: None,
+            library: None,
             signature: None,
             capture: Vec::new(),
             latency: false,

@@ -237,12 +237,34 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 message,
             })
         };
-        if p.symbol.trim().is_empty() {
-            probe_issue(
+        match (p.symbol.trim().is_empty(), p.usdt.as_deref().map(str::trim)) {
+            (true, None) | (true, Some("")) => probe_issue(
                 ".symbol".into(),
-                "is empty: name a function, e.g. main.computeE".into(),
-            );
-        } else if p.symbol.len() > MAX_SYMBOL_BYTES {
+                "is empty: name a function (e.g. main.computeE) or a USDT probe (usdt: provider:name)"
+                    .into(),
+            ),
+            (false, Some(u)) if !u.is_empty() => probe_issue(
+                ".usdt".into(),
+                "is given together with symbol: a probe is on one function or one USDT probe"
+                    .into(),
+            ),
+            (true, Some(u)) => {
+                let ok = u.split_once(':').is_some_and(|(prov, name)| {
+                    let word = |w: &str| {
+                        !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    };
+                    word(prov) && word(name)
+                });
+                if !ok {
+                    probe_issue(
+                        ".usdt".into(),
+                        format!("{u:?} is not provider:name (e.g. postgresql:query__start; `gprobe symbols BINARY` lists them)"),
+                    );
+                }
+            }
+            _ => {}
+        }
+        if p.symbol.len() > MAX_SYMBOL_BYTES {
             probe_issue(
                 ".symbol".into(),
                 format!(
@@ -250,6 +272,11 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                     p.symbol.len()
                 ),
             );
+        }
+        if let Some(lib) = &p.library {
+            if let Err(e) = Glob::new(lib) {
+                probe_issue(".library".into(), e.to_string());
+            }
         }
         if p.capture.len() > MAX_CAPTURES {
             probe_issue(

@@ -66,8 +66,12 @@ fn probespec_schema_carries_the_static_checks_as_cel_rules() {
     assert!(rules(&spec["selector"])[0].contains("has(self.executable)"));
     assert_eq!(rules(&spec["probes"]), ["size(self) >= 1"]);
     assert_eq!(spec["probes"]["maxItems"], 128);
+    // A probe is on exactly one function or USDT probe, neither blank.
+    assert_eq!(
+        rules(&spec["probes"]["items"]),
+        ["(has(self.symbol) && self.symbol.trim() != '') != (has(self.usdt) && self.usdt.trim() != '')"]
+    );
     let probe = &spec["probes"]["items"]["properties"];
-    assert_eq!(rules(&probe["symbol"]), ["self.trim() != ''"]);
     assert_eq!(rules(&probe["capture"]), ["size(self) <= 8"]);
     assert_eq!(
         rules(&spec["limits"]["properties"]["maxStringBytes"]),

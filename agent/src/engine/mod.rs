@@ -282,7 +282,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 let pk = ProbeKey {
                     spec: stats_name.clone(),
                     index: i as u16,
-                    symbol: p.symbol.as_str().into(),
+                    symbol: p.point().into(),
                 };
                 self.stats.register(&pk);
                 let invalid = issues
