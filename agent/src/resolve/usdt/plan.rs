@@ -11,6 +11,7 @@ use super::args::{parse_args, ArgLoc, UsdtArg};
 use super::{UsdtProbe, UsdtSite};
 use crate::attach::abi::GpLoc;
 use crate::resolve::c::capture::{self, const_loc, mem_loc, reg_loc, Width};
+use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;
 use crate::resolve::error::PlanError;
 use crate::resolve::plan::{CapturePlan, EntrySite, PlanWarning, ProbePlan, SignatureSource};
@@ -276,13 +277,14 @@ fn size_warning(
     }
 }
 
-/// Up to 5 probes like `wanted`: same name under another provider, same provider, or a
-/// name containing the wanted one.
+/// Up to 5 probes like `wanted`: the same name under another provider, a name containing
+/// it (or contained in it), a name a few edits away, then others of the same provider.
 fn similar(probes: &[UsdtProbe], wanted: &str) -> Vec<String> {
     let (prov, name) = wanted.split_once(':').unwrap_or(("", wanted));
+    // `function_entry` for `function__entry`: sdt.h turns `__` into `-` in its names.
     let norm = |s: &str| s.replace("__", "-").replace('_', "-").to_ascii_lowercase();
     let (nname, nprov) = (norm(name), norm(prov));
-    let mut scored: Vec<(u8, String)> = probes
+    let mut scored: Vec<(usize, String)> = probes
         .iter()
         .filter_map(|p| {
             let pn = norm(&p.name);
@@ -290,10 +292,15 @@ fn similar(probes: &[UsdtProbe], wanted: &str) -> Vec<String> {
                 0
             } else if !nname.is_empty() && (pn.contains(&nname) || nname.contains(&pn)) {
                 1
-            } else if norm(&p.provider) == nprov {
-                2
             } else {
-                return None;
+                let d = edit_distance(&pn, &nname);
+                if d <= (nname.len() / 4).max(2) {
+                    1 + d
+                } else if norm(&p.provider) == nprov {
+                    100
+                } else {
+                    return None;
+                }
             };
             Some((score, p.point()))
         })
