@@ -145,7 +145,7 @@ fn dwarf_prototypes_of_c_functions() {
     assert_eq!(proto("is_even"), "_Bool is_even(unsigned int n)");
     assert_eq!(proto("sum_pair"), "int sum_pair(pair p, int c)");
     assert_eq!(proto("main"), "int main(int argc, char **argv)");
-    let all = b.c_signatures().unwrap();
+    let all = b.c_signatures(&b.functions().unwrap()).unwrap();
     let add = b.find_c_function("add").unwrap();
     assert_eq!(all[&add.addr].params.len(), 2);
     assert!(all.len() >= 12, "{}", all.len());

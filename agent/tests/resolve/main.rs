@@ -11,6 +11,7 @@ mod c_funcs;
 mod dwarf;
 mod functions;
 mod kubectl;
+mod listing;
 mod native;
 mod plan;
 mod sites;

@@ -30,6 +30,10 @@ pub(crate) struct CDwarf {
     sections: DwarfSections,
     units: Vec<usize>,
     by_addr: HashMap<u64, usize>,
+    /// External functions by name: their definition (else a declaration), for functions
+    /// whose out-of-line code DWARF does not describe (an external function's ABI is its
+    /// declared prototype whatever the optimizer did to its inlined copies).
+    by_name: HashMap<String, (usize, bool)>,
 }
 
 impl std::fmt::Debug for CDwarf {
@@ -57,6 +61,20 @@ pub(crate) fn debug_file_candidates(roots: &[PathBuf], build_id: &[u8]) -> Vec<P
         .collect()
 }
 
+/// A path under /proc/PID/root/ as the process sees it (for messages and listings).
+fn in_root(p: &Path) -> PathBuf {
+    let s = p.to_string_lossy();
+    if let Some((pid, rest)) = s
+        .strip_prefix("/proc/")
+        .and_then(|r| r.split_once("/root/"))
+    {
+        if pid.bytes().all(|b| b.is_ascii_digit()) {
+            return PathBuf::from(format!("/{rest}"));
+        }
+    }
+    p.to_path_buf()
+}
+
 impl CDwarf {
     /// The DWARF of `elf` if it has any, else of its separate debug file under `roots`
     /// (debug folders such as `/usr/lib/debug`); `Ok(None)` when neither exists.
@@ -74,7 +92,7 @@ impl CDwarf {
             return Ok(None);
         };
         for cand in debug_file_candidates(roots, id) {
-            let Ok(file) = ElfFile::open_as(&cand, &cand) else {
+            let Ok(file) = ElfFile::open_as(&cand, &in_root(&cand)) else {
                 continue;
             };
             // A debug file of another build would describe other code.
@@ -102,25 +120,37 @@ impl CDwarf {
             sections,
             units: Vec::new(),
             by_addr: HashMap::new(),
+            by_name: HashMap::new(),
         };
         let path = d.file(bin).path().to_path_buf();
-        let (units, by_addr) = d.scan(bin).map_err(|reason| ResolveError::Dwarf {
+        let scan = d.scan(bin).map_err(|reason| ResolveError::Dwarf {
             path,
             symbol: None,
             reason,
         })?;
-        d.units = units;
-        d.by_addr = by_addr;
+        (d.units, d.by_addr, d.by_name) = scan;
         Ok(d)
     }
 
-    /// Every unit's offset and every subprogram with code, by each address its code
-    /// starts at (low_pc, or each range of a function split into hot and cold parts).
+    /// Every unit's offset, every subprogram with code by each address its code starts at
+    /// (low_pc, or each range of a function split into hot and cold parts), and the
+    /// external ones by name.
     #[allow(clippy::type_complexity)]
-    fn scan(&self, bin: &ElfFile) -> Result<(Vec<usize>, HashMap<u64, usize>), String> {
+    fn scan(
+        &self,
+        bin: &ElfFile,
+    ) -> Result<
+        (
+            Vec<usize>,
+            HashMap<u64, usize>,
+            HashMap<String, (usize, bool)>,
+        ),
+        String,
+    > {
         let dwarf = self.dwarf(bin);
         let mut units = Vec::new();
         let mut by_addr = HashMap::new();
+        let mut by_name: HashMap<String, (usize, bool)> = HashMap::new();
         let mut iter = dwarf.units();
         while let Some(header) = iter.next().map_err(err_str)? {
             let Some(uoff) = header.offset().as_debug_info_offset() else {
@@ -142,9 +172,28 @@ impl CDwarf {
                         by_addr.entry(r.begin).or_insert(off.0);
                     }
                 }
+                let flag = |at| matches!(e.attr_value(at), Ok(Some(AttributeValue::Flag(true))));
+                if !flag(constants::DW_AT_external) {
+                    continue;
+                }
+                let decl = flag(constants::DW_AT_declaration);
+                let Ok(Some(v)) = e.attr_value(constants::DW_AT_name) else {
+                    continue;
+                };
+                let Ok(name) = dwarf.attr_string(&unit, v) else {
+                    continue;
+                };
+                let name = String::from_utf8_lossy(name.slice()).into_owned();
+                match by_name.get(&name) {
+                    Some((_, false)) => {}
+                    Some((_, true)) if decl => {}
+                    _ => {
+                        by_name.insert(name, (off.0, decl));
+                    }
+                }
             }
         }
-        Ok((units, by_addr))
+        Ok((units, by_addr, by_name))
     }
 
     /// The file the DWARF is in.
@@ -161,18 +210,39 @@ impl CDwarf {
         self.sections.dwarf(self.file(bin))
     }
 
-    /// The prototype of the function whose code starts at `addr`, if DWARF has it.
-    pub(crate) fn signature(&self, bin: &ElfFile, addr: u64) -> Option<Result<CSignature, String>> {
-        let &off = self.by_addr.get(&addr)?;
+    /// The prototype of the function `name` whose code starts at `addr`, if DWARF has
+    /// it: the subprogram at that address, else the external function of that name.
+    pub(crate) fn signature(
+        &self,
+        bin: &ElfFile,
+        addr: u64,
+        name: &str,
+    ) -> Option<Result<CSignature, String>> {
+        let off = self.offset_of(addr, name)?;
         Some(Ctx::new(self, bin).signature(off))
     }
 
-    /// Every prototype DWARF has, by entry address; those that cannot be read are left out.
-    pub(crate) fn signatures(&self, bin: &ElfFile) -> HashMap<u64, CSignature> {
-        let mut ctx = Ctx::new(self, bin);
+    fn offset_of(&self, addr: u64, name: &str) -> Option<usize> {
         self.by_addr
-            .iter()
-            .filter_map(|(&addr, &off)| Some((addr, ctx.signature(off).ok()?)))
+            .get(&addr)
+            .copied()
+            .or_else(|| self.by_name.get(name).map(|&(off, _)| off))
+    }
+
+    /// The prototypes of `funcs` (address, name) that DWARF has, by address; those that
+    /// cannot be read are left out.
+    pub(crate) fn signatures<'n>(
+        &self,
+        bin: &ElfFile,
+        funcs: impl IntoIterator<Item = (u64, &'n str)>,
+    ) -> HashMap<u64, CSignature> {
+        let mut ctx = Ctx::new(self, bin);
+        funcs
+            .into_iter()
+            .filter_map(|(addr, name)| {
+                let off = self.offset_of(addr, name)?;
+                Some((addr, ctx.signature(off).ok()?))
+            })
             .collect()
     }
 }

@@ -172,7 +172,7 @@ impl Binary {
         let Some(d) = self.c_dwarf()? else {
             return Ok(None);
         };
-        match d.signature(&self.elf, f.addr) {
+        match d.signature(&self.elf, f.addr, &f.name) {
             None => Ok(None),
             Some(Ok(mut s)) => {
                 // DWARF names the function by its source name; the probe names the symbol.
@@ -187,10 +187,13 @@ impl Binary {
         }
     }
 
-    /// Every C prototype DWARF has, by entry address (for listings).
-    pub fn c_signatures(&self) -> Result<HashMap<u64, CSignature>, ResolveError> {
+    /// The C prototypes DWARF has of `funcs`, by entry address (for listings).
+    pub fn c_signatures(
+        &self,
+        funcs: &[FuncInfo],
+    ) -> Result<HashMap<u64, CSignature>, ResolveError> {
         Ok(match self.c_dwarf()? {
-            Some(d) => d.signatures(&self.elf),
+            Some(d) => d.signatures(&self.elf, funcs.iter().map(|f| (f.addr, f.name.as_str()))),
             None => HashMap::new(),
         })
     }
