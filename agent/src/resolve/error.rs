@@ -218,16 +218,8 @@ pub enum PlanError {
         note: usize,
         args: String,
     },
-    #[error("{point}: cannot capture {name:?}: its argument spec {spec:?} (argument {index} at site {site:#x} of {}) is not supported: {reason}; gprobe reads N@%reg, N@off(%reg), N@(%reg) and N@$imm", path.display())]
-    UsdtUnsupportedArg {
-        point: String,
-        path: PathBuf,
-        name: String,
-        index: usize,
-        site: u64,
-        spec: String,
-        reason: String,
-    },
+    #[error(transparent)]
+    UsdtUnsupportedArg(Box<UnsupportedArg>),
     #[error("{point}: a USDT probe marks a point in the code, not a call: it has no return for latency or results; set latency: false and capture its arguments only")]
     UsdtNoReturn { point: String },
     #[error("{point}: its {} sites in {} use different semaphores ({}); a probe can raise one: report this binary", offsets.len(), path.display(), offsets.iter().map(|o| format!("{o:#x}")).collect::<Vec<_>>().join(", "))]
@@ -242,6 +234,21 @@ pub enum PlanError {
         path: PathBuf,
         reason: String,
     },
+}
+
+/// A captured USDT argument whose spec gprobe cannot read (boxed: the largest error).
+#[derive(Debug, thiserror::Error)]
+#[error("{point}: cannot capture {name:?}: its argument spec {spec:?} (argument {index} at site {site:#x} of {}) is not supported: {reason}; gprobe reads N@%reg, N@off(%reg), N@(%reg) and N@$imm", path.display())]
+pub struct UnsupportedArg {
+    pub point: String,
+    pub path: PathBuf,
+    /// The capture that needs it.
+    pub name: String,
+    pub index: usize,
+    /// The site's pc (a probe may have several sites with different specs).
+    pub site: u64,
+    pub spec: String,
+    pub reason: String,
 }
 
 /// Why a C value cannot be captured.

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use error::{PlanError, ResolveError, Uncapturable};
+pub use error::{CProblem, PlanError, ResolveError, Uncapturable, UnsupportedArg};
 pub use go::dwarf::{DwarfParam, DwarfSignature};
 // Older paths, kept for callers: `resolve::abi`, `resolve::gotype`.
 pub use go::{abi, gotype};

@@ -182,14 +182,10 @@ fn bad_usdt_inputs_are_typed_errors() {
     let err = |p: Probe| plan_probe(&b, &p, 64).unwrap_err();
     // The scaled-index argument cannot be read; the others of the same probe can.
     match err(usdt("cprog:sib", None, &["arg0"])) {
-        PlanError::UsdtUnsupportedArg {
-            spec,
-            index: 0,
-            reason,
-            ..
-        } => {
-            assert_eq!(spec, "-4@-8(%rsp,%rax,8)");
-            assert!(reason.contains("scaled-index"), "{reason}");
+        PlanError::UsdtUnsupportedArg(a) => {
+            assert_eq!((a.spec.as_str(), a.index), ("-4@-8(%rsp,%rax,8)", 0));
+            assert!(a.reason.contains("scaled-index"), "{}", a.reason);
+            assert!(a.to_string().contains("gprobe reads N@%reg"), "{a}");
         }
         e => panic!("{e:?}"),
     }

@@ -13,7 +13,7 @@ use crate::attach::abi::GpLoc;
 use crate::resolve::c::capture::{self, const_loc, mem_loc, reg_loc, Width};
 use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;
-use crate::resolve::error::PlanError;
+use crate::resolve::error::{PlanError, UnsupportedArg};
 use crate::resolve::plan::{CapturePlan, EntrySite, PlanWarning, ProbePlan, SignatureSource};
 use crate::resolve::Binary;
 
@@ -170,7 +170,7 @@ fn site_captures(
     let arg = |name: &str, i: usize| -> Result<(UsdtArg, GpLoc), PlanError> {
         match &parsed[i] {
             Ok(a) => Ok((*a, loc(a))),
-            Err(e) => Err(PlanError::UsdtUnsupportedArg {
+            Err(e) => Err(PlanError::UsdtUnsupportedArg(Box::new(UnsupportedArg {
                 point: point.clone(),
                 path: bin.path().to_path_buf(),
                 name: name.to_string(),
@@ -178,7 +178,7 @@ fn site_captures(
                 site: site.pc,
                 spec: specs[i].to_string(),
                 reason: e.reason.clone(),
-            }),
+            }))),
         }
     };
     let index = |name: &str| {
@@ -190,14 +190,16 @@ fn site_captures(
     };
     let const_pointer = |name: &str, i: usize, a: &UsdtArg| {
         // A constant address is the link-time one: wrong in a relocated (PIE) file.
-        matches!(a.loc, ArgLoc::Const(_)).then(|| PlanError::UsdtUnsupportedArg {
-            point: point.clone(),
-            path: bin.path().to_path_buf(),
-            name: name.to_string(),
-            index: i,
-            site: site.pc,
-            spec: specs[i].to_string(),
-            reason: "a constant address cannot be read through (it is not relocated)".into(),
+        matches!(a.loc, ArgLoc::Const(_)).then(|| {
+            PlanError::UsdtUnsupportedArg(Box::new(UnsupportedArg {
+                point: point.clone(),
+                path: bin.path().to_path_buf(),
+                name: name.to_string(),
+                index: i,
+                site: site.pc,
+                spec: specs[i].to_string(),
+                reason: "a constant address cannot be read through (it is not relocated)".into(),
+            }))
         })
     };
     let mut caps = Vec::new();
