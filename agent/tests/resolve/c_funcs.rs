@@ -488,3 +488,20 @@ fn redis_create_string_object() {
         );
     }
 }
+
+#[test]
+fn cgo_c_functions_of_a_go_binary_are_planned_as_c() {
+    // An externally linked Go binary holds runtime/cgo's C functions (in .symtab only).
+    let b = open(&crate::sig_external(crate::go::GoVersion::Go127));
+    assert!(b.is_go());
+    assert!(b.find_function("x_cgo_init").is_err(), "not a Go function");
+    let sig = "void x_cgo_init(void *g, void (*setg)(void *), void **tlsg, void **tlsbase)";
+    let p = plan(&b, &probe("x_cgo_init", Some(sig), &["g", "tlsg"], true));
+    assert!(p.uretprobe && p.pair_by_thread);
+    assert_eq!(p.ret_offsets, vec![p.entry_offset]);
+    assert_eq!(caps(&p)[1].3, reg_at(reg::RDX));
+    // Its Go functions keep Go's planning: RET uprobes, pairing by goroutine.
+    let g = plan(&b, &probe("main.leaf", None, &[], true));
+    assert!(!g.uretprobe && !g.pair_by_thread);
+    assert!(!g.ret_offsets.is_empty() && !g.ret_offsets.contains(&g.entry_offset));
+}

@@ -451,3 +451,41 @@ fn libjvm_class_loaded() {
         loc(abi::LOC_REG, reg::RAX, 0)
     );
 }
+
+#[test]
+fn prelinked_sites_move_with_the_base_section() {
+    use object::{Object, ObjectSection};
+    let test = "prelinked_sites_move_with_the_base_section";
+    let Some((path, _)) = cprog(test, CBuild::NoDebug) else {
+        return;
+    };
+    // Move .stapsdt.base by 0x20 in the section headers, as prelink does when it moves
+    // sections: every pc and semaphore of the notes moves by as much.
+    let mut data = std::fs::read(&path).unwrap();
+    let (index, addr) = {
+        let f = object::File::parse(&*data).unwrap();
+        let s = f.section_by_name(".stapsdt.base").unwrap();
+        (s.index().0, s.address())
+    };
+    let shoff = u64::from_le_bytes(data[0x28..0x30].try_into().unwrap()) as usize;
+    let shentsize = u16::from_le_bytes(data[0x3a..0x3c].try_into().unwrap()) as usize;
+    let at = shoff + index * shentsize + 0x10; // sh_addr
+    data[at..at + 8].copy_from_slice(&(addr + 0x20).to_le_bytes());
+    let tmp = path.with_file_name("cprog-prelinked");
+    std::fs::write(&tmp, &data).unwrap();
+    let orig = open(&path);
+    let moved = open(&tmp);
+    for (a, b) in orig
+        .usdt_probes()
+        .unwrap()
+        .iter()
+        .zip(moved.usdt_probes().unwrap())
+    {
+        for (s, t) in a.sites.iter().zip(&b.sites) {
+            assert_eq!(t.pc, s.pc + 0x20, "{}", a.point());
+            if s.semaphore != 0 {
+                assert_eq!(t.semaphore, s.semaphore + 0x20);
+            }
+        }
+    }
+}
