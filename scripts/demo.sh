@@ -13,8 +13,15 @@ trap 'rm -rf "$work"' EXIT
     go build -o "$work/http-client" .)
 
 echo "== tracing $work/http-client with examples/http-client/probespec.yaml" >&2
-target/release/gprobe run examples/http-client/probespec.yaml --output jsonl --duration 6s &
+target/release/gprobe run examples/http-client/probespec.yaml --output jsonl --duration 6s \
+  2> >(tee "$work/gprobe.log" >&2) &
 gprobe_pid=$!
-sleep 1 # let gprobe load its BPF programs; the example is found when it starts
+# Start the example once gprobe is ready: it is then held at exec and traced from its
+# first call.
+for _ in $(seq 300); do
+  grep -q "ready: tracing" "$work/gprobe.log" 2>/dev/null && break
+  kill -0 "$gprobe_pid" 2>/dev/null || break
+  sleep 0.1
+done
 "$work/http-client" -n 5 -interval 300ms >/dev/null
 wait "$gprobe_pid"

@@ -5,7 +5,7 @@ pub mod cgroup;
 pub mod cri;
 pub mod procs;
 
-pub use procs::{inspect, list_pids, FileKey, ProcError, ProcInfo};
+pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
 use crate::attach::abi::{EV_EXEC, EV_EXIT, EXEC_HELD, GP_PATH_MAX};
 use aya::maps::{MapData, RingBuf};

@@ -12,6 +12,15 @@ pub struct FileKey {
     pub ino: u64,
 }
 
+/// A file a process has mapped executable (a shared library, its loader).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedFile {
+    /// Its path as the process sees it (inside its mount namespace).
+    pub path: PathBuf,
+    /// The real file (device and inode from /proc/PID/maps).
+    pub key: FileKey,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcInfo {
     pub pid: u32,
@@ -32,6 +41,17 @@ pub struct ProcInfo {
     pub container_id: Option<String>,
     /// Start time in clock ticks since boot (/proc/PID/stat): tells a reused pid apart.
     pub start_time: u64,
+    /// The other files it has mapped executable: shared libraries and the dynamic loader.
+    pub libraries: Vec<MappedFile>,
+}
+
+impl ProcInfo {
+    /// A path to `file` (as the process sees it) that is valid from here: through the
+    /// process's root, so a container's files are reached in its mount namespace.
+    pub fn host_path(&self, file: &std::path::Path) -> PathBuf {
+        let rel = file.strip_prefix("/").unwrap_or(file);
+        PathBuf::from(format!("/proc/{}/root", self.pid)).join(rel)
+    }
 }
 
 #[derive(Debug, Error)]
@@ -108,13 +128,18 @@ pub fn inspect(pid: u32, exec_path: Option<&std::path::Path>) -> Result<ProcInfo
     // On overlayfs (container images) stat reports the overlay mount's device, different in
     // every container, while uprobes attach to the real file underneath, shared by all
     // containers of one image. /proc/PID/maps shows the real device and inode.
-    let key = std::fs::read_to_string(base.join("maps"))
-        .ok()
-        .and_then(|maps| real_file_key(&maps, &exe))
+    let mapped = std::fs::read_to_string(base.join("maps"))
+        .map(|maps| mapped_files(&maps))
+        .unwrap_or_default();
+    let key = mapped
+        .iter()
+        .find(|m| m.path == exe)
+        .map(|m| m.key)
         .unwrap_or(FileKey {
             dev: meta.dev(),
             ino: meta.ino(),
         });
+    let libraries = mapped.into_iter().filter(|m| m.path != exe).collect();
     let comm = std::fs::read_to_string(base.join("comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_default();
@@ -139,34 +164,65 @@ pub fn inspect(pid: u32, exec_path: Option<&std::path::Path>) -> Result<ProcInfo
         comm,
         container_id,
         start_time: start_time(pid).ok_or(ProcError::Gone { pid })?,
+        libraries,
     })
 }
 
-/// The (device, inode) of the first mapping of `exe` in a /proc/PID/maps text.
-fn real_file_key(maps: &str, exe: &std::path::Path) -> Option<FileKey> {
-    let exe = exe.to_str()?;
+/// The files of a process's executable mappings, once each, from a /proc/PID/maps text.
+pub fn libraries_of(pid: u32) -> Vec<MappedFile> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map(|maps| mapped_files(&maps))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.path != exe)
+        .collect()
+}
+
+/// The files mapped executable in a /proc/PID/maps text (each once, in order), with the
+/// real device and inode: on overlayfs (container images) stat reports the overlay mount's
+/// device, different in every container, while uprobes attach to the real file
+/// underneath, shared by all containers of one image; maps shows the real one.
+fn mapped_files(maps: &str) -> Vec<MappedFile> {
+    let mut out: Vec<MappedFile> = Vec::new();
     for line in maps.lines() {
         // addr perms offset dev inode path
         let mut f = line.split_whitespace();
-        let (_, _, _, dev, ino) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
-        if f.next() != Some(exe) {
+        let (Some(_), Some(perms), Some(_), Some(dev), Some(ino)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
+        else {
+            continue;
+        };
+        let path: Vec<&str> = f.collect();
+        // A deleted file ("... (deleted)") cannot be opened by its path any more.
+        if !perms.contains('x') || path.is_empty() || path.last() == Some(&"(deleted)") {
             continue;
         }
-        let (maj, min) = dev.split_once(':')?;
-        let (maj, min) = (
-            u64::from_str_radix(maj, 16).ok()?,
-            u64::from_str_radix(min, 16).ok()?,
-        );
-        let ino: u64 = ino.parse().ok()?;
-        if ino == 0 {
-            return None;
+        let path = PathBuf::from(path.join(" "));
+        if !path.is_absolute() {
+            continue; // [vdso] and the like
         }
-        return Some(FileKey {
-            dev: libc::makedev(maj as u32, min as u32),
-            ino,
-        });
+        let Some(key) = parse_dev_ino(dev, ino) else {
+            continue;
+        };
+        if !out.iter().any(|m| m.key == key) {
+            out.push(MappedFile { path, key });
+        }
     }
-    None
+    out
+}
+
+fn parse_dev_ino(dev: &str, ino: &str) -> Option<FileKey> {
+    let (maj, min) = dev.split_once(':')?;
+    let (maj, min) = (
+        u64::from_str_radix(maj, 16).ok()?,
+        u64::from_str_radix(min, 16).ok()?,
+    );
+    let ino: u64 = ino.parse().ok()?;
+    (ino != 0).then(|| FileKey {
+        dev: libc::makedev(maj as u32, min as u32),
+        ino,
+    })
 }
 
 #[cfg(test)]
@@ -190,20 +246,30 @@ mod tests {
     }
 
     #[test]
-    fn real_file_identity_comes_from_maps() {
-        let maps = "00400000-00401000 r--p 00000000 00:3f 123 /app/shop\n00401000-00500000 r-xp 00001000 fd:01 98765 /app/shop\n";
-        // The first mapping of the file wins (all mappings of one file agree in practice).
-        let k = real_file_key(maps, std::path::Path::new("/app/shop")).unwrap();
+    fn mapped_files_come_from_maps_with_their_real_identity() {
+        let maps = "00400000-00401000 r--p 00000000 00:3f 123 /app/shop\n\
+                    00401000-00500000 r-xp 00001000 00:3f 123 /app/shop\n\
+                    7f00-7f10 r-xp 00000000 fd:01 555 /usr/lib/x86_64-linux-gnu/libssl.so.3\n\
+                    7f20-7f30 r-xp 00000000 fd:01 777 /tmp/my lib.so\n\
+                    7f40-7f50 r-xp 00000000 fd:01 888 /tmp/gone.so (deleted)\n\
+                    7ff0-7ff1 r-xp 00000000 00:00 0 [vdso]\n";
+        let m = mapped_files(maps);
+        let paths: Vec<&str> = m.iter().map(|f| f.path.to_str().unwrap()).collect();
         assert_eq!(
-            k,
+            paths,
+            [
+                "/app/shop",
+                "/usr/lib/x86_64-linux-gnu/libssl.so.3",
+                "/tmp/my lib.so"
+            ]
+        );
+        assert_eq!(
+            m[0].key,
             FileKey {
                 dev: libc::makedev(0, 0x3f),
                 ino: 123
             }
         );
-        assert_eq!(
-            real_file_key(maps, std::path::Path::new("/app/other")),
-            None
-        );
+        assert_eq!(m[1].key.ino, 555);
     }
 }

@@ -6,7 +6,7 @@ use super::snapshot::Snapshot;
 use super::{Engine, Mode, Origin, Resolver, SpecKey, Tracer};
 use crate::discover::cgroup::pids_of_container;
 use crate::discover::cri::Container;
-use crate::discover::{inspect, list_pids, ProcError};
+use crate::discover::{inspect, libraries_of, list_pids, ProcError};
 use gprobe_crds::ProbeSpec;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -183,6 +183,10 @@ fn run<T: Tracer, R: Resolver>(
         let now = Instant::now();
         if now >= next_tick {
             engine.tick(now);
+            // Libraries loaded since (dlopen): attach the probes that name them.
+            for pid in engine.pids_with_library_probes() {
+                engine.libraries_changed(pid, libraries_of(pid));
+            }
             next_tick = now + TICK;
         }
         if engine.take_dirty() || changed {

@@ -7,6 +7,7 @@
 //! does it on other threads. The [`driver`] runs it on a thread of its own, fed by /proc,
 //! the exec/exit tracepoints, the spec source and (in cluster mode) the container runtime.
 
+mod attaching;
 pub mod driver;
 pub mod error;
 mod procs;
@@ -80,9 +81,36 @@ pub enum SpecRejected {
     Duplicate { key: SpecKey },
 }
 
+/// Which shared objects a probe's `library` glob names: a path glob when it holds a `/`,
+/// else a glob on the file name.
+#[derive(Debug, Clone)]
+struct LibraryGlob {
+    glob: gprobe_crds::glob::Glob,
+    by_name: bool,
+}
+
+impl LibraryGlob {
+    fn new(pattern: &str) -> Option<Self> {
+        Some(Self {
+            glob: gprobe_crds::glob::Glob::new(pattern).ok()?,
+            by_name: !pattern.contains('/'),
+        })
+    }
+
+    fn matches(&self, path: &std::path::Path) -> bool {
+        if self.by_name {
+            path.file_name()
+                .is_some_and(|n| self.glob.matches(&n.to_string_lossy()))
+        } else {
+            self.glob.matches(&path.to_string_lossy())
+        }
+    }
+}
+
 struct SpecProbe {
     key: ProbeKey,
     probe: Probe,
+    library: Option<LibraryGlob>,
     /// A validation problem: this probe never attaches.
     invalid: Option<Arc<ProbeError>>,
 }
@@ -102,21 +130,25 @@ struct Planned {
     sites: Vec<Site>,
 }
 
+/// A file probes are planned in: an executable or a shared library.
 struct BinState {
-    /// A path to the file valid from here (a live process's /proc/PID/exe).
+    /// A path to the file valid from here (a live process's /proc/PID/exe, or the library
+    /// through /proc/PID/root).
     attach_path: PathBuf,
     display: PathBuf,
-    exe_ino: u64,
+    /// An executable's inode number as exec sees it (exec holds); `None` for a library.
+    exe_ino: Option<u64>,
     probes: HashMap<(SpecId, usize), Result<Planned, Arc<ProbeError>>>,
     pids: BTreeSet<u32>,
     /// Since when no process runs it; its configurations are freed after a while.
     idle_since: Option<Instant>,
 }
 
-/// One probe of one spec in one process.
+/// One probe of one spec in one file of one process.
 struct Attachment<L> {
     spec: SpecId,
     probe: usize,
+    file: FileKey,
     outcome: Result<(L, usize), Arc<ProbeError>>,
 }
 
@@ -124,6 +156,8 @@ struct ProcState<L> {
     info: ProcInfo,
     specs: BTreeSet<SpecId>,
     links: Vec<Attachment<L>>,
+    /// The files it has probes planned in (its executable, libraries).
+    files: BTreeSet<FileKey>,
 }
 
 /// Tunables, with defaults that suit both modes.
@@ -296,6 +330,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 SpecProbe {
                     key: pk,
                     probe: p.clone(),
+                    library: p.library.as_deref().and_then(LibraryGlob::new),
                     invalid,
                 }
             })
@@ -452,7 +487,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .filter_map(|s| s.selector.literal_exe_name())
             .map(|n| n.chars().take(15).collect())
             .collect();
-        let mut inos: BTreeSet<u64> = self.binaries.values().map(|b| b.exe_ino).collect();
+        let mut inos: BTreeSet<u64> = self.binaries.values().filter_map(|b| b.exe_ino).collect();
         for s in self.specs.values() {
             // An exact path: hold its processes from the first one.
             if let Some(p) = s.selector.exact_exe_path() {

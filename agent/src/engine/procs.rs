@@ -1,42 +1,15 @@
 //! Processes: selecting them, planning their binary's probes, attaching and detaching.
 
-use super::error::ProbeError;
 use super::resource::resource_of;
-use super::tracer::{PlanRequest, Resolver, Site, TraceError, Tracer};
-use super::{Attachment, BinState, Engine, Origin, Planned, ProcState, SpecId};
-use crate::attach::perf::ProbePoint;
+use super::tracer::{Resolver, Tracer};
+use super::{Engine, Origin, ProcState, SpecId};
 use crate::discover::ProcInfo;
-use crate::events::ProbeMeta;
-use crate::plan::ProbePlan;
 use crate::stats::Missed;
 use crate::util::printable;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// The uprobes of a plan, each with the configuration it runs.
-fn sites(plan: &ProbePlan, cfg: super::ProbeConfig) -> Vec<Site> {
-    let mut v = vec![Site {
-        point: ProbePoint {
-            offset: plan.entry_offset,
-            ret: false,
-            ref_ctr_offset: 0,
-        },
-        cfg: cfg.entry,
-    }];
-    if let Some(r) = cfg.ret {
-        v.extend(plan.ret_offsets.iter().map(|&offset| Site {
-            point: ProbePoint {
-                offset,
-                ret: false,
-                ref_ctr_offset: 0,
-            },
-            cfg: r,
-        }));
-    }
-    v
-}
 
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// The specs that select `info`.
@@ -99,34 +72,17 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     info: info.clone(),
                     specs: BTreeSet::new(),
                     links: Vec::new(),
+                    files: BTreeSet::new(),
                 },
             );
         }
-        self.plan_binary(&info, &todo);
-        let mut attached = 0usize;
-        let mut first_error: Option<Arc<ProbeError>> = None;
-        let mut gone = false;
-        for sid in todo {
-            let n_probes = self.specs.get(&sid).map_or(0, |s| s.probes.len());
-            for pi in 0..n_probes {
-                match self.attach_one(&info, sid, pi) {
-                    Ok(()) => attached += 1,
-                    Err(e) if e.is_process_gone() => gone = true,
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-                if gone {
-                    break;
-                }
-            }
-            if let Some(p) = self.procs.get_mut(&pid) {
-                p.specs.insert(sid);
-            }
-            if gone {
-                break;
-            }
+        let out = self.attach_specs(&info, &todo);
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.specs.extend(todo.iter().copied());
         }
+        let (attached, first_error, gone) = (out.count, out.first_error, out.gone);
+        // Probes on libraries not loaded yet attach when they are: not a failure.
+        let waiting = attached == 0 && first_error.is_none() && self.has_library_probes(pid);
         if held {
             self.tracer.resume(pid);
             if let Origin::Exec { at, .. } = origin {
@@ -147,6 +103,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         }
         match (origin, attached, first_error) {
+            _ if waiting => self.stats.process_traced(&names),
             (_, 0, Some(e)) => {
                 self.missed(&names, &info, format!("no probe could be attached: {e}"))
             }
@@ -176,6 +133,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             comm: String::new(),
             container_id: None,
             start_time: 0,
+            libraries: Vec::new(),
         };
         let specs = self.matching_specs(&info);
         if !specs.is_empty() {
@@ -232,10 +190,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 self.tracer.detach(links);
             }
         }
-        if let Some(bin) = self.binaries.get_mut(&p.info.key) {
-            bin.pids.remove(&pid);
-            if bin.pids.is_empty() {
-                bin.idle_since = Some(Instant::now());
+        for key in &p.files {
+            if let Some(bin) = self.binaries.get_mut(key) {
+                bin.pids.remove(&pid);
+                if bin.pids.is_empty() {
+                    bin.idle_since = Some(Instant::now());
+                }
             }
         }
         if let Some(tx) = &self.exits {
@@ -261,177 +221,5 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         if empty {
             self.untrack(pid);
         }
-    }
-
-    /// Plans (once per binary) the probes of `specs` that are not planned yet.
-    fn plan_binary(&mut self, info: &ProcInfo, specs: &[SpecId]) {
-        let bin = self.binaries.entry(info.key).or_insert_with(|| BinState {
-            attach_path: info.exe_link.clone(),
-            display: info.exe.clone(),
-            exe_ino: info.exe_ino,
-            probes: HashMap::new(),
-            pids: BTreeSet::new(),
-            idle_since: None,
-        });
-        // The process that first showed this file may be gone: attach through a live one.
-        bin.attach_path = info.exe_link.clone();
-        bin.pids.insert(info.pid);
-        bin.idle_since = None;
-        let mut todo: Vec<(SpecId, usize)> = Vec::new();
-        for sid in specs {
-            let Some(spec) = self.specs.get(sid) else {
-                continue;
-            };
-            for pi in 0..spec.probes.len() {
-                if !bin.probes.contains_key(&(*sid, pi)) {
-                    todo.push((*sid, pi));
-                }
-            }
-        }
-        let watch_changed = !self.watch_inos.contains(&info.exe_ino);
-        if todo.is_empty() {
-            if watch_changed {
-                self.update_watch();
-            }
-            return;
-        }
-        // Invalid probes are settled without reading the binary.
-        let mut requests = Vec::new();
-        let mut asked = Vec::new();
-        for &(sid, pi) in &todo {
-            let spec = &self.specs[&sid];
-            let sp = &spec.probes[pi];
-            match &sp.invalid {
-                Some(e) => {
-                    bin.probes.insert((sid, pi), Err(e.clone()));
-                }
-                None => {
-                    requests.push(PlanRequest {
-                        probe: &sp.probe,
-                        limits: &spec.spec.spec.limits,
-                    });
-                    asked.push((sid, pi));
-                }
-            }
-        }
-        let results = if requests.is_empty() {
-            Vec::new()
-        } else {
-            self.resolver.plan(&info.exe_link, &info.exe, &requests)
-        };
-        drop(requests);
-        for ((sid, pi), res) in asked.into_iter().zip(results) {
-            let spec = &self.specs[&sid];
-            let sp = &spec.probes[pi];
-            let outcome = res.and_then(|plan| {
-                for w in &plan.warnings {
-                    tracing::warn!(
-                        "{} in {}: {w}",
-                        sp.key,
-                        printable(&info.exe.to_string_lossy())
-                    );
-                }
-                let cfg = self
-                    .tracer
-                    .add_probe(&plan, spec.spec.spec.limits.events_per_second)
-                    .map_err(|e| Arc::new(ProbeError::Trace(e)))?;
-                let meta = |caps: &[crate::plan::CapturePlan]| {
-                    Arc::new(ProbeMeta {
-                        key: sp.key.clone(),
-                        spec: spec.name.clone(),
-                        symbol: sp.key.symbol.clone(),
-                        latency: sp.probe.latency,
-                        redact: sp.probe.redact,
-                        captures: caps
-                            .iter()
-                            .map(|c| (Arc::from(c.name.as_str()), c.decode))
-                            .collect(),
-                    })
-                };
-                self.registry
-                    .set_probe(cfg.entry, Some(meta(&plan.entry_captures)));
-                if let Some(r) = cfg.ret {
-                    self.registry
-                        .set_probe(r, Some(meta(&plan.return_captures)));
-                }
-                Ok(Planned {
-                    sites: sites(&plan, cfg),
-                    cfg,
-                })
-            });
-            if let Err(e) = &outcome {
-                tracing::error!(
-                    "{} in {}: {e}",
-                    sp.key,
-                    printable(&info.exe.to_string_lossy())
-                );
-                self.stats.set_error(&sp.key, e.to_string());
-            }
-            if let Some(bin) = self.binaries.get_mut(&info.key) {
-                bin.probes.insert((sid, pi), outcome);
-            }
-        }
-        if watch_changed {
-            self.update_watch();
-        }
-    }
-
-    /// Attaches probe `pi` of spec `sid` in process `info`; records the outcome.
-    fn attach_one(
-        &mut self,
-        info: &ProcInfo,
-        sid: SpecId,
-        pi: usize,
-    ) -> Result<(), Arc<ProbeError>> {
-        let pid = info.pid;
-        let spec = &self.specs[&sid];
-        let key = spec.probes[pi].key.clone();
-        let bin = self
-            .binaries
-            .get(&info.key)
-            .expect("plan_binary made the binary's state");
-        let outcome = match bin.probes.get(&(sid, pi)) {
-            Some(Ok(planned)) => {
-                let n = planned.sites.len();
-                self.tracer
-                    .attach(pid, &bin.attach_path, &planned.sites)
-                    .map(|l| (l, n))
-                    .map_err(|e| match e {
-                        TraceError::ProcessGone => Arc::new(ProbeError::Trace(e)),
-                        e => Arc::new(ProbeError::Trace(e)),
-                    })
-            }
-            Some(Err(e)) => Err(e.clone()),
-            None => return Ok(()),
-        };
-        let result = match &outcome {
-            Ok((_, n)) => {
-                tracing::info!(
-                    "attached {} to {} ({n} uprobe{}; pid {pid})",
-                    key,
-                    printable(&bin.display.to_string_lossy()),
-                    if *n == 1 { "" } else { "s" }
-                );
-                self.stats.set_attached(&key);
-                Ok(())
-            }
-            Err(e) if e.is_process_gone() => Err(e.clone()),
-            Err(e) => {
-                if matches!(**e, ProbeError::Trace(_)) {
-                    tracing::error!("{key} in pid {pid}: {e}");
-                    self.stats.set_error(&key, e.to_string());
-                }
-                Err(e.clone())
-            }
-        };
-        self.dirty = true;
-        if let Some(p) = self.procs.get_mut(&pid) {
-            p.links.push(Attachment {
-                spec: sid,
-                probe: pi,
-                outcome,
-            });
-        }
-        result
     }
 }

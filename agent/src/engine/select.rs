@@ -202,6 +202,7 @@ mod tests {
             comm: "x".into(),
             container_id: None,
             start_time: 1,
+            libraries: Vec::new(),
         }
     }
 

@@ -1,0 +1,321 @@
+//! Where a process's probes go (its executable, or the shared libraries a probe names),
+//! planning them once per file, and attaching them in the process.
+
+use super::error::ProbeError;
+use super::tracer::{PlanRequest, Resolver, Site, Tracer};
+use super::{Attachment, BinState, Engine, Planned, SpecId};
+use crate::attach::perf::ProbePoint;
+use crate::discover::{FileKey, ProcInfo};
+use crate::events::ProbeMeta;
+use crate::plan::ProbePlan;
+use crate::util::printable;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A file of a process that probes are placed in: its executable or a library.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    pub key: FileKey,
+    /// A path to it valid from here.
+    pub attach_path: PathBuf,
+    /// Its path as the process sees it.
+    pub display: PathBuf,
+    /// The executable's inode number as exec sees it (exec holds); `None` for a library.
+    pub exe_ino: Option<u64>,
+}
+
+/// The uprobes of a plan, each with the configuration it runs.
+fn sites(plan: &ProbePlan, cfg: super::ProbeConfig) -> Vec<Site> {
+    let mut v = vec![Site {
+        point: ProbePoint {
+            offset: plan.entry_offset,
+            ret: false,
+            ref_ctr_offset: 0,
+        },
+        cfg: cfg.entry,
+    }];
+    if let Some(r) = cfg.ret {
+        v.extend(plan.ret_offsets.iter().map(|&offset| Site {
+            point: ProbePoint {
+                offset,
+                ret: false,
+                ref_ctr_offset: 0,
+            },
+            cfg: r,
+        }));
+    }
+    v
+}
+
+/// Outcome of attaching a process's probes.
+#[derive(Debug, Default)]
+pub(super) struct Attached {
+    pub count: usize,
+    pub first_error: Option<Arc<ProbeError>>,
+    pub gone: bool,
+}
+
+impl<T: Tracer, R: Resolver> Engine<T, R> {
+    /// The files probe `pi` of spec `sid` goes into in process `info`: the executable, or
+    /// every mapped library its `library` glob matches (none yet: a library not loaded).
+    pub(super) fn targets_of(&self, info: &ProcInfo, sid: SpecId, pi: usize) -> Vec<Target> {
+        let sp = &self.specs[&sid].probes[pi];
+        match &sp.library {
+            None => vec![Target {
+                key: info.key,
+                attach_path: info.exe_link.clone(),
+                display: info.exe.clone(),
+                exe_ino: Some(info.exe_ino),
+            }],
+            Some(lib) => info
+                .libraries
+                .iter()
+                .filter(|m| lib.matches(&m.path))
+                .map(|m| Target {
+                    key: m.key,
+                    attach_path: info.host_path(&m.path),
+                    display: m.path.clone(),
+                    exe_ino: None,
+                })
+                .collect(),
+        }
+    }
+
+    /// Plans and attaches, in process `info`, the probes of `specs` (each probe in each of
+    /// its targets) that are not attached there yet.
+    pub(super) fn attach_specs(&mut self, info: &ProcInfo, specs: &[SpecId]) -> Attached {
+        let mut work: BTreeMap<FileKey, (Target, Vec<(SpecId, usize)>)> = BTreeMap::new();
+        let done: BTreeSet<(SpecId, usize, FileKey)> = self
+            .procs
+            .get(&info.pid)
+            .map(|p| p.links.iter().map(|a| (a.spec, a.probe, a.file)).collect())
+            .unwrap_or_default();
+        for &sid in specs {
+            let n = self.specs.get(&sid).map_or(0, |s| s.probes.len());
+            for pi in 0..n {
+                for t in self.targets_of(info, sid, pi) {
+                    if done.contains(&(sid, pi, t.key)) {
+                        continue;
+                    }
+                    work.entry(t.key)
+                        .or_insert_with(|| (t.clone(), Vec::new()))
+                        .1
+                        .push((sid, pi));
+                }
+            }
+        }
+        let mut out = Attached::default();
+        for (_, (target, probes)) in work {
+            self.plan_in(&target, info, &probes);
+            for (sid, pi) in probes {
+                match self.attach_one(info, &target, sid, pi) {
+                    Ok(()) => out.count += 1,
+                    Err(e) if e.is_process_gone() => {
+                        out.gone = true;
+                        return out;
+                    }
+                    Err(e) => {
+                        out.first_error.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The process mapped or unmapped libraries: attaches library probes to new matches.
+    pub fn libraries_changed(&mut self, pid: u32, libraries: Vec<crate::discover::MappedFile>) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        if p.info.libraries == libraries {
+            return;
+        }
+        p.info.libraries = libraries;
+        let info = p.info.clone();
+        let specs: Vec<SpecId> = p.specs.iter().copied().collect();
+        let out = self.attach_specs(&info, &specs);
+        if out.gone {
+            self.untrack(pid);
+        }
+    }
+
+    /// True when a probe of a spec selecting `pid` is on a library (whose loading must be
+    /// watched).
+    pub fn has_library_probes(&self, pid: u32) -> bool {
+        self.procs.get(&pid).is_some_and(|p| {
+            p.specs.iter().any(|sid| {
+                self.specs
+                    .get(sid)
+                    .is_some_and(|s| s.probes.iter().any(|sp| sp.library.is_some()))
+            })
+        })
+    }
+
+    /// Pids with library probes.
+    pub fn pids_with_library_probes(&self) -> Vec<u32> {
+        self.procs
+            .keys()
+            .copied()
+            .filter(|pid| self.has_library_probes(*pid))
+            .collect()
+    }
+
+    /// Plans (once per file) the probes of `probes` not planned in `target` yet.
+    fn plan_in(&mut self, target: &Target, info: &ProcInfo, probes: &[(SpecId, usize)]) {
+        let bin = self.binaries.entry(target.key).or_insert_with(|| BinState {
+            attach_path: target.attach_path.clone(),
+            display: target.display.clone(),
+            exe_ino: target.exe_ino,
+            probes: HashMap::new(),
+            pids: BTreeSet::new(),
+            idle_since: None,
+        });
+        // The process that first showed this file may be gone: attach through a live one.
+        bin.attach_path = target.attach_path.clone();
+        bin.pids.insert(info.pid);
+        bin.idle_since = None;
+        if let Some(p) = self.procs.get_mut(&info.pid) {
+            p.files.insert(target.key);
+        }
+        let todo: Vec<(SpecId, usize)> = probes
+            .iter()
+            .filter(|k| !bin.probes.contains_key(k))
+            .copied()
+            .collect();
+        let watch_changed = target
+            .exe_ino
+            .is_some_and(|i| !self.watch_inos.contains(&i));
+        // Invalid probes are settled without reading the file.
+        let mut requests = Vec::new();
+        let mut asked = Vec::new();
+        for &(sid, pi) in &todo {
+            let spec = &self.specs[&sid];
+            let sp = &spec.probes[pi];
+            match &sp.invalid {
+                Some(e) => {
+                    bin.probes.insert((sid, pi), Err(e.clone()));
+                }
+                None => {
+                    requests.push(PlanRequest {
+                        probe: &sp.probe,
+                        limits: &spec.spec.spec.limits,
+                    });
+                    asked.push((sid, pi));
+                }
+            }
+        }
+        let results = if requests.is_empty() {
+            Vec::new()
+        } else {
+            self.resolver
+                .plan(&target.attach_path, &target.display, &requests)
+        };
+        drop(requests);
+        for ((sid, pi), res) in asked.into_iter().zip(results) {
+            let spec = &self.specs[&sid];
+            let sp = &spec.probes[pi];
+            let shown = printable(&target.display.to_string_lossy()).into_owned();
+            let outcome = res.and_then(|plan| {
+                for w in &plan.warnings {
+                    tracing::warn!("{} in {shown}: {w}", sp.key);
+                }
+                let cfg = self
+                    .tracer
+                    .add_probe(&plan, spec.spec.spec.limits.events_per_second)
+                    .map_err(|e| Arc::new(ProbeError::Trace(e)))?;
+                let meta = |caps: &[crate::plan::CapturePlan]| {
+                    Arc::new(ProbeMeta {
+                        key: sp.key.clone(),
+                        spec: spec.name.clone(),
+                        symbol: sp.key.symbol.clone(),
+                        latency: sp.probe.latency,
+                        redact: sp.probe.redact,
+                        captures: caps
+                            .iter()
+                            .map(|c| (Arc::from(c.name.as_str()), c.decode))
+                            .collect(),
+                    })
+                };
+                self.registry
+                    .set_probe(cfg.entry, Some(meta(&plan.entry_captures)));
+                if let Some(r) = cfg.ret {
+                    self.registry
+                        .set_probe(r, Some(meta(&plan.return_captures)));
+                }
+                Ok(Planned {
+                    sites: sites(&plan, cfg),
+                    cfg,
+                })
+            });
+            if let Err(e) = &outcome {
+                tracing::error!("{} in {shown}: {e}", sp.key);
+                self.stats.set_error(&sp.key, e.to_string());
+            }
+            if let Some(bin) = self.binaries.get_mut(&target.key) {
+                bin.probes.insert((sid, pi), outcome);
+            }
+        }
+        if watch_changed {
+            self.update_watch();
+        }
+    }
+
+    /// Attaches probe `pi` of spec `sid` in process `info`, in `target`; records the
+    /// outcome.
+    fn attach_one(
+        &mut self,
+        info: &ProcInfo,
+        target: &Target,
+        sid: SpecId,
+        pi: usize,
+    ) -> Result<(), Arc<ProbeError>> {
+        let pid = info.pid;
+        let key = self.specs[&sid].probes[pi].key.clone();
+        let bin = self
+            .binaries
+            .get(&target.key)
+            .expect("plan_in made the file's state");
+        let outcome = match bin.probes.get(&(sid, pi)) {
+            Some(Ok(planned)) => {
+                let n = planned.sites.len();
+                self.tracer
+                    .attach(pid, &bin.attach_path, &planned.sites)
+                    .map(|l| (l, n))
+                    .map_err(|e| Arc::new(ProbeError::Trace(e)))
+            }
+            Some(Err(e)) => Err(e.clone()),
+            None => return Ok(()),
+        };
+        let result = match &outcome {
+            Ok((_, n)) => {
+                tracing::info!(
+                    "attached {key} to {} ({n} uprobe{}; pid {pid})",
+                    printable(&bin.display.to_string_lossy()),
+                    if *n == 1 { "" } else { "s" }
+                );
+                self.stats.set_attached(&key);
+                Ok(())
+            }
+            Err(e) if e.is_process_gone() => Err(e.clone()),
+            Err(e) => {
+                if matches!(**e, ProbeError::Trace(_)) {
+                    tracing::error!("{key} in pid {pid}: {e}");
+                    self.stats.set_error(&key, e.to_string());
+                }
+                Err(e.clone())
+            }
+        };
+        self.dirty = true;
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.links.push(Attachment {
+                spec: sid,
+                probe: pi,
+                file: target.key,
+                outcome,
+            });
+        }
+        result
+    }
+}
