@@ -21,13 +21,21 @@
 //!   `loc[1]`. `size` is the length's size in bytes (1..8; 0 means 8, Go's `int`): a C
 //!   `int num` leaves the register's upper half undefined, so the length is masked to
 //!   `size` bytes first.
-//! - `CAP_CSTR` (new): the NUL-terminated string at the pointer at `loc[0]` (read as a
-//!   `CAP_WORD` of 8 bytes), `max_len` bytes at most without the NUL
-//!   (`bpf_probe_read_user_str` into `max_len + 1`); the value's bytes exclude the NUL,
-//!   `full_len` = `len`, `GP_VAL_TRUNCATED` when no NUL came within `max_len` bytes,
-//!   `GP_VAL_FAULT` when the pointer is NULL or unreadable. It decodes as a string.
-//!   Until the BPF program knows this kind it reads it as `CAP_BYTES` with no length
-//!   location (`loc[1]` is `LOC_NONE`): a fault, never a wrong value.
+//! - `CAP_CSTR` (new): the NUL-terminated string at the pointer at `loc[0]` (the pointer
+//!   read as a `CAP_WORD` of 8 bytes), at most `max_len` bytes of it: read with
+//!   `bpf_probe_read_user_str` into `max_len + 2` bytes, so that a string of more than
+//!   `max_len` bytes (return value `max_len + 2`) is told from one of exactly `max_len`
+//!   (`max_len + 1`). The value's bytes exclude the NUL; `full_len` = `len`;
+//!   `GP_VAL_TRUNCATED` when longer than `max_len` (its first `max_len` bytes are kept);
+//!   `GP_VAL_FAULT` when the pointer is NULL or unreadable. It decodes as a string
+//!   (`Decode::Str`). Until the BPF program knows this kind it reads it as `CAP_BYTES`
+//!   with no length location (`loc[1]` is `LOC_NONE`): a fault, never a wrong value.
+//!
+//! Locations (`GpLoc`): `LOC_REG` (x86 register number), `LOC_MEM` (register + `off`:
+//! C stack arguments at RSP + 8, 16, ... at entry; USDT memory operands), `LOC_CONST`
+//! (USDT `N@$imm`: the value is `off`). Configuration flags: `CFG_PAIR_BY_THREAD` in
+//! `GpProbeCfg::_pad` when `pair_by_thread`. A USDT probe's configurations are all
+//! `PROBE_CALL`: one per group of [`ProbePlan::entry_groups`].
 
 use std::fmt;
 
