@@ -23,6 +23,14 @@ pub const EV_EXIT: u32 = 4;
 
 pub const CAP_WORD: u8 = 1;
 pub const CAP_BYTES: u8 = 2;
+/// A NUL-terminated C string at the pointer at loc[0], at most max_len bytes (without the
+/// NUL); TRUNCATED when no NUL came within them. (gprobe.h: GP_CAP_CSTR, to be added.)
+pub const CAP_CSTR: u8 = 3;
+
+/// Flags of a probe configuration, in `GpProbeCfg::_pad` (gp_probe_cfg._pad, to be named
+/// `flags` in gprobe.h). Pair entries and returns by thread id instead of by goroutine
+/// (R14): C functions and USDT probes, where R14 is any value.
+pub const CFG_PAIR_BY_THREAD: u16 = 1;
 
 pub const LOC_NONE: u8 = 0;
 pub const LOC_REG: u8 = 1;

@@ -143,6 +143,10 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
         return_captures: vec![],
         signature_source: crate::plan::SignatureSource::Signature,
         warnings: vec![],
+        extra_entry_sites: vec![],
+        uretprobe: false,
+        ref_ctr_offset: 0,
+        pair_by_thread: false,
     }
 }
 
