@@ -68,11 +68,16 @@ struct gp_probe_cfg {
 	__u32 func_id;    /* pairs the entry and return configurations of one probe */
 	__u8 kind;        /* enum gp_probe_kind */
 	__u8 n_captures;
-	__u16 _pad;
+	__u8 flags;       /* GP_CFG_* */
+	__u8 _pad;
 	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
 	__u32 _pad2;
 	struct gp_capture caps[GP_MAX_CAPTURES];
 };
+
+/* Flags of a probe configuration, set by the agent. */
+#define GP_CFG_WORDS 1 /* every capture is a GP_CAP_WORD: each record is 48 + 16 * n_captures
+			* bytes, written in place in the ring buffer */
 
 /* Flags of one captured value. */
 #define GP_VAL_TRUNCATED 1 /* a string/bytes value longer than max_len */

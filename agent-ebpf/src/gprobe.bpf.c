@@ -143,8 +143,41 @@ struct {
  * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
 volatile const __u64 wakeup_bytes = 0;
 
-/* The general-purpose registers by x86 encoding, copied out of pt_regs once per hit: the
- * verifier rejects pt_regs loads at computed offsets, so captures index this copy. */
+/* A general-purpose register by x86 encoding, read straight from pt_regs: one constant-
+ * offset load per case. The verifier rejects pt_regs loads at computed offsets, and clang
+ * would merge the cases into one such load: the empty asm keeps each load in its case. */
+#define GP_REG_CASE(n, field)                                                                      \
+	case n: {                                                                                  \
+		__u64 v = r->field;                                                                \
+		asm volatile("" : "+r"(v));                                                        \
+		return v;                                                                          \
+	}
+
+static __always_inline __u64 reg_of(const struct x86_regs *r, __u8 reg)
+{
+	switch (reg & 15) {
+	GP_REG_CASE(0, ax)
+	GP_REG_CASE(1, cx)
+	GP_REG_CASE(2, dx)
+	GP_REG_CASE(3, bx)
+	GP_REG_CASE(4, sp)
+	GP_REG_CASE(5, bp)
+	GP_REG_CASE(6, si)
+	GP_REG_CASE(7, di)
+	GP_REG_CASE(8, r8)
+	GP_REG_CASE(9, r9)
+	GP_REG_CASE(10, r10)
+	GP_REG_CASE(11, r11)
+	GP_REG_CASE(12, r12)
+	GP_REG_CASE(13, r13)
+	GP_REG_CASE(14, r14)
+	GP_REG_CASE(15, r15)
+	}
+	return 0;
+}
+
+/* The general-purpose registers by x86 encoding, copied out of pt_regs once per hit, for
+ * configurations with string/bytes captures, whose capture loop indexes this copy. */
 static __always_inline void save_regs(__u64 *regs, const struct x86_regs *r)
 {
 	regs[0] = r->ax;
@@ -181,6 +214,25 @@ static __always_inline int read_word(const __u64 *regs, const struct gp_loc *l, 
 	return -1;
 }
 
+/* read_word for the word-only path: registers from pt_regs, memory straight into `out` (a
+ * ring buffer reservation); bpf_probe_read_user zeroes `out` when it fails. */
+static __always_inline int read_word_direct(const struct x86_regs *r, const struct gp_loc *l,
+					    __u64 *out)
+{
+	switch (l->kind) {
+	case GP_LOC_REG:
+		*out = reg_of(r, l->reg);
+		return 0;
+	case GP_LOC_MEM:
+		return bpf_probe_read_user(out, sizeof(*out), (void *)(reg_of(r, l->reg) + (long)l->off));
+	case GP_LOC_CONST:
+		*out = (__u64)(long)l->off;
+		return 0;
+	}
+	*out = 0;
+	return -1;
+}
+
 static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 {
 	struct gp_rate *rt = bpf_map_lookup_elem(&rates, &id);
@@ -194,79 +246,95 @@ static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 	return __sync_fetch_and_add(&rt->count, 1) >= limit;
 }
 
-SEC("uprobe")
-int gprobe_uprobe(struct x86_regs *r)
+/* What every record of one hit carries in its header. */
+struct hit {
+	__u64 now;
+	__u64 call_id;
+	__u64 duration;
+	__u64 pid_tgid;
+	__u32 id;
+	__u16 kind;
+};
+
+static __always_inline void fill_header(struct gp_event *e, const struct hit *h,
+					const struct x86_regs *r, __u16 data_len)
 {
-	__u32 id = (__u32)bpf_get_attach_cookie(r);
-	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
-	if (!cfg)
-		return 0;
-	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
-	if (!st)
-		return 0;
-	st->hits++;
+	e->ts_ns = h->now;
+	e->call_id = h->call_id;
+	e->goroutine = r->r14;
+	e->duration_ns = h->duration;
+	e->pid = h->pid_tgid >> 32;
+	e->tid = (__u32)h->pid_tgid;
+	e->probe_id = h->id;
+	e->kind = h->kind;
+	e->data_len = data_len;
+}
 
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u64 now = bpf_ktime_get_ns();
-	struct gp_inflight_key ik = { .goroutine = r->r14, .tgid = pid_tgid >> 32, .func_id = cfg->func_id };
-	__u64 call_id = 0, duration = 0;
-	__u16 kind = GP_EV_CALL;
-
-	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
+/* The ring buffer's wake-up flag for a record of `size` bytes: batched wake-ups without
+ * asking the ring how full it is, from a per-CPU count of the bytes written since this CPU
+ * last woke the reader. */
+static __always_inline __u64 wake_flag(struct scratch *s, __u32 size)
+{
+	if (!wakeup_bytes)
 		return 0;
-
-	if (cfg->kind == GP_PROBE_RETURN) {
-		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
-		if (in && in->overflow > 0) {
-			/* The return of a call nested too deep to be recorded (counted at its entry). */
-			in->overflow--;
-			return 0;
-		}
-		if (!in || in->depth == 0 || in->depth > GP_MAX_DEPTH) {
-			/* Its entry was throttled, dropped, or came before we attached. */
-			st->unpaired++;
-			return 0;
-		}
-		__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
-		call_id = in->call_id[d];
-		duration = now - in->ts[d];
-		in->depth--;
-		if (in->depth == 0)
-			bpf_map_delete_elem(&inflight, &ik);
-		kind = GP_EV_RETURN;
-	} else {
-		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, now)) {
-			st->throttled++;
-			return 0;
-		}
-		if (cfg->kind == GP_PROBE_ENTRY) {
-			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
-			if (in && in->depth >= GP_MAX_DEPTH) {
-				/* Deeper than the pairing stack: counted, not recorded, and its return
-				 * skipped so the outer calls still pair exactly. */
-				in->overflow++;
-				st->too_deep++;
-				return 0;
-			}
-			s->seq++;
-			call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
-			kind = GP_EV_ENTRY;
-		}
+	s->unwoken += size;
+	if (s->unwoken >= wakeup_bytes) {
+		s->unwoken = 0;
+		return BPF_RB_FORCE_WAKEUP;
 	}
+	return BPF_RB_NO_WAKEUP;
+}
 
+/* Records of configurations whose captures are all words (GP_CFG_WORDS): N values of 8
+ * bytes, so the record's size is a constant per N, and it is written in place in the ring
+ * buffer (reserve/submit: no copy out of a scratch buffer). Returns -1 when the ring is
+ * full. */
+static __always_inline int emit_words(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				      const struct hit *h, const __u32 n, __u64 wake)
+{
+	struct gp_event *e = bpf_ringbuf_reserve(&events, sizeof(*e) + n * 16, 0);
+	if (!e)
+		return -1;
+	fill_header(e, h, r, n * 16);
+	/* Not unrolled: nine copies of this function (one per n) stay small. */
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < n; i++) {
+		struct gp_value *v = (struct gp_value *)((__u8 *)(e + 1) + i * 16);
+		v->cap = i;
+		v->len = 8;
+		v->full_len = 0;
+		v->flags = read_word_direct(r, &cfg->caps[i].loc[0], (__u64 *)(v + 1)) ? GP_VAL_FAULT : 0;
+	}
+	bpf_ringbuf_submit(e, wake);
+	return 0;
+}
+
+static __always_inline int emit_words_n(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+					const struct hit *h, __u32 n, struct scratch *s)
+{
+	if (n > GP_MAX_CAPTURES)
+		n = GP_MAX_CAPTURES;
+	__u64 wake = wake_flag(s, sizeof(struct gp_event) + n * 16);
+	switch (n) {
+	case 0: return emit_words(r, cfg, h, 0, wake);
+	case 1: return emit_words(r, cfg, h, 1, wake);
+	case 2: return emit_words(r, cfg, h, 2, wake);
+	case 3: return emit_words(r, cfg, h, 3, wake);
+	case 4: return emit_words(r, cfg, h, 4, wake);
+	case 5: return emit_words(r, cfg, h, 5, wake);
+	case 6: return emit_words(r, cfg, h, 6, wake);
+	case 7: return emit_words(r, cfg, h, 7, wake);
+	default: return emit_words(r, cfg, h, GP_MAX_CAPTURES, wake);
+	}
+}
+
+/* Records with string/bytes captures, whose size depends on the values: assembled in the
+ * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
+static __always_inline int emit_any(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				    const struct hit *h, struct scratch *s)
+{
 	save_regs(s->regs, r);
 	struct gp_event *e = (struct gp_event *)s->buf;
-	e->ts_ns = now;
-	e->call_id = call_id;
-	e->goroutine = r->r14;
-	e->duration_ns = duration;
-	e->pid = pid_tgid >> 32;
-	e->tid = (__u32)pid_tgid;
-	e->probe_id = id;
-	e->kind = kind;
-
 	__u32 off = sizeof(struct gp_event);
 #pragma clang loop unroll(full)
 	for (int i = 0; i < GP_MAX_CAPTURES; i++) {
@@ -305,38 +373,103 @@ int gprobe_uprobe(struct x86_regs *r)
 		v->flags = flags;
 	}
 	off &= (GP_SCRATCH - 1);
-	e->data_len = off - sizeof(struct gp_event);
+	fill_header(e, h, r, off - sizeof(struct gp_event));
+	return bpf_ringbuf_output(&events, s->buf, off, wake_flag(s, off)) ? -1 : 0;
+}
 
-	/* Batched wake-ups without asking the ring how full it is: a per-CPU count of the
-	 * bytes written since this CPU last woke the reader. */
-	__u64 wake = 0;
-	if (wakeup_bytes) {
-		s->unwoken += off;
-		if (s->unwoken >= wakeup_bytes) {
-			s->unwoken = 0;
-			wake = BPF_RB_FORCE_WAKEUP;
-		} else {
-			wake = BPF_RB_NO_WAKEUP;
+SEC("uprobe")
+int gprobe_uprobe(struct x86_regs *r)
+{
+	__u32 id = (__u32)bpf_get_attach_cookie(r);
+	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
+	if (!cfg)
+		return 0;
+	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
+	if (!st)
+		return 0;
+	st->hits++;
+
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	struct hit h = {
+		.pid_tgid = bpf_get_current_pid_tgid(),
+		.now = bpf_ktime_get_ns(),
+		.id = id,
+		.kind = GP_EV_CALL,
+	};
+	struct gp_inflight_key ik = { .goroutine = r->r14, .tgid = h.pid_tgid >> 32, .func_id = cfg->func_id };
+	struct gp_inflight *in = NULL;
+
+	if (cfg->kind == GP_PROBE_RETURN) {
+		in = bpf_map_lookup_elem(&inflight, &ik);
+		if (in && in->overflow > 0) {
+			/* The return of a call nested too deep to be recorded (counted at its entry). */
+			in->overflow--;
+			return 0;
+		}
+		if (!in || in->depth == 0 || in->depth > GP_MAX_DEPTH) {
+			/* Its entry was throttled, dropped, or came before we attached. */
+			st->unpaired++;
+			return 0;
+		}
+		__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
+		h.call_id = in->call_id[d];
+		h.duration = h.now - in->ts[d];
+		in->depth--;
+		if (in->depth == 0)
+			bpf_map_delete_elem(&inflight, &ik);
+		h.kind = GP_EV_RETURN;
+	} else {
+		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, h.now)) {
+			st->throttled++;
+			return 0;
+		}
+		if (cfg->kind == GP_PROBE_ENTRY) {
+			in = bpf_map_lookup_elem(&inflight, &ik);
+			if (in && in->depth >= GP_MAX_DEPTH) {
+				/* Deeper than the pairing stack: counted, not recorded, and its return
+				 * skipped so the outer calls still pair exactly. */
+				in->overflow++;
+				st->too_deep++;
+				return 0;
+			}
+			s->seq++;
+			h.call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
+			h.kind = GP_EV_ENTRY;
 		}
 	}
-	if (bpf_ringbuf_output(&events, s->buf, off, wake)) {
+
+	int err;
+	if (cfg->flags & GP_CFG_WORDS)
+		err = emit_words_n(r, cfg, &h, cfg->n_captures, s);
+	else
+		err = emit_any(r, cfg, &h, s);
+	if (err) {
 		st->lost++;
 		return 0;
 	}
 	st->emitted++;
 
-	if (kind == GP_EV_ENTRY) {
-		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+	if (h.kind == GP_EV_ENTRY) {
+		/* Remembered for the return: pushed on the stack of this goroutine and function
+		 * looked up above (as before the record was written: a goroutine runs on one
+		 * CPU at a time), or on a new one. */
 		if (!in) {
-			struct gp_inflight fresh = {};
-			bpf_map_update_elem(&inflight, &ik, &fresh, BPF_NOEXIST);
+			struct gp_inflight fresh = { .depth = 1 };
+			fresh.ts[0] = h.now;
+			fresh.call_id[0] = h.call_id;
+			if (bpf_map_update_elem(&inflight, &ik, &fresh, BPF_NOEXIST) == 0)
+				return 0;
+			/* Another hit created it meanwhile. */
 			in = bpf_map_lookup_elem(&inflight, &ik);
 			if (!in)
 				return 0;
 		}
 		__u32 d = in->depth & (GP_MAX_DEPTH - 1);
-		in->ts[d] = now;
-		in->call_id[d] = call_id;
+		in->ts[d] = h.now;
+		in->call_id[d] = h.call_id;
 		in->depth = d + 1;
 	}
 	return 0;

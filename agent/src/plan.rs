@@ -65,6 +65,11 @@ impl ProbePlan {
                 func_id,
                 kind,
                 n_captures: caps.len() as u8,
+                flags: if caps.iter().all(|c| c.bpf.kind == abi::CAP_WORD) {
+                    abi::CFG_WORDS
+                } else {
+                    0
+                },
                 rate_limit: if kind == abi::PROBE_RETURN {
                     0
                 } else {
@@ -352,5 +357,66 @@ impl crate::engine::Resolver for BinaryResolver {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capture(name: &str, kind: u8) -> CapturePlan {
+        CapturePlan {
+            name: name.to_string(),
+            decode: if kind == abi::CAP_WORD {
+                Decode::Int {
+                    size: 8,
+                    signed: true,
+                }
+            } else {
+                Decode::Str
+            },
+            bpf: GpCapture {
+                kind,
+                size: 8,
+                max_len: if kind == abi::CAP_BYTES { 64 } else { 0 },
+                ..Default::default()
+            },
+        }
+    }
+
+    fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbePlan {
+        ProbePlan {
+            symbol: "main.f".into(),
+            entry_offset: 0x1000,
+            ret_offsets: if latency { vec![0x1010] } else { vec![] },
+            entry_captures: entry,
+            return_captures: ret,
+            signature_source: "signature",
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn configurations_of_word_captures_only_are_flagged_fixed_size() {
+        // Words only (and no capture at all): one record size per configuration.
+        let (e, r) = plan(vec![capture("n", abi::CAP_WORD)], vec![], true).configs(7, 100);
+        let r = r.expect("a return configuration");
+        assert_eq!((e.kind, e.func_id, e.n_captures), (abi::PROBE_ENTRY, 7, 1));
+        assert_eq!(e.flags, abi::CFG_WORDS);
+        assert_eq!(
+            (r.kind, r.n_captures, r.rate_limit),
+            (abi::PROBE_RETURN, 0, 0)
+        );
+        assert_eq!(r.flags, abi::CFG_WORDS);
+        // A string anywhere: records are assembled by size.
+        let (e, r) = plan(
+            vec![capture("n", abi::CAP_WORD), capture("s", abi::CAP_BYTES)],
+            vec![],
+            false,
+        )
+        .configs(3, 0);
+        assert!(r.is_none());
+        assert_eq!((e.kind, e.n_captures, e.flags), (abi::PROBE_CALL, 2, 0));
+        assert_eq!(e.caps[1].kind, abi::CAP_BYTES);
     }
 }
