@@ -25,7 +25,8 @@ while (($#)); do
     --only) only="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --quiet-wait) quiet_wait="$2"; shift 2 ;;
-    --rounds | --calls | --stat-runs | --tp-seconds | --resolve-runs | --starts | --variants)
+    --rounds | --calls | --stat-runs | --tp-seconds | --resolve-runs | --starts | --variants \
+    | --variants-file)
       extra+=("$1" "$2"); shift 2 ;;
     -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;

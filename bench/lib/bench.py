@@ -455,10 +455,13 @@ def section_bpfstats():
     md = table(f"2. BPF program run time per hit (kernel.bpf_stats_enabled=1; median of "
                f"{ARGS.stat_runs} runs of {ARGS.calls:,} calls)",
                ["configuration", "program", "ns per hit", "hits per call", "per run"], rows)
-    s64 = data["gprobe-str64"]["ns_per_hit"]
+    bt = data["bpftrace-count"]["ns_per_hit"]
+    r_int = data["gprobe-int"]["ns_per_hit"] / bt
+    r_s64 = data["gprobe-str64"]["ns_per_hit"] / bt
     record_section("bpfstats", md,
-                   f"64-byte string capture <= 100 ns per entry hit: {s64:.0f} ns, "
-                   f"{met(s64 <= 100)}", data=data)
+                   f"per hit, same run, vs bpftrace count() ({bt:.0f} ns): int capture "
+                   f"<= 1.3x: {r_int:.2f}x, {met(r_int <= 1.3)}; 64-byte string <= 2x: "
+                   f"{r_s64:.2f}x, {met(r_s64 <= 2)}", data=data)
 
 
 # ---------------------------------------------------------------- 2b. BPF program variants
@@ -466,9 +469,11 @@ def section_bpfstats():
 
 def section_bpfvariants():
     """gprobe.bpf.c with one part removed at a time (bench/bpf-variants), same loader."""
-    sys.path.insert(0, os.path.join(REPO, "bench", "bpf-variants"))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("variants", ARGS.variants_file)
+    variants = importlib.util.module_from_spec(spec)
     sys.dont_write_bytecode = True
-    import variants  # noqa: E402 (the folder is added to the path just above)
+    spec.loader.exec_module(variants)
 
     inc = os.path.join(REPO, "agent-ebpf", "include")
     original = read(os.path.join(REPO, "agent-ebpf", "src", "gprobe.bpf.c"))
@@ -481,26 +486,43 @@ def section_bpfvariants():
     sym = subprocess.run([ARGS.gprobe, "symbols", ARGS.loop, "--filter", r"^main\.target$",
                           "--verbose"], capture_output=True, text=True, check=True).stdout
     offset = re.search(r"body=(0x[0-9a-f]+)", sym).group(1)
+    # The RET instructions of main.target, as file offsets, for the latency mode.
+    m = re.search(r"^0x([0-9a-f]+)\s+(\d+) main\.target .*entry=(0x[0-9a-f]+)", sym, re.M)
+    addr, size, entry = int(m.group(1), 16), int(m.group(2)), int(m.group(3), 16)
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--start-address={addr:#x}",
+                          f"--stop-address={addr + size:#x}", ARGS.loop],
+                         capture_output=True, text=True, check=True).stdout
+    rets = [int(a, 16) - addr + entry
+            for a in re.findall(r"^\s*([0-9a-f]+):\s+ret", dis, re.M)]
+    if not rets:
+        raise RuntimeError(f"no RET found in main.target:\n{dis}")
+    ret_args = [a for r in rets for a in ("-R", hex(r))]
+    modes = tuple(os.environ.get("GPROBE_BENCH_MODES", "int,str64,lat").split(","))
     chosen = [v for v in variants.VARIANTS
               if not ARGS.variants or v[0] in ARGS.variants.split(",")]
     objs = {}
-    for name, _what, patches in chosen:
+    for name, _what, patches, _opts in chosen:
         src = os.path.join(vdir, f"{name}.bpf.c")
         objs[name] = os.path.join(vdir, f"{name}.bpf.o")
         with open(src, "w") as f:
             f.write(variants.source(original, patches))
         subprocess.run(["clang-19", "-O2", "-g", "-target", "bpf", "-mcpu=v3",
-                        "-D__TARGET_ARCH_x86", "-I", inc, "-I/usr/include/x86_64-linux-gnu",
-                        "-c", src, "-o", objs[name]], check=True)
+                        "-D__TARGET_ARCH_x86", "-Wall", "-I", inc,
+                        "-I/usr/include/x86_64-linux-gnu", "-c", src, "-o", objs[name]],
+                       check=True)
 
-    def one(name, mode):
+    # Variants that write records of their own, or none, are not checked against the counts.
+    unchecked = set(getattr(variants, "UNCHECKED", ()))
+
+    def one(name, opts, mode):
         """ns per hit (bpf_stats) and the target's CPU ns per call, one run."""
         t = Target(["-n", str(ARGS.calls)], pinned=True)
         # stderr to a file: a verifier log can fill a pipe and block the loader while we
         # wait for its "ready" line.
         errf = open(os.path.join(vdir, f"{name}.{mode}.stderr"), "w+")
-        lp = spawn([*pin("tracer", True), loader, objs[name], ARGS.loop, offset, str(t.pid),
-                    mode], stdout=subprocess.PIPE, stderr=errf, text=True)
+        lp = spawn([*pin("tracer", True), loader, *opts, *(ret_args if mode == "lat" else []),
+                    objs[name], ARGS.loop, offset, str(t.pid), mode],
+                   stdout=subprocess.PIPE, stderr=errf, text=True)
         if lp.stdout.readline().strip() != "ready":
             stop(lp)
             stop(t.p)
@@ -511,36 +533,69 @@ def section_bpfvariants():
         r = t.result()
         stop(lp, signal.SIGINT, 30)
         st = json.loads(lp.stdout.read().strip().splitlines()[-1])
-        if st["run_cnt"] != r["calls"]:
-            raise RuntimeError(f"{name}: {st} for {r['calls']} calls")
+        # Hits: one per call, two with latency (entry and RET). Every hit counted once; what
+        # was emitted was read, and read right.
+        n = r["calls"] * (2 if mode == "lat" else 1)
+        if st["run_cnt"] != n or (name not in unchecked and (
+                st["hits"] not in (0, n) or st["bad_events"]
+                or (st["hits"] and st["emitted"] + st["lost"] + st["throttled"] + st["unpaired"]
+                    + st["too_deep"] != n)
+                or st["events"] != st["emitted"])):
+            raise RuntimeError(f"{name} {mode}: {st} for {n} calls")
+        if os.environ.get("GPROBE_BENCH_DEBUG"):
+            print(f"    {name} {mode}: {st}", flush=True)
         return st["run_time_ns"] / max(st["run_cnt"], 1), r["cpu_ns_per_call"]
 
     # Rounds of every variant one after the other, so drift over the minutes of the
     # section (and any first-run effect) falls on all variants alike.
-    samples = {(n, m): [] for n, _, _ in chosen for m in ("int", "str64")}
+    # bpftrace's `@c = count()` on the same function runs in every round too (once per
+    # mode): the reference of section 2's targets, same run.
+    ref = ("bpftrace-count", "bpftrace `uprobe:...{ @c = count(); }` (reference)", [], [])
+
+    def one_ref():
+        r, extra = one_run("bpftrace-count", ARGS.calls, stats_fn=fd_prog_stats)
+        if extra["seen"] != r["calls"] or extra["bpf"]["run_cnt"] != r["calls"]:
+            raise RuntimeError(f"bpftrace count(): {extra} for {r['calls']} calls")
+        return extra["bpf"]["run_time_ns"] / extra["bpf"]["run_cnt"], r["cpu_ns_per_call"]
+
+    samples = {(v[0], m): [] for v in [ref, *chosen] for m in modes}
     with BpfStats():
         for rnd in range(ARGS.stat_runs):
-            for name, _what, _ in chosen:
-                for mode in ("int", "str64"):
-                    samples[(name, mode)].append(one(name, mode))
+            for name, _what, _, opts in chosen:
+                for mode in modes:
+                    samples[(name, mode)].append(one(name, opts, mode))
+            for mode in modes:
+                samples[(ref[0], mode)].append(one_ref())
             print(f"  round {rnd + 1}/{ARGS.stat_runs} done", flush=True)
     rows, data = [], {}
-    for name, what, _ in chosen:
+    for name, what, _, _ in [ref, *chosen]:
         res = {}
-        for mode in ("int", "str64"):
-            res[mode] = median([v for v, _ in samples[(name, mode)]])
+        for mode in modes:
+            vals = [v for v, _ in samples[(name, mode)]]
+            res[mode] = median(vals)
+            res[mode + "_iqr"] = (pct(vals, 25), pct(vals, 75))
             res[mode + "_call"] = median([c for _, c in samples[(name, mode)]])
-            res[mode + "_runs"] = [round(v) for v, _ in samples[(name, mode)]]
+            res[mode + "_runs"] = [round(v) for v in vals]
         data[name] = res
-        rows.append([name, what, fmt(res["int"], 0), fmt(res["str64"], 0),
-                     fmt(res["int_call"], 0), fmt(res["str64_call"], 0)])
-        print(f"  {name:14} int {res['int']:6.0f} ns {res['int_runs']}  "
-              f"str64 {res['str64']:6.0f} ns {res['str64_runs']}", flush=True)
+
+    def cell(name, mode):
+        r = data[name]
+        return f"{fmt(r[mode], 0)} ({fmt(r[mode + '_iqr'][0], 0)}-{fmt(r[mode + '_iqr'][1], 0)})"
+
+    heads = {"int": "capture [n]", "str64": "capture [s] (64 B)",
+             "lat": "capture [n] + latency (2 hits per call)"}
+    for name, what, _, _ in [ref, *chosen]:
+        res = data[name]
+        rows.append([name, what] + [c for m in modes for c in (
+            cell(name, m), fmt(res[m] / data[ref[0]][m], 2))] + [fmt(res[modes[0] + "_call"], 0)])
+        print(f"  {name:14} " + "  ".join(f"{m} {res[m]:6.0f} ns {res[m + '_runs']}"
+                                          for m in modes), flush=True)
     md = table(f"2b. gprobe_uprobe variants, same libbpf loader (bench/bpf-variants; "
-               f"median of {ARGS.stat_runs} interleaved runs of {ARGS.calls:,} calls; bpf_stats on)",
-               ["variant", "what changes", "ns per hit, capture [n]",
-                "ns per hit, capture [s] (64 B)", "target CPU ns/call, [n]",
-                "target CPU ns/call, [s]"], rows)
+               f"median and quartiles of {ARGS.stat_runs} interleaved runs of {ARGS.calls:,} "
+               "calls; bpf_stats on)",
+               ["variant", "what changes"] + [h for m in modes for h in (
+                   f"ns per hit, {heads[m]}", "x count()")]
+               + [f"target CPU ns/call, {heads[modes[0]]}"], rows)
     record_section("bpfvariants", md, data=data)
 
 
@@ -894,6 +949,9 @@ def main():
     ap.add_argument("--stat-runs", type=int, default=5)
     ap.add_argument("--variants", default="",
                     help="bpfvariants: only these variants (comma-separated names)")
+    ap.add_argument("--variants-file",
+                    default=os.path.join(REPO, "bench", "bpf-variants", "variants.py"),
+                    help="bpfvariants: the variants (a Python file with VARIANTS and source())")
     ap.add_argument("--tp-seconds", type=int, default=5)
     ap.add_argument("--resolve-runs", type=int, default=3)
     ap.add_argument("--starts", type=int, default=20)
