@@ -144,6 +144,7 @@ fn main() -> Result<()> {
         "GP_PATH_MAX",
         "GP_COMM_LEN",
         "GP_CFG_WORDS",
+        "GP_CFG_ONE_BYTES",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

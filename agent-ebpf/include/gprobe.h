@@ -76,8 +76,10 @@ struct gp_probe_cfg {
 };
 
 /* Flags of a probe configuration, set by the agent. */
-#define GP_CFG_WORDS 1 /* every capture is a GP_CAP_WORD: each record is 48 + 16 * n_captures
-			* bytes, written in place in the ring buffer */
+#define GP_CFG_WORDS 1     /* every capture is a GP_CAP_WORD: each record is 48 + 16 * n_captures
+			    * bytes, written in place in the ring buffer */
+#define GP_CFG_ONE_BYTES 2 /* one capture, a GP_CAP_BYTES: written in place in a record of one of
+			    * ten sizes (see gprobe.bpf.c), data_len telling what it holds */
 
 /* Flags of one captured value. */
 #define GP_VAL_TRUNCATED 1 /* a string/bytes value longer than max_len */

@@ -328,6 +328,67 @@ static __always_inline int emit_words_n(const struct x86_regs *r, const struct g
 	}
 }
 
+/* Records of configurations with one capture, a string/bytes (GP_CFG_ONE_BYTES), written
+ * in place too: the value's n bytes go at a constant offset, so a reservation of a constant
+ * size C is safe once n <= C - 56. The program picks the smallest of the sizes 56 + 2^k
+ * (k = 3..12) that holds the value, so at most half of what a record reserves beyond its
+ * header is unused, and a value of exactly 8, 16, ..., 4096 bytes fills its record. */
+#define GP_BYTES_REC(n) (sizeof(struct gp_event) + sizeof(struct gp_value) + (n))
+
+static __always_inline int emit_bytes(const struct x86_regs *r, const struct hit *h,
+				      const __u32 size, __u64 wake, __u64 ptr, __u64 len, __u32 n,
+				      __u8 flags)
+{
+	struct gp_event *e = bpf_ringbuf_reserve(&events, size, 0);
+	if (!e)
+		return -1;
+	struct gp_value *v = (struct gp_value *)(e + 1);
+	if (n > size - GP_BYTES_REC(0)) /* the caller chose size >= GP_BYTES_REC(n) */
+		n = size - GP_BYTES_REC(0);
+	if (n && bpf_probe_read_user(v + 1, n, (void *)ptr)) {
+		flags |= GP_VAL_FAULT;
+		n = 0;
+	}
+	v->cap = 0;
+	v->flags = flags;
+	v->len = n;
+	v->full_len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
+	fill_header(e, h, r, sizeof(*v) + ((n + 7) & ~7U));
+	bpf_ringbuf_submit(e, wake);
+	return 0;
+}
+
+static __always_inline int emit_one_bytes(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+					  const struct hit *h, struct scratch *s)
+{
+	const struct gp_capture *c = &cfg->caps[0];
+	__u64 ptr = 0, len = 0;
+	__u8 flags = 0;
+	if (read_word_direct(r, &c->loc[0], &ptr) | read_word_direct(r, &c->loc[1], &len))
+		flags |= GP_VAL_FAULT;
+	__u32 n = len > c->max_len ? c->max_len : (__u32)len;
+	if (n > GP_MAX_STR)
+		n = GP_MAX_STR;
+	if (len > n)
+		flags |= GP_VAL_TRUNCATED;
+	__u32 size = GP_BYTES_REC(8);
+	if (n > 8)
+		size = GP_BYTES_REC(1U << (64 - __builtin_clzll((__u64)n - 1)));
+	__u64 wake = wake_flag(s, size);
+	switch (size) {
+	case GP_BYTES_REC(8): return emit_bytes(r, h, GP_BYTES_REC(8), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(16): return emit_bytes(r, h, GP_BYTES_REC(16), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(32): return emit_bytes(r, h, GP_BYTES_REC(32), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(64): return emit_bytes(r, h, GP_BYTES_REC(64), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(128): return emit_bytes(r, h, GP_BYTES_REC(128), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(256): return emit_bytes(r, h, GP_BYTES_REC(256), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(512): return emit_bytes(r, h, GP_BYTES_REC(512), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(1024): return emit_bytes(r, h, GP_BYTES_REC(1024), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(2048): return emit_bytes(r, h, GP_BYTES_REC(2048), wake, ptr, len, n, flags);
+	default: return emit_bytes(r, h, GP_BYTES_REC(GP_MAX_STR), wake, ptr, len, n, flags);
+	}
+}
+
 /* Records with string/bytes captures, whose size depends on the values: assembled in the
  * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
 static __always_inline int emit_any(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
@@ -444,6 +505,8 @@ int gprobe_uprobe(struct x86_regs *r)
 	int err;
 	if (cfg->flags & GP_CFG_WORDS)
 		err = emit_words_n(r, cfg, &h, cfg->n_captures, s);
+	else if (cfg->flags & GP_CFG_ONE_BYTES)
+		err = emit_one_bytes(r, cfg, &h, s);
 	else
 		err = emit_any(r, cfg, &h, s);
 	if (err) {

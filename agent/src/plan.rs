@@ -65,11 +65,7 @@ impl ProbePlan {
                 func_id,
                 kind,
                 n_captures: caps.len() as u8,
-                flags: if caps.iter().all(|c| c.bpf.kind == abi::CAP_WORD) {
-                    abi::CFG_WORDS
-                } else {
-                    0
-                },
+                flags: record_shape(caps),
                 rate_limit: if kind == abi::PROBE_RETURN {
                     0
                 } else {
@@ -90,6 +86,16 @@ impl ProbePlan {
         } else {
             (make(abi::PROBE_CALL, &self.entry_captures), None)
         }
+    }
+}
+
+/// The flags that let the BPF program write a configuration's records in place in the ring
+/// buffer: captures all words (one record size), or a single string/bytes (a few sizes).
+fn record_shape(caps: &[CapturePlan]) -> u8 {
+    match caps {
+        [c] if c.bpf.kind == abi::CAP_BYTES => abi::CFG_ONE_BYTES,
+        _ if caps.iter().all(|c| c.bpf.kind == abi::CAP_WORD) => abi::CFG_WORDS,
+        _ => 0,
     }
 }
 
@@ -397,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn configurations_of_word_captures_only_are_flagged_fixed_size() {
+    fn configurations_are_flagged_by_the_shape_of_their_records() {
         // Words only (and no capture at all): one record size per configuration.
         let (e, r) = plan(vec![capture("n", abi::CAP_WORD)], vec![], true).configs(7, 100);
         let r = r.expect("a return configuration");
@@ -408,7 +414,10 @@ mod tests {
             (abi::PROBE_RETURN, 0, 0)
         );
         assert_eq!(r.flags, abi::CFG_WORDS);
-        // A string anywhere: records are assembled by size.
+        // One string alone.
+        let (e, _) = plan(vec![capture("s", abi::CAP_BYTES)], vec![], false).configs(1, 0);
+        assert_eq!((e.n_captures, e.flags), (1, abi::CFG_ONE_BYTES));
+        // A string with other values: records are assembled by size.
         let (e, r) = plan(
             vec![capture("n", abi::CAP_WORD), capture("s", abi::CAP_BYTES)],
             vec![],

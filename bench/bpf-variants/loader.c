@@ -19,6 +19,7 @@
  *   -w   wakeup_bytes (default 262144, gprobe run's --wakeup-size default; 0 = every record)
  *   -r   limits.eventsPerSecond (default 0: unlimited, as the benchmarks' specs say)
  *   -s   limits.maxStringBytes of a string capture (default 64)
+ *   -L   length of the target's string (its -str-len; default 64): str64 records are checked
  *   -R   file offset of a RET instruction (lat)
  *   -v   print the verifier's statistics (instructions processed) on stderr; -vv its log
  *
@@ -41,6 +42,7 @@
 static volatile sig_atomic_t stop;
 static unsigned long long events, bad_events, event_bytes;
 static unsigned int mode_cap_kind, mode_lat;
+static __u32 want_len = 64, want_max = 64;
 
 static void on_signal(int sig) { (void)sig; stop = 1; }
 
@@ -63,8 +65,22 @@ static int on_event(void *ctx, void *data, size_t len)
 	const struct gp_value *v = (const void *)(e + 1);
 	if (e->data_len < sizeof(*v) || v->cap != 0 ||
 	    sizeof(*v) + v->len > e->data_len ||
-	    (mode_cap_kind == GP_CAP_WORD && v->len != 8))
+	    (mode_cap_kind == GP_CAP_WORD && v->len != 8)) {
 		bad_events++;
+		return 0;
+	}
+	if (mode_cap_kind == GP_CAP_BYTES) {
+		/* The loop program's string: want_len bytes of 'x', cut at maxStringBytes. */
+		__u32 n = want_len < want_max ? want_len : want_max;
+		const char *b = (const char *)(v + 1);
+		int ok = v->len == n && v->full_len == want_len &&
+			 v->flags == (want_len > n ? GP_VAL_TRUNCATED : 0) &&
+			 e->data_len == sizeof(*v) + ((n + 7) & ~7U);
+		for (__u32 i = 0; ok && i < n; i++)
+			ok = b[i] == 'x';
+		if (!ok)
+			bad_events++;
+	}
 	return 0;
 }
 
@@ -111,11 +127,12 @@ int main(int argc, char **argv)
 	__u32 rate = 0, max_str = 64;
 	int opt, verbose = 0, n_rets = 0;
 	size_t rets[16];
-	while ((opt = getopt(argc, argv, "w:r:s:R:v")) != -1) {
+	while ((opt = getopt(argc, argv, "w:r:s:L:R:v")) != -1) {
 		switch (opt) {
 		case 'w': wakeup = strtoull(optarg, NULL, 0); break;
 		case 'r': rate = strtoul(optarg, NULL, 0); break;
-		case 's': max_str = strtoul(optarg, NULL, 0); break;
+		case 's': max_str = want_max = strtoul(optarg, NULL, 0); break;
+		case 'L': want_len = strtoul(optarg, NULL, 0); break;
 		case 'v': verbose++; break;
 		case 'R':
 			if (n_rets == 16)
@@ -127,7 +144,7 @@ int main(int argc, char **argv)
 	}
 	if (argc - optind != 5) {
 usage:
-		fprintf(stderr, "usage: loader [-w WAKEUP] [-r RATE] [-s MAXSTR] [-R RETOFF]... [-v] OBJ BINARY OFFSET PID int|str64|lat\n");
+		fprintf(stderr, "usage: loader [-w WAKEUP] [-r RATE] [-s MAXSTR] [-L STRLEN] [-R RETOFF]... [-v] OBJ BINARY OFFSET PID int|str64|lat\n");
 		return 2;
 	}
 	argv += optind;
@@ -182,6 +199,7 @@ usage:
 				    .rate_limit = rate };
 	if (strcmp(mode, "str64") == 0) {
 		mode_cap_kind = GP_CAP_BYTES;
+		cfg.flags = GP_CFG_ONE_BYTES; /* one capture, a string (plan.rs sets it so) */
 		cfg.caps[0] = (struct gp_capture){ .kind = GP_CAP_BYTES, .max_len = max_str,
 			.loc = { { .kind = GP_LOC_REG, .reg = 3 }, { .kind = GP_LOC_REG, .reg = 1 } } };
 	} else if (strcmp(mode, "int") == 0 || strcmp(mode, "lat") == 0) {

@@ -554,8 +554,12 @@ def section_bpfvariants():
 
     def one_ref():
         r, extra = one_run("bpftrace-count", ARGS.calls, stats_fn=fd_prog_stats)
-        if extra["seen"] != r["calls"] or extra["bpf"]["run_cnt"] != r["calls"]:
+        if extra["bpf"]["run_cnt"] != r["calls"] or extra["seen"] not in (r["calls"], -1):
             raise RuntimeError(f"bpftrace count(): {extra} for {r['calls']} calls")
+        if extra["seen"] == -1:
+            # The program's run count was read before; only bpftrace's exit print is missing
+            # (seen on a loaded machine).
+            print(f"  note: bpftrace printed no count at exit ({extra})", flush=True)
         return extra["bpf"]["run_time_ns"] / extra["bpf"]["run_cnt"], r["cpu_ns_per_call"]
 
     samples = {(v[0], m): [] for v in [ref, *chosen] for m in modes}

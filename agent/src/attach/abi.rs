@@ -24,6 +24,9 @@ pub const EV_EXIT: u32 = 4;
 /// `GpProbeCfg::flags`: every capture is a word, so each record of the configuration has
 /// one size (48 + 16 per capture) and the program writes it in place in the ring buffer.
 pub const CFG_WORDS: u8 = c::GP_CFG_WORDS as u8;
+/// `GpProbeCfg::flags`: one capture, a string or bytes: written in place in a record of one
+/// of a few sizes; `data_len` says how much of it the value fills.
+pub const CFG_ONE_BYTES: u8 = c::GP_CFG_ONE_BYTES as u8;
 
 pub const CAP_WORD: u8 = 1;
 pub const CAP_BYTES: u8 = 2;
