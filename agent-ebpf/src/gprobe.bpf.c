@@ -121,6 +121,7 @@ struct {
 struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
+	__u64 nested;  /* this hit's entry found calls of its function in flight on its goroutine */
 	__u64 regs[16];
 	__u8 buf[GP_SCRATCH];
 };
@@ -461,10 +462,9 @@ int gprobe_uprobe(struct x86_regs *r)
 		.kind = GP_EV_CALL,
 	};
 	struct gp_inflight_key ik = { .goroutine = r->r14, .tgid = h.pid_tgid >> 32, .func_id = cfg->func_id };
-	struct gp_inflight *in = NULL;
 
 	if (cfg->kind == GP_PROBE_RETURN) {
-		in = bpf_map_lookup_elem(&inflight, &ik);
+		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
 		if (in && in->overflow > 0) {
 			/* The return of a call nested too deep to be recorded (counted at its entry). */
 			in->overflow--;
@@ -488,7 +488,7 @@ int gprobe_uprobe(struct x86_regs *r)
 			return 0;
 		}
 		if (cfg->kind == GP_PROBE_ENTRY) {
-			in = bpf_map_lookup_elem(&inflight, &ik);
+			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
 			if (in && in->depth >= GP_MAX_DEPTH) {
 				/* Deeper than the pairing stack: counted, not recorded, and its return
 				 * skipped so the outer calls still pair exactly. */
@@ -496,6 +496,7 @@ int gprobe_uprobe(struct x86_regs *r)
 				st->too_deep++;
 				return 0;
 			}
+			s->nested = in != NULL;
 			s->seq++;
 			h.call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
 			h.kind = GP_EV_ENTRY;
@@ -515,17 +516,21 @@ int gprobe_uprobe(struct x86_regs *r)
 	}
 	st->emitted++;
 
-	if (h.kind == GP_EV_ENTRY) {
-		/* Remembered for the return: pushed on the stack of this goroutine and function
-		 * looked up above (as before the record was written: a goroutine runs on one
-		 * CPU at a time), or on a new one. */
+	/* Decided on values read back from maps, not on this hit's own constants (kind, what
+	 * the entry's lookup found): the verifier then checks the record writing above once,
+	 * not once for each. */
+	if (cfg->kind == GP_PROBE_ENTRY) {
+		/* Remembered for the return: pushed on the in-flight stack of this goroutine and
+		 * function if the entry found one (a nested call), else on a new one. Either way
+		 * is right whatever s->nested says; it only picks the cheaper order. */
+		struct gp_inflight *in = s->nested ? bpf_map_lookup_elem(&inflight, &ik) : NULL;
 		if (!in) {
 			struct gp_inflight fresh = { .depth = 1 };
 			fresh.ts[0] = h.now;
 			fresh.call_id[0] = h.call_id;
 			if (bpf_map_update_elem(&inflight, &ik, &fresh, BPF_NOEXIST) == 0)
 				return 0;
-			/* Another hit created it meanwhile. */
+			/* It exists after all (created meanwhile). */
 			in = bpf_map_lookup_elem(&inflight, &ik);
 			if (!in)
 				return 0;
