@@ -43,6 +43,7 @@ static volatile sig_atomic_t stop;
 static unsigned long long events, bad_events, event_bytes;
 static unsigned int mode_cap_kind, mode_lat;
 static __u32 want_len = 64, want_max = 64;
+static __u64 last_entry; /* lat: the call_id of the last ENTRY, which the next RETURN pairs */
 
 static void on_signal(int sig) { (void)sig; stop = 1; }
 
@@ -56,12 +57,19 @@ static int on_event(void *ctx, void *data, size_t len)
 	event_bytes += len;
 	if (len < sizeof(*e) || sizeof(*e) + e->data_len > len ||
 	    e->kind != (mode_lat ? GP_EV_ENTRY : GP_EV_CALL)) {
+		/* One goroutine calling a function that calls nothing: each RETURN pairs the
+		 * ENTRY just before it. */
 		if (mode_lat && len >= sizeof(*e) && e->kind == GP_EV_RETURN && e->data_len == 0 &&
-		    e->call_id && e->probe_id == 1)
+		    e->call_id && e->call_id == last_entry && e->probe_id == 1 &&
+		    e->duration_ns < 1000000000ULL) {
+			last_entry = 0;
 			return 0;
+		}
 		bad_events++;
 		return 0;
 	}
+	if (mode_lat)
+		last_entry = e->call_id;
 	const struct gp_value *v = (const void *)(e + 1);
 	if (e->data_len < sizeof(*v) || v->cap != 0 ||
 	    sizeof(*v) + v->len > e->data_len ||

@@ -299,7 +299,8 @@ def one_run(cfg, calls, stats_fn=None):
         t.go()
         return t.result(), extra
     if cfg.startswith("bpftrace"):
-        body = "@c = count();" if cfg == "bpftrace-count" else 'printf("%d\\n", reg("ax"));'
+        body = {"bpftrace-count": "@c = count();", "bpftrace-empty": ""}.get(
+            cfg, 'printf("%d\\n", reg("ax"));')
         bt = Bpftrace(body, os.path.join(ARGS.work, f"{cfg}.out"), pinned=True)
         t = Target(["-n", str(calls)], pinned=True)
         t.go()
@@ -310,6 +311,8 @@ def one_run(cfg, calls, stats_fn=None):
         if cfg == "bpftrace-count":
             m = re.search(r"@c: (\d+)", out)
             extra["seen"] = int(m.group(1)) if m else -1
+        elif cfg == "bpftrace-empty":
+            extra["seen"] = extra["bpf"]["run_cnt"] if "bpf" in extra else None
         else:
             extra["seen"] = sum(1 for ln in out.splitlines() if ln.isdigit())
             lost = re.findall(r"Lost (\d+) events", out)
@@ -332,6 +335,7 @@ COST_CONFIGS = ["none", "bpftrace-count", "bpftrace-printf", "gprobe-int", "gpro
                 "gprobe-latency"]
 COST_LABEL = {
     "none": "no probe",
+    "bpftrace-empty": "bpftrace `{ }` (empty program: dispatch and bpf_stats only)",
     "bpftrace-count": "bpftrace `@c = count()`",
     "bpftrace-printf": 'bpftrace `printf("%d\\n", reg("ax"))`',
     "gprobe-int": "gprobe capture: [n] (int64)",
@@ -435,33 +439,48 @@ class BpfStats:
             f.write(self.old)
 
 
+BPFSTATS_CONFIGS = ["bpftrace-empty", "bpftrace-count", "bpftrace-printf", "gprobe-int",
+                   "gprobe-str64", "gprobe-latency"]
+
+
 def section_bpfstats():
-    rows, data = [], {}
+    """Run time per hit of each tracer's uprobe program; the configurations interleaved run
+    by run, so drift falls on all alike; ratios to bpftrace count() per round too."""
+    vals = {c: [] for c in BPFSTATS_CONFIGS}
     with BpfStats():
-        for cfg in ["bpftrace-count", "bpftrace-printf", "gprobe-int", "gprobe-str64",
-                    "gprobe-latency"]:
-            vals = []
-            for _ in range(ARGS.stat_runs):
+        for rnd in range(ARGS.stat_runs):
+            for cfg in BPFSTATS_CONFIGS:
                 r, extra = one_run(cfg, ARGS.calls, stats_fn=fd_prog_stats)
                 p = extra["bpf"]
-                vals.append((p["run_time_ns"] / max(p["run_cnt"], 1), p["run_cnt"] / r["calls"],
-                             p["name"]))
-            per_hit = median([v[0] for v in vals])
-            data[cfg] = {"ns_per_hit": per_hit, "runs": vals}
-            rows.append([COST_LABEL[cfg], vals[0][2], fmt(per_hit, 0),
-                         fmt(median([v[1] for v in vals]), 2),
-                         " ".join(f"{v[0]:.0f}" for v in vals)])
-            print(f"  {cfg:16} {per_hit:7.0f} ns per hit", flush=True)
+                vals[cfg].append((p["run_time_ns"] / max(p["run_cnt"], 1),
+                                  p["run_cnt"] / r["calls"], p["name"]))
+            print(f"  round {rnd + 1}/{ARGS.stat_runs}: " + "  ".join(
+                f"{c} {vals[c][-1][0]:.0f}" for c in BPFSTATS_CONFIGS), flush=True)
+    rows, data = [], {}
+    count = [v[0] for v in vals["bpftrace-count"]]
+    for cfg in BPFSTATS_CONFIGS:
+        ns = [v[0] for v in vals[cfg]]
+        ratios = [a / b for a, b in zip(ns, count)]
+        per_hit = median(ns)
+        data[cfg] = {"ns_per_hit": per_hit, "quartiles": (pct(ns, 25), pct(ns, 75)),
+                     "round_ratio": median(ratios), "runs": vals[cfg]}
+        rows.append([COST_LABEL[cfg], vals[cfg][0][2], fmt(per_hit, 0),
+                     f"{fmt(pct(ns, 25), 0)}-{fmt(pct(ns, 75), 0)}",
+                     fmt(per_hit / median(count), 2), fmt(median(ratios), 2),
+                     fmt(median([v[1] for v in vals[cfg]]), 2), " ".join(f"{x:.0f}" for x in ns)])
+        print(f"  {cfg:16} {per_hit:7.0f} ns per hit", flush=True)
     md = table(f"2. BPF program run time per hit (kernel.bpf_stats_enabled=1; median of "
-               f"{ARGS.stat_runs} runs of {ARGS.calls:,} calls)",
-               ["configuration", "program", "ns per hit", "hits per call", "per run"], rows)
+               f"{ARGS.stat_runs} runs of {ARGS.calls:,} calls, configurations interleaved)",
+               ["configuration", "program", "ns per hit", "quartiles", "x bpftrace count()",
+                "median of per-round ratios", "hits per call", "per run"], rows)
     bt = data["bpftrace-count"]["ns_per_hit"]
     r_int = data["gprobe-int"]["ns_per_hit"] / bt
     r_s64 = data["gprobe-str64"]["ns_per_hit"] / bt
     record_section("bpfstats", md,
-                   f"per hit, same run, vs bpftrace count() ({bt:.0f} ns): int capture "
-                   f"<= 1.3x: {r_int:.2f}x, {met(r_int <= 1.3)}; 64-byte string <= 2x: "
-                   f"{r_s64:.2f}x, {met(r_s64 <= 2)}", data=data)
+                   f"per hit, same run, vs bpftrace count() ({bt:.0f} ns; empty program "
+                   f"{data['bpftrace-empty']['ns_per_hit']:.0f} ns): int capture <= 1.3x: "
+                   f"{r_int:.2f}x, {met(r_int <= 1.3)}; 64-byte string <= 2x: {r_s64:.2f}x, "
+                   f"{met(r_s64 <= 2)}", data=data)
 
 
 # ---------------------------------------------------------------- 2b. BPF program variants
