@@ -8,6 +8,9 @@ The variants whose names start with "only-" run one piece at the top of the prog
 return: what that piece costs alone on this machine.
 """
 
+import os
+import subprocess
+
 ENTRY = 'SEC("uprobe")\nint gprobe_uprobe(struct x86_regs *r)\n{\n'
 
 
@@ -64,9 +67,14 @@ MINIMAL = r"""	{
 SCRATCH_RECORD = ("__u32 gp_z = 0;\n\tstruct scratch *gp_s = bpf_map_lookup_elem(&scratch, &gp_z);\n"
                   "\tstruct gp_event *e = gp_s ? (struct gp_event *)gp_s->buf : NULL;")
 
+# The program before the fast-path work (GP_CFG_* flags, in-place records), as committed.
+PREVIOUS = "d734edb"
+
 # (name, what it shows, [(old, new), ...], [loader options])
 VARIANTS = [
     ("shipped", "gprobe.bpf.c as the agent loads it (wakeup 256 KiB)", [], []),
+    ("previous", f"the program of commit {PREVIOUS} (before the fast path), same loader",
+     [(None, f"git:{PREVIOUS}")], []),
     ("empty", "returns at once: program dispatch and bpf_stats' own clock reads",
      at_entry("\treturn 0;"), []),
     ("minimal", "only what any program must do per CALL record: cookie, configuration, "
@@ -124,12 +132,19 @@ UNCHECKED = ["minimal"] + [v[0] for v in VARIANTS if v[0].startswith("only-")]
 def source(original, patches):
     """The variant's source: `original` with each (old, new) text replaced exactly once; a
     (None, PATH) entry first replaces the whole source by the file at PATH (a candidate
-    program, measured against the shipped one)."""
+    program, measured against the shipped one), (None, "git:REV") by the program as commit
+    REV had it."""
     out = original
     for old, new in patches:
         if old is None:
-            with open(new) as f:
-                out = f.read()
+            if new.startswith("git:"):
+                repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                out = subprocess.run(["git", "-C", repo, "show",
+                                      f"{new[4:]}:agent-ebpf/src/gprobe.bpf.c"],
+                                     capture_output=True, text=True, check=True).stdout
+            else:
+                with open(new) as f:
+                    out = f.read()
             continue
         if out.count(old) != 1:
             raise RuntimeError(f"variant patch does not apply (found {out.count(old)}x): {old!r}")
