@@ -16,6 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 cd "$repo"
 
+command_line="bench/run.sh${*:+ $*}" # before the arguments are shifted away below
 only="cost,bpfstats,bpfvariants,throughput,userspace,resolve,attach,rss"
 out="$here/results/latest.md"
 quiet_wait=0
@@ -32,7 +33,6 @@ while (($#)); do
     *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-command_line="bench/run.sh${*:+ $*}"
 
 if [[ "$(id -u)" != 0 ]]; then
   echo "bench/run.sh: needs root (loads BPF programs, sets kernel.bpf_stats_enabled)" >&2
