@@ -10,7 +10,14 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_capture", &["kind", "size", "max_len", "loc"]),
     (
         "gp_probe_cfg",
-        &["func_id", "kind", "n_captures", "rate_limit", "caps"],
+        &[
+            "func_id",
+            "kind",
+            "n_captures",
+            "flags",
+            "rate_limit",
+            "caps",
+        ],
     ),
     (
         "gp_event",
@@ -136,6 +143,9 @@ fn main() -> Result<()> {
         "GP_SCRATCH",
         "GP_PATH_MAX",
         "GP_COMM_LEN",
+        "GP_CFG_WORDS",
+        "GP_CFG_ONE_BYTES",
+        "GP_CFG_PAIR_BY_THREAD",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

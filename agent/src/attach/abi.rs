@@ -21,16 +21,22 @@ pub const EV_RETURN: u16 = 2;
 pub const EV_EXEC: u32 = 3;
 pub const EV_EXIT: u32 = 4;
 
+/// `GpProbeCfg::flags`: every capture is a word, so each record of the configuration has
+/// one size (48 + 16 per capture) and the program writes it in place in the ring buffer.
+pub const CFG_WORDS: u8 = c::GP_CFG_WORDS as u8;
+/// `GpProbeCfg::flags`: one capture, a string or bytes: written in place in a record of one
+/// of a few sizes; `data_len` says how much of it the value fills.
+pub const CFG_ONE_BYTES: u8 = c::GP_CFG_ONE_BYTES as u8;
+
 pub const CAP_WORD: u8 = 1;
 pub const CAP_BYTES: u8 = 2;
 /// A NUL-terminated C string at the pointer at loc[0], at most max_len bytes (without the
 /// NUL); TRUNCATED when no NUL came within them. (gprobe.h: GP_CAP_CSTR, to be added.)
 pub const CAP_CSTR: u8 = 3;
 
-/// Flags of a probe configuration, in `GpProbeCfg::_pad` (gp_probe_cfg._pad, to be named
-/// `flags` in gprobe.h). Pair entries and returns by thread id instead of by goroutine
+/// `GpProbeCfg::flags`: pair entries and returns by thread id instead of by goroutine
 /// (R14): C functions and USDT probes, where R14 is any value.
-pub const CFG_PAIR_BY_THREAD: u16 = 1;
+pub const CFG_PAIR_BY_THREAD: u8 = c::GP_CFG_PAIR_BY_THREAD as u8;
 
 pub const LOC_NONE: u8 = 0;
 pub const LOC_REG: u8 = 1;
@@ -87,7 +93,8 @@ pub struct GpProbeCfg {
     pub func_id: u32,
     pub kind: u8,
     pub n_captures: u8,
-    pub _pad: u16,
+    pub flags: u8,
+    pub _pad: u8,
     pub rate_limit: u32,
     pub _pad2: u32,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
@@ -161,7 +168,7 @@ check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, si
     max_len => OFFSETOF_GP_CAPTURE_MAX_LEN, loc => OFFSETOF_GP_CAPTURE_LOC);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
-    rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,
     tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID, kind => OFFSETOF_GP_EVENT_KIND,
