@@ -491,6 +491,28 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 	return bpf_ringbuf_output(&events, s->buf, off, wake_flag(s, off)) ? -1 : 0;
 }
 
+/* The dynamic loader is about to change, or has changed, the process's list of objects
+ * (dlopen, dlclose, and the libraries of its start): stop the process until the agent has
+ * attached the probes of any library that came, so their first calls are seen. A process
+ * whose event is lost is resumed by the agent's hold timeout. */
+static __always_inline int loader_hit(void)
+{
+	struct {
+		__u32 kind;
+		__u32 pid;
+		__u32 flags;
+	} ev = { .kind = GP_EV_LOADER, .pid = bpf_get_current_pid_tgid() >> 32 };
+	__u64 now = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&held, &ev.pid, &now, BPF_ANY) == 0) {
+		if (bpf_send_signal(SIGSTOP) == 0)
+			ev.flags = GP_EXEC_HELD;
+		else
+			bpf_map_delete_elem(&held, &ev.pid);
+	}
+	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
+	return 0;
+}
+
 SEC("uprobe")
 int gprobe_uprobe(struct x86_regs *r)
 {
@@ -498,6 +520,8 @@ int gprobe_uprobe(struct x86_regs *r)
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	if (!cfg)
 		return 0;
+	if (cfg->kind == GP_PROBE_LOADER)
+		return loader_hit();
 	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
 	if (!st)
 		return 0;

@@ -10,6 +10,7 @@
 mod attaching;
 pub mod driver;
 pub mod error;
+mod loader;
 mod procs;
 pub mod resource;
 pub mod select;
@@ -158,6 +159,8 @@ struct ProcState<L> {
     links: Vec<Attachment<L>>,
     /// The files it has probes planned in (its executable, libraries).
     files: BTreeSet<FileKey>,
+    /// The uprobe on its dynamic loader (processes with library probes: `loader.rs`).
+    loader: Option<L>,
 }
 
 /// Tunables, with defaults that suit both modes.
@@ -195,6 +198,8 @@ pub struct Engine<T: Tracer, R: Resolver> {
     retired: HashMap<ProbeKey, KernelCounts>,
     /// Processes that exited: the reader flushes their calls still in flight.
     exits: Option<std::sync::mpsc::Sender<u32>>,
+    /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
+    loader_hooks: HashMap<FileKey, Option<u64>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
@@ -227,6 +232,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             stats,
             retired: HashMap::new(),
             exits: None,
+            loader_hooks: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
             dirty: true,
@@ -535,9 +541,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let stale = self.opts.hold_timeout.as_nanos() as u64;
         let mono = monotonic_ns();
         for (pid, since) in self.tracer.held() {
-            if mono.saturating_sub(since) >= stale && !self.procs.contains_key(&pid) {
+            if mono.saturating_sub(since) >= stale {
+                // Every hold the engine heard of is resumed as soon as it is handled: this
+                // one's event was lost (a full process ring buffer).
                 tracing::warn!(
-                    "pid {pid} was held at exec but its event never arrived; resuming it"
+                    "pid {pid} was held (at exec or by its dynamic loader) but its event never arrived; resuming it"
                 );
                 self.tracer.resume(pid);
             }

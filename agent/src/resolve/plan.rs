@@ -512,6 +512,12 @@ impl crate::engine::Resolver for BinaryResolver {
                 .collect(),
         }
     }
+
+    fn loader_hook(&mut self, path: &std::path::Path) -> Option<u64> {
+        let bin = Binary::open(path).ok()?;
+        let f = bin.find_c_function("_dl_debug_state").ok()?;
+        bin.c_entry_offset(&f).ok()
+    }
 }
 
 #[cfg(test)]
