@@ -11,6 +11,7 @@ mod attaching;
 pub mod driver;
 pub mod error;
 mod loader;
+use loader::LibraryGlob;
 mod procs;
 pub mod resource;
 pub mod select;
@@ -80,32 +81,6 @@ pub enum SpecRejected {
     },
     #[error("{key}: a ProbeSpec of this name is already loaded; names must be unique (is the same file given twice?)")]
     Duplicate { key: SpecKey },
-}
-
-/// Which shared objects a probe's `library` glob names: a path glob when it holds a `/`,
-/// else a glob on the file name.
-#[derive(Debug, Clone)]
-struct LibraryGlob {
-    glob: gprobe_crds::glob::Glob,
-    by_name: bool,
-}
-
-impl LibraryGlob {
-    fn new(pattern: &str) -> Option<Self> {
-        Some(Self {
-            glob: gprobe_crds::glob::Glob::new(pattern).ok()?,
-            by_name: !pattern.contains('/'),
-        })
-    }
-
-    fn matches(&self, path: &std::path::Path) -> bool {
-        if self.by_name {
-            path.file_name()
-                .is_some_and(|n| self.glob.matches(&n.to_string_lossy()))
-        } else {
-            self.glob.matches(&path.to_string_lossy())
-        }
-    }
 }
 
 struct SpecProbe {
