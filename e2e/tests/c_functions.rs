@@ -269,3 +269,58 @@ fn missing_usdt_probes_and_wrong_argument_counts_are_refused_one_by_one() {
         program_lines(&out, "sub ")
     );
 }
+
+/// A process of `bin` that waits a minute before doing anything, killed on drop.
+struct Waiting(std::process::Child);
+
+impl Waiting {
+    fn start(bin: &Path) -> Waiting {
+        Waiting(
+            std::process::Command::new(bin)
+                .args(["-delay-ms", "60000"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach() {
+    let _serial = serial();
+    if !can_trace("usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach") {
+        return;
+    }
+    let dir = TempDir::new("c-sem");
+    let bin = ctarget(dir.path(), true);
+    // The same file under another name (a hard link): not selected.
+    let other = dir.path().join("other");
+    std::fs::hard_link(&bin, &other).unwrap();
+    let semaphore = gprobe_e2e::procmem::data_symbol_file_offset(&bin, "ctarget_order_semaphore");
+    let (selected, unselected) = (Waiting::start(&bin), Waiting::start(&other));
+    let sem = |p: &Waiting| gprobe_e2e::procmem::byte_at_file_offset(p.pid(), semaphore);
+    let spec = SpecBuilder::new("sem")
+        .executable(&bin)
+        .probe(ProbeBuilder::usdt("ctarget:order"))
+        .yaml();
+    let g = Gprobe::start(&spec, &[]);
+    let pid = selected.pid();
+    g.wait_for_stderr(
+        |s| s.contains(&format!("pid {pid})")),
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!((sem(&selected), sem(&unselected)), (1, 0));
+    let run = g.stop();
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!((sem(&selected), sem(&unselected)), (0, 0));
+}
