@@ -2,11 +2,13 @@
 //! and counting what could not be paired.
 
 mod decode;
+mod nesting;
 mod pairing;
 pub mod reader;
 pub mod redact;
 
 pub use decode::{decode_values, Value, ValueKind};
+pub use nesting::{Nesting, SpanIds};
 pub use pairing::{Pairing, PairingStats};
 
 use crate::plan::Decode;
@@ -79,6 +81,8 @@ pub struct CallRecord {
     pub resource: Arc<Resource>,
     /// The call had not returned when gprobe stopped.
     pub unfinished: bool,
+    /// Its span: a child of the probed call open on the same goroutine when it started.
+    pub span: SpanIds,
 }
 
 /// Converts BPF timestamps (CLOCK_MONOTONIC) to Unix time.
