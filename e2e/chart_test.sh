@@ -270,10 +270,15 @@ assert cm["metadata"]["labels"].get("grafana_dashboard") == "1", cm["metadata"][
 assert cm["metadata"]["namespace"] == "monitoring", cm["metadata"]["namespace"]
 dash = json.loads(cm["data"]["gprobe.json"])
 exprs = " ".join(t["expr"] for p in dash["panels"] for t in p.get("targets", []))
-for metric in ("gprobe_calls_total", "gprobe_call_duration_seconds_bucket",
-               "gprobe_call_duration_seconds_sum", "gprobe_call_duration_seconds_count",
-               "gprobe_events_lost_total"):
+for metric in ("gprobe_calls_total", "gprobe_call_duration_seconds", "gprobe_events_lost_total"):
     assert metric in exprs, f"no panel queries {metric}"
+# gprobe.call.duration is an exponential histogram: a native histogram in Prometheus, with
+# no _bucket/_sum/_count series of its own.
+for classic in ("_seconds_bucket", "_seconds_sum", "_seconds_count"):
+    assert classic not in exprs, f"a panel queries the classic histogram series *{classic}"
+assert "histogram_sum(" in exprs, "no mean-duration query"
+assert "sum without (instance, job)" in exprs, "no panel by captured values (metrics.labels)"
+assert 'gprobe_returns_err="non-nil"' in exprs, "no error-rate panel"
 for q in ("0.5", "0.95", "0.99"):
     assert f"histogram_quantile({q}," in exprs, f"no p{q} latency query"
 assert "by (reason)" in exprs, "lost events are not broken down by reason"

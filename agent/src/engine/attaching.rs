@@ -243,6 +243,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                             .iter()
                             .map(|c| (Arc::from(c.name.as_str()), c.decode))
                             .collect(),
+                        metrics: sp
+                            .probe
+                            .metrics
+                            .as_ref()
+                            .filter(|m| !m.labels.is_empty())
+                            .map(|m| crate::events::MetricLabels {
+                                labels: m.labels.iter().map(|l| Arc::from(l.as_str())).collect(),
+                                max_series: m.max_series() as usize,
+                            }),
                     })
                 };
                 // Every entry group reads the same names with the same decoders.

@@ -28,6 +28,16 @@ pub struct ProbeMeta {
     pub redact: bool,
     /// Decoders by capture index, for this configuration's captures.
     pub captures: Vec<(Arc<str>, Decode)>,
+    /// `metrics.labels`: captured values that cut the probe's metrics.
+    pub metrics: Option<MetricLabels>,
+}
+
+/// A probe's `metrics`: the captures that label its calls and durations, and how many
+/// combinations of them are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricLabels {
+    pub labels: Vec<Arc<str>>,
+    pub max_series: usize,
 }
 
 impl ProbeMeta {
@@ -45,6 +55,7 @@ impl ProbeMeta {
             latency,
             redact: true,
             captures: Vec::new(),
+            metrics: None,
         }
     }
 }
