@@ -27,7 +27,7 @@ pub(super) struct Target {
 
 /// The uprobes of a plan, each with the configuration it runs: every entry site (a
 /// USDT probe's with its semaphore), then the return sites (uretprobes for C).
-fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
+pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
     let mut v = Vec::new();
     let entry_cfgs = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
     for ((offsets, _), id) in plan.entry_groups().into_iter().zip(entry_cfgs) {
@@ -252,6 +252,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                                 labels: m.labels.iter().map(|l| Arc::from(l.as_str())).collect(),
                                 max_series: m.max_series() as usize,
                             }),
+                        internal: None,
                     })
                 };
                 // Every entry group reads the same names with the same decoders.

@@ -11,6 +11,7 @@ mod attaching;
 pub mod driver;
 pub mod error;
 mod loader;
+mod newproc;
 use loader::LibraryGlob;
 mod procs;
 pub mod resource;
@@ -136,6 +137,8 @@ struct ProcState<L> {
     files: BTreeSet<FileKey>,
     /// The uprobe on its dynamic loader (processes with library probes: `loader.rs`).
     loader: Option<L>,
+    /// The probe on runtime.newproc1 (Go processes with latency probes: `newproc.rs`).
+    newproc: Option<L>,
 }
 
 /// Tunables, with defaults that suit both modes.
@@ -175,6 +178,8 @@ pub struct Engine<T: Tracer, R: Resolver> {
     exits: Option<std::sync::mpsc::Sender<u32>>,
     /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
     loader_hooks: HashMap<FileKey, Option<u64>>,
+    /// runtime.newproc1's probe per executable (None: it has none, or it is not Go).
+    newproc: HashMap<FileKey, Option<newproc::NewprocPlan>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
@@ -208,6 +213,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             retired: HashMap::new(),
             exits: None,
             loader_hooks: HashMap::new(),
+            newproc: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
             dirty: true,
@@ -544,6 +550,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 
     /// Frees a binary's configurations; their counters are kept.
     fn retire_binary(&mut self, key: FileKey) {
+        self.retire_newproc(key);
         let Some(bin) = self.binaries.remove(&key) else {
             return;
         };

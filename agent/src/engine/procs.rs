@@ -74,6 +74,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     links: Vec::new(),
                     files: BTreeSet::new(),
                     loader: None,
+                    newproc: None,
                 },
             );
         }
@@ -83,6 +84,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         if !out.gone {
             self.watch_loader(pid);
+            self.watch_newproc(pid);
         }
         let (attached, first_error, gone) = (out.count, out.first_error, out.gone);
         // Probes on libraries not loaded yet attach when they are: not a failure.
@@ -189,7 +191,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         };
         self.dirty = true;
-        if let Some(l) = p.loader {
+        for l in [p.loader, p.newproc].into_iter().flatten() {
             self.tracer.detach(l);
         }
         for a in p.links {

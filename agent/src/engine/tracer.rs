@@ -137,4 +137,8 @@ pub trait Resolver {
 
     /// The file offset of `_dl_debug_state` in the dynamic loader at `path`, if it has one.
     fn loader_hook(&mut self, path: &Path) -> Option<u64>;
+
+    /// gprobe's own probe on `runtime.newproc1` in the Go executable at `path` (entry:
+    /// `callergp`; return: `r0`, the new goroutine), if it is Go and has the function.
+    fn newproc_plan(&mut self, path: &Path) -> Option<ProbePlan>;
 }

@@ -30,6 +30,15 @@ pub struct ProbeMeta {
     pub captures: Vec<(Arc<str>, Decode)>,
     /// `metrics.labels`: captured values that cut the probe's metrics.
     pub metrics: Option<MetricLabels>,
+    /// One of gprobe's own probes: its records feed the reader, never the output.
+    pub internal: Option<InternalProbe>,
+}
+
+/// gprobe's own probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InternalProbe {
+    /// `runtime.newproc1`: entry `callergp`, return `r0` (the new goroutine).
+    Newproc,
 }
 
 /// A probe's `metrics`: the captures that label its calls and durations, and how many
@@ -56,6 +65,7 @@ impl ProbeMeta {
             redact: true,
             captures: Vec::new(),
             metrics: None,
+            internal: None,
         }
     }
 }
