@@ -99,7 +99,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for &sid in specs {
             let n = self.specs.get(&sid).map_or(0, |s| s.probes.len());
             for pi in 0..n {
-                for t in self.targets_of(info, sid, pi) {
+                let targets = self.targets_of(info, sid, pi);
+                if targets.is_empty() {
+                    self.library_not_loaded(info, sid, pi);
+                }
+                for t in targets {
                     if done.contains(&(sid, pi, t.key)) {
                         continue;
                     }

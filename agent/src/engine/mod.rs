@@ -178,6 +178,8 @@ pub struct Engine<T: Tracer, R: Resolver> {
     exits: Option<std::sync::mpsc::Sender<u32>>,
     /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
     loader_hooks: HashMap<FileKey, Option<u64>>,
+    /// Library probes already said to be waiting for their library (once each).
+    libraries_missing_said: std::collections::HashSet<(SpecId, usize)>,
     /// runtime.newproc1's probe per executable (None: it has none, or it is not Go).
     newproc: HashMap<FileKey, Option<newproc::NewprocPlan>>,
     watch_inos: BTreeSet<u64>,
@@ -213,6 +215,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             retired: HashMap::new(),
             exits: None,
             loader_hooks: HashMap::new(),
+            libraries_missing_said: Default::default(),
             newproc: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
