@@ -668,6 +668,33 @@ int gprobe_exec(unsigned long long *ctx)
 	return 0;
 }
 
+struct task_struct {
+	int pid;
+	int tgid;
+	void *mm;
+} __attribute__((preserve_access_index));
+
+/* A process forked (not a thread): the agent attaches to the child of a traced process,
+ * which runs the same program (postgres backends, nginx workers) and which the kernel's
+ * per-process uprobes do not cover. */
+SEC("tp_btf/sched_process_fork")
+int gprobe_fork(unsigned long long *ctx)
+{
+	struct task_struct *parent = (struct task_struct *)ctx[0];
+	struct task_struct *child = (struct task_struct *)ctx[1];
+	if (child->pid != child->tgid)
+		return 0; /* a thread */
+	if (child->mm == parent->mm)
+		return 0; /* vfork (posix_spawn, os/exec): it runs no code of its own until it execs */
+	struct {
+		__u32 kind;
+		__u32 pid;
+		__u32 ppid;
+	} ev = { .kind = GP_EV_FORK, .pid = child->tgid, .ppid = parent->tgid };
+	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exit")
 int gprobe_exit(void *ctx)
 {

@@ -102,6 +102,9 @@ fn a_library_glob_that_matches_nothing_is_said_with_what_is_loaded() {
         .lines()
         .find(|l| l.contains("\"libjvmx.so\""))
         .unwrap_or_else(|| panic!("no warning names the glob:\n{}", run.stderr));
-    assert!(line.contains("WARN") && line.contains("libjli.so"), "{line}");
+    assert!(
+        line.contains("WARN") && line.contains("libjli.so"),
+        "{line}"
+    );
     assert!(run.records_of("usdt:hotspot:class__loaded").is_empty());
 }

@@ -45,6 +45,12 @@ pub enum Input {
         pid: u32,
         held: bool,
     },
+    /// Process `ppid` forked `pid`.
+    Fork {
+        pid: u32,
+        ppid: u32,
+        at: Instant,
+    },
     Spec(SpecEvent),
     Containers(Vec<Container>),
     /// Resume held processes, detach everything (waiting for the kernel until `deadline`),
@@ -163,6 +169,14 @@ fn run<T: Tracer, R: Resolver>(
             Some(Input::Exit { pid }) => engine.process_exited(pid),
             Some(Input::Loader { pid, held }) => {
                 engine.loader_event(pid, held, libraries_of(pid));
+            }
+            Some(Input::Fork { pid, ppid, at }) => {
+                // Only the children of traced processes: they run the same program.
+                if engine.is_tracked(ppid) {
+                    if let Ok(info) = inspect(pid, None) {
+                        engine.process_seen(info, Origin::Fork { at });
+                    }
+                }
             }
             Some(Input::Spec(ev)) => {
                 if apply_spec_event(&mut engine, ev) {

@@ -70,6 +70,8 @@ pub enum Origin {
     Running,
     /// Just exec'd; `held` when the exec tracepoint stopped it before its first instruction.
     Exec { held: bool, at: Instant },
+    /// Forked by a traced process (not held: it ran on until attached).
+    Fork { at: Instant },
 }
 
 /// Why a spec was not taken.

@@ -114,6 +114,14 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 self.missed(&names, &info, format!("no probe could be attached: {e}"))
             }
             (_, 0, None) => self.missed(&names, &info, "no probe could be attached".into()),
+            (Origin::Fork { at }, _, _) => self.missed(
+                &names,
+                &info,
+                format!(
+                    "forked by a traced process and attached {} ms later: a forked process cannot be held, so its first calls were not seen",
+                    at.elapsed().as_millis()
+                ),
+            ),
             (Origin::Exec { held: false, at }, _, _) => self.missed(
                 &names,
                 &info,
