@@ -170,14 +170,13 @@ fn run<T: Tracer, R: Resolver>(
             Some(Input::Loader { pid, held }) => {
                 engine.loader_event(pid, held, libraries_of(pid));
             }
-            Some(Input::Fork { pid, ppid, at }) => {
-                // Only the children of traced processes: they run the same program.
-                if engine.is_tracked(ppid) {
-                    if let Ok(info) = inspect(pid, None) {
-                        engine.process_seen(info, Origin::Fork { at });
-                    }
+            // Only the children of traced processes: they run the same program.
+            Some(Input::Fork { pid, ppid, at }) if engine.is_tracked(ppid) => {
+                if let Ok(info) = inspect(pid, None) {
+                    engine.process_seen(info, Origin::Fork { at });
                 }
             }
+            Some(Input::Fork { .. }) => {}
             Some(Input::Spec(ev)) => {
                 if apply_spec_event(&mut engine, ev) {
                     scan(&mut engine);

@@ -13,6 +13,7 @@ pub mod error;
 mod loader;
 mod newproc;
 use loader::LibraryGlob;
+pub use tracer::monotonic_ns;
 mod procs;
 pub mod resource;
 pub mod select;
@@ -180,7 +181,7 @@ pub struct Engine<T: Tracer, R: Resolver> {
     exits: Option<std::sync::mpsc::Sender<u32>>,
     /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
     loader_hooks: HashMap<FileKey, Option<u64>>,
-    /// Library probes already said to be waiting for their library (once each).
+    /// Library probes said to wait for their library (`loader.rs`: once each).
     libraries_missing_said: std::collections::HashSet<(SpecId, usize)>,
     /// runtime.newproc1's probe per executable (None: it has none, or it is not Go).
     newproc: HashMap<FileKey, Option<newproc::NewprocPlan>>,
@@ -587,15 +588,4 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.tracer.keep_holding(0);
         self.tracer.wait_detached(deadline)
     }
-}
-
-/// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass it and nothing else.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
