@@ -224,20 +224,29 @@ fn on_exec<T: Tracer, R: Resolver>(
     filename: PathBuf,
     at: Instant,
 ) {
+    let inspected = inspect(pid, Some(&filename));
+    if let Ok(info) = &inspected {
+        if engine.traces_image(info) {
+            if held {
+                engine.resume_held(pid);
+            }
+            return;
+        }
+    }
     // A new program in a traced pid: the old one's probes and calls in flight end here.
     engine.process_exited(pid);
-    match inspect(pid, Some(&filename)) {
+    match inspected {
         Ok(info) => engine.process_seen(info, Origin::Exec { held, at }),
         Err(ProcError::Gone { .. }) => {
             engine.process_exec_gone(pid, &filename);
             if held {
-                engine.resume_gone(pid);
+                engine.resume_held(pid);
             }
         }
         Err(e) => {
             tracing::debug!("{e}");
             if held {
-                engine.resume_gone(pid);
+                engine.resume_held(pid);
             }
         }
     }

@@ -382,8 +382,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
     }
 
-    /// A process held at exec that is gone: forget the hold.
-    pub fn resume_gone(&mut self, pid: u32) {
+    /// Lets a process held at exec run on (or forgets the hold of one that is gone).
+    pub fn resume_held(&mut self, pid: u32) {
         self.tracer.resume(pid);
     }
 

@@ -29,6 +29,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.procs.contains_key(&pid)
     }
 
+    /// Whether `pid` is traced running the image `info` describes already: an exec event
+    /// that arrived after the startup scan had found the process, or a re-exec of the same
+    /// file, whose uprobes stay (they follow the process into its new memory map).
+    pub fn traces_image(&self, info: &ProcInfo) -> bool {
+        self.procs
+            .get(&info.pid)
+            .is_some_and(|p| p.info.key == info.key && p.info.start_time == info.start_time)
+    }
+
     /// A process to consider: selects it (or not), attaches the probes of every spec that
     /// selects it, resumes it if it was held at exec, and counts it.
     pub fn process_seen(&mut self, info: ProcInfo, origin: Origin) {
