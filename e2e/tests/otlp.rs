@@ -132,7 +132,7 @@ fn check(protocol: &str) {
                                 }
                             }
                         }
-                        ("gprobe.call.duration", Some(Data::Histogram(h))) => {
+                        ("gprobe.call.duration", Some(Data::ExponentialHistogram(h))) => {
                             hist_count = h.data_points.last().map(|p| p.count);
                         }
                         ("gprobe.events.lost", Some(Data::Sum(_))) => lost_seen = true,
