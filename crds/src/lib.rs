@@ -4,6 +4,7 @@
 
 mod attachment;
 pub mod glob;
+pub mod gopath;
 pub mod signature;
 mod spec;
 mod validate;
