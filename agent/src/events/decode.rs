@@ -66,6 +66,11 @@ pub fn decode_one(decode: Decode, flags: u8, bytes: &[u8], redact: bool) -> Valu
         Decode::Float { .. } => ValueKind::Float(f64::from_bits(w)),
         Decode::Pointer => ValueKind::Pointer(w),
         Decode::Interface => ValueKind::Interface { nil: w == 0 },
+        // The values of field paths, slices and errors (GpCapture in attach/abi.rs
+        // describes their records): until they are decoded, what the old kinds can say.
+        Decode::Error => ValueKind::Interface { nil: w == 0 },
+        Decode::Len { .. } => ValueKind::Int(w as i64),
+        Decode::Slice { .. } | Decode::Strings | Decode::Interfaces { .. } => ValueKind::Fault,
         Decode::Str | Decode::Bytes => {
             let truncated = flags & VAL_TRUNCATED != 0;
             let text = String::from_utf8_lossy(bytes);

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use gprobe_crds::signature::SignatureError;
 
 use super::go::abi::TypeError;
+use super::go::types::PathError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -150,6 +151,20 @@ pub enum PlanError {
     },
     #[error("{symbol}: {} is not a Go binary; capturing arguments of other functions (C ABI) is not supported yet: remove `capture` (entry, return and latency still work)", path.display())]
     CapturesNeedGo { symbol: String, path: PathBuf },
+    /// A field path or `len(...)` that the binary's types do not allow.
+    #[error("{symbol}: cannot capture {capture:?}: {source}")]
+    Path {
+        symbol: String,
+        capture: String,
+        #[source]
+        source: Box<PathError>,
+    },
+    #[error("{symbol}: invalid capture: {source}")]
+    CaptureSyntax {
+        symbol: String,
+        #[source]
+        source: gprobe_crds::gopath::GoCaptureError,
+    },
 }
 
 /// Kinds of values that cannot be captured.
@@ -166,7 +181,7 @@ pub enum Uncapturable {
 impl Uncapturable {
     fn explain(self, type_name: &str) -> String {
         match self {
-            Uncapturable::Slice => format!("slices other than []byte cannot be captured ({type_name}); capture a []byte, string, or scalar parameter"),
+            Uncapturable::Slice => format!("slices of integers, floats, bools, strings, pointers and interfaces can be captured, not {type_name}; capture len(...) of it"),
             Uncapturable::Complex => format!("complex numbers ({type_name}) live in SSE registers, which uprobes cannot read"),
             Uncapturable::Aggregate => format!("{type_name} values cannot be captured; capture a scalar, string, []byte, pointer or interface parameter"),
         }

@@ -85,6 +85,9 @@ pub struct Binary {
     by_name: OnceLock<Vec<u32>>,
     dwarf: OnceLock<DwarfCache>,
     inlined: OnceLock<Result<InlineIndex, String>>,
+    /// Go types: DWARF's by name, and every runtime type descriptor (`go/types/`).
+    dwarf_types: OnceLock<Result<go::types::DwarfIndex, String>>,
+    descs: OnceLock<go::types::DescIndex>,
 }
 
 impl std::fmt::Debug for Binary {
@@ -114,6 +117,8 @@ impl Binary {
             by_name: OnceLock::new(),
             dwarf: OnceLock::new(),
             inlined: OnceLock::new(),
+            dwarf_types: OnceLock::new(),
+            descs: OnceLock::new(),
         })
     }
 

@@ -5,7 +5,9 @@
 
 use std::fmt;
 
-use crate::attach::abi::{self, GpCapture, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES};
+use crate::attach::abi::{
+    self, GpCapture, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES, GP_MAX_VALUE,
+};
 use crate::resolve::error::go_package;
 pub use crate::resolve::error::{PlanError, Uncapturable};
 use crate::resolve::{go, Binary, TargetKind};
@@ -26,8 +28,39 @@ pub enum Decode {
     Pointer,
     Str,
     Bytes,
-    /// `error` and other interfaces: nil or not, from the type word.
+    /// An interface other than `error` (`GP_CAP_IFACE`, or a `GP_CAP_WORD` of its first
+    /// word): null when nil, else the dynamic type's name (`TypeNames`).
     Interface,
+    /// An `error` (`GP_CAP_IFACE` with `CAPF_DATA_STR`): null when nil; the message for
+    /// the dynamic types of `ERROR_TYPES_WITH_MESSAGE`; else the dynamic type's name.
+    Error,
+    /// `len(x)` (`GP_CAP_WORD`): an int; a nil map or channel on the way (`VAL_NIL`) has
+    /// length 0, a nil pointer before it makes the value null.
+    Len {
+        /// True when NIL means a nil map or channel (the last hop is the map pointer).
+        nil_is_zero: bool,
+    },
+    /// A slice of scalars (`GP_CAP_SLICE`): an array of its first elements.
+    Slice {
+        elem: Elem,
+    },
+    /// A `[]string` (`GP_CAP_STRS`): an array of its first strings.
+    Strings,
+    /// A slice of interfaces (`GP_CAP_IFACES`): an array of its first elements, each a
+    /// string, integer or bool where the dynamic type is one, else its name (or, for
+    /// `errors`, as [`Decode::Error`]).
+    Interfaces {
+        errors: bool,
+    },
+}
+
+/// How the elements of a captured slice of scalars read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    Bool,
+    Int { size: u8, signed: bool },
+    Float { size: u8 },
+    Pointer,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,17 +276,19 @@ pub fn plan_probe(
                 max: GP_MAX_CAPTURES,
             });
         }
-        // Every capture must start inside the BPF cursor bound (see gprobe.h).
+        // Every capture must start inside the BPF cursor bound and end inside the
+        // scratch buffer (see gprobe.h and GpCapture::max_record).
         let mut start = std::mem::size_of::<abi::GpEvent>();
         for c in list.iter() {
-            if start >= GP_DATA_LIMIT {
+            let bytes = c.bpf.max_record();
+            if start >= GP_DATA_LIMIT || bytes > GP_MAX_VALUE {
                 return Err(PlanError::TooLarge {
                     symbol,
-                    bytes: start,
+                    bytes: start + bytes,
                     limit: GP_DATA_LIMIT,
                 });
             }
-            start += 8 + (c.bpf.max_len as usize).max(8).div_ceil(8) * 8;
+            start += bytes;
         }
     }
     let needs_return = probe.latency || !caps.ret.is_empty();

@@ -171,13 +171,18 @@ pub(super) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(cache: &'a DwarfCache, elf: &'a ElfFile) -> Self {
+    pub(super) fn new(cache: &'a DwarfCache, elf: &'a ElfFile) -> Self {
         Ctx {
             dwarf: cache.dwarf(elf),
             unit_starts: &cache.units,
             units: HashMap::new(),
             types: HashMap::new(),
         }
+    }
+
+    /// The loaded DWARF, for walks over every unit.
+    pub(super) fn gimli(&self) -> &gimli::Dwarf<R<'a>> {
+        &self.dwarf
     }
 
     /// The unit holding .debug_info offset `off`, and the entry's offset in it.
@@ -250,6 +255,12 @@ impl<'a> Ctx<'a> {
             results: Vec::new(),
         };
         for (name, is_result, ty, _) in raw {
+            // The dictionary of a generic function's instantiation (Go 1.21+ lists it;
+            // Go 1.19 does not): not a declared parameter. The planner adds the word it
+            // takes (go/types/generic.rs), whatever DWARF says.
+            if !is_result && name.as_deref() == Some(".dict") {
+                continue;
+            }
             let ty = ty.ok_or_else(|| {
                 format!(
                     "parameter {} has no type",

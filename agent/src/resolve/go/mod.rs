@@ -4,6 +4,7 @@
 
 pub mod abi;
 pub mod gotype;
+pub mod types;
 
 pub(crate) mod buildinfo;
 pub(crate) mod dwarf;
@@ -250,6 +251,11 @@ impl GoInfo {
         let lay = abi::layout(&types(&sig.params), &types(&sig.results));
         let words = |t: &gotype::GoType| t.size().next_multiple_of(8);
         let mut max: u64 = lay.params.iter().map(|p| words(&p.ty)).sum();
+        // A shape instantiation's dictionary pointer, which DWARF does not list as a
+        // parameter (go/types/generic.rs).
+        if types::generic::takes_dictionary(&String::from_utf8_lossy(elf.name_bytes(f.name_off))) {
+            max += 8;
+        }
         max += lay
             .results
             .iter()

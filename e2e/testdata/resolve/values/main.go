@@ -3,7 +3,10 @@
 // errors from errors.New and fmt.Errorf("%w"), generic functions, and an HTTP handler.
 //
 //	values offsets   prints, for every path the tests plan, the offsets Go itself uses
-//	                 (unsafe.Offsetof): "PATH <capture> <hop offsets> <final offset>"
+//	                 (unsafe.Offsetof): "PATH <capture> <hop offsets> <final offset>";
+//	                 the type words of boxed values: "TYPE <%T> <address>" (an itab's
+//	                 address for an error); and where the executable is mapped: "MAP
+//	                 <start> <file offset>" (first line of /proc/self/maps naming it)
 //	values run [N]   calls each probed function N times (default 3) and prints what it
 //	                 passed or returned as one JSON object per call, for exact comparison
 //	values serve     serves handleOrder on 127.0.0.1:PORT (PORT from $PORT, default 0)
@@ -21,6 +24,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -62,6 +66,13 @@ type order struct {
 	Any      interface{}
 }
 
+// secret is never boxed in an interface: a stripped build has no descriptor for it, and
+// probes that need its layout must say so.
+type secret struct {
+	Level int
+	Owner *Customer
+}
+
 // Money is a named integer type: a by-value parameter of this type is an int64.
 type Money int64
 
@@ -73,6 +84,11 @@ type pair struct {
 }
 
 var errNotFound = errors.New("not found")
+
+//go:noinline
+func audit(s *secret) int {
+	return s.Level
+}
 
 //go:noinline
 func process(o *order) int {
@@ -182,6 +198,24 @@ func offsets() {
 	p("r.ContentLength", nil, unsafe.Offsetof(r.ContentLength))
 	fmt.Printf("SIZE main.order %d\nSIZE main.Customer %d\nSIZE net/http.Request %d\n",
 		unsafe.Sizeof(o), unsafe.Sizeof(c), unsafe.Sizeof(r))
+	// The first word of an interface: a type for `any`, an itab for `error`.
+	word := func(p unsafe.Pointer) uintptr { return *(*uintptr)(p) }
+	for _, v := range []interface{}{&o, o, &c, Money(1), "s"} {
+		fmt.Printf("TYPE %T %#x\n", v, word(unsafe.Pointer(&v)))
+	}
+	for _, e := range []error{errNotFound, fmt.Errorf("x: %w", errNotFound), &os.PathError{}} {
+		fmt.Printf("TYPE %T %#x\n", e, word(unsafe.Pointer(&e)))
+	}
+	exe, _ := os.Executable()
+	maps, _ := os.ReadFile("/proc/self/maps")
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 6 && f[5] == exe {
+			start := strings.Split(f[0], "-")[0]
+			fmt.Printf("MAP 0x%s 0x%s\n", start, f[2])
+			break
+		}
+	}
 }
 
 // record prints one call as JSON: the values a probe would capture, as gprobe should
@@ -210,6 +244,7 @@ func run(n int) {
 		}
 		record("main.process", rec)
 		processPair(pair{Key: "k" + strconv.Itoa(i), Count: i, Cust: o.Customer}, Money(100*i))
+		audit(&secret{Level: i})
 		err := lookup(i)
 		var msg interface{}
 		if err != nil {

@@ -1,0 +1,1 @@
+//! Go types, field paths and generic functions (filled below).
