@@ -9,6 +9,7 @@ mod bad_inputs;
 mod dwarf;
 mod functions;
 mod kubectl;
+mod paths;
 mod plan;
 mod sites;
 mod types;

@@ -3,14 +3,16 @@
 //! as a hidden first argument (RAX), before the receiver and the declared parameters. A
 //! signature written as the source declares it (`func Sum[T Number](xs []T) T`, or
 //! `func(xs []int64) int64`) must skip that word; and its type parameters take the
-//! instantiation's shapes, in order.
+//! instantiation's shapes, in order. Go 1.18-1.20 name every instantiation `F[...]` in
+//! the pclntab (the shapes are only in the symbol table and DWARF): such a name takes a
+//! dictionary too, and its type parameters cannot be bound.
 
 use gprobe_crds::signature::{parse_signature, TypeExpr};
 
 /// True when `symbol` is a shape instantiation, whose code takes a dictionary. Fully
 /// instantiated wrappers (`main.Sum[int64]`) and ordinary functions take none.
 pub fn takes_dictionary(symbol: &str) -> bool {
-    shape_args(symbol).is_some_and(|a| a.iter().any(|s| s.starts_with("go.shape.")))
+    shape_args(symbol).is_some_and(|a| a.iter().any(|s| s.starts_with("go.shape.") || *s == "..."))
 }
 
 /// The type arguments of the first bracketed list of `symbol`: `["go.shape.int64"]` for

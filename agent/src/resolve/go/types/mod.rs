@@ -212,6 +212,14 @@ impl Binary {
         })
     }
 
+    /// The names of the named types the runtime type descriptors describe, sorted.
+    #[doc(hidden)]
+    pub fn descriptor_type_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.desc_index().by_name.keys().cloned().collect();
+        v.sort();
+        v
+    }
+
     /// The struct layout of the named type `name` from the runtime type descriptors
     /// alone, and from DWARF alone (either `None` where that source lacks it): both must
     /// agree, which tests check.

@@ -246,12 +246,21 @@ impl<'a> DescReader<'a> {
             return Ok(s.to_string());
         }
         if h.tflag & TFLAG_NAMED != 0 {
+            // `http.Request` in package net/http: the package name, the path's last
+            // element, becomes the path. Shapes (`go.shape.int64`) and names already
+            // spelled with their path stay.
             return Ok(match self.pkg_path(addr, &h) {
-                Some(p) => match s.split_once('.') {
-                    Some((_, rest)) => format!("{p}.{rest}"),
-                    None => s.to_string(),
-                },
-                None => s.to_string(),
+                Some(p) if !s.starts_with(&format!("{p}.")) => {
+                    let last = p.rsplit('/').next().unwrap_or(p);
+                    match s.strip_prefix(last).and_then(|r| r.strip_prefix('.')) {
+                        Some(rest) => format!("{p}.{rest}"),
+                        None => match s.split_once('.') {
+                            Some((_, rest)) => format!("{p}.{rest}"),
+                            None => s.to_string(),
+                        },
+                    }
+                }
+                _ => s.to_string(),
             });
         }
         let elem = |a: u64| -> Result<String, String> { self.full_name(self.ptr(a)?, depth + 1) };
@@ -264,6 +273,12 @@ impl<'a> DescReader<'a> {
                 elem(addr + 48)?
             ),
             kind::MAP => format!("map[{}]{}", elem(addr + 48)?, elem(addr + 56)?),
+            // ChanType.Dir at 56: 1 receive, 2 send, 3 both.
+            kind::CHAN => match self.word(addr + 56) {
+                Some(1) => format!("<-chan {}", elem(addr + 48)?),
+                Some(2) => format!("chan<- {}", elem(addr + 48)?),
+                _ => format!("chan {}", elem(addr + 48)?),
+            },
             _ => s.to_string(),
         })
     }

@@ -286,7 +286,7 @@ impl<'a> TypeStore<'a> {
             (source, similar(idx.by_name.keys(), &full))
         };
         Err(TypeError::NotFound {
-            name: written.to_string(),
+            name: full,
             path,
             described_by: source,
             similar,
