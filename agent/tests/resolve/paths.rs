@@ -27,6 +27,7 @@ fn paths_plan_to_the_offsets_go_uses() {
                     'o',
                     abi::reg::RAX,
                 ),
+                ("main.track", "func(t *tracked) int64", 't', abi::reg::RAX),
                 (
                     "main.handleOrder",
                     "func(w http.ResponseWriter, r *net/http.Request)",
@@ -394,6 +395,18 @@ fn refusals_say_what_is_missing() {
         } => assert_eq!(type_name, "[]main.pair"),
         e => panic!("{e:?}"),
     }
+    // Each value's most bytes count against the record: 16 strings of a []string and two
+    // 4 KiB strings do not fit.
+    let big = probe(
+        "main.process",
+        Some("func(o *main.order) int"),
+        &["o.Tags", "o.Customer.Name", "o.Customer.Email"],
+    );
+    match plan_probe(&stripped, &big, 4096).unwrap_err() {
+        PlanError::TooLarge { bytes, limit, .. } => assert!(bytes > limit, "{bytes} {limit}"),
+        e => panic!("{e:?}"),
+    }
+    assert!(plan_probe(&stripped, &big, 1024).is_ok());
     match err(&full, probe("main.process", None, &["o.Base"])) {
         PlanError::Uncapturable {
             kind: Uncapturable::Aggregate,

@@ -34,6 +34,9 @@ pub struct DwarfParam {
 pub struct DwarfSignature {
     pub params: Vec<DwarfParam>,
     pub results: Vec<DwarfParam>,
+    /// DWARF lists a `.dict` parameter: a generic instantiation's dictionary pointer,
+    /// passed before the declared parameters (Go 1.21+ lists it, Go 1.19 does not).
+    pub dictionary: bool,
 }
 
 pub(super) type R<'a> = EndianSlice<'a, RunTimeEndian>;
@@ -253,12 +256,13 @@ impl<'a> Ctx<'a> {
         let mut sig = DwarfSignature {
             params: Vec::new(),
             results: Vec::new(),
+            dictionary: false,
         };
         for (name, is_result, ty, _) in raw {
-            // The dictionary of a generic function's instantiation (Go 1.21+ lists it;
-            // Go 1.19 does not): not a declared parameter. The planner adds the word it
-            // takes (go/types/generic.rs), whatever DWARF says.
+            // The dictionary of a generic function's instantiation: not a declared
+            // parameter; the planner adds the word it takes (go/types/generic.rs).
             if !is_result && name.as_deref() == Some(".dict") {
+                sig.dictionary = true;
                 continue;
             }
             let ty = ty.ok_or_else(|| {

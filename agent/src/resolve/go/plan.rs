@@ -143,7 +143,7 @@ fn types(
     let dict = generic::takes_dictionary(&func.name);
     let Some(text) = &probe.signature else {
         return match bin.dwarf_signature(func)? {
-            Some(d) => Ok(from_dwarf(store, dict, &d, Vec::new())),
+            Some(d) => Ok(from_dwarf(store, dict || d.dictionary, &d, Vec::new())),
             None => Err(PlanError::NoSignature {
                 symbol: symbol.clone(),
                 path: bin.path().to_path_buf(),
@@ -177,7 +177,6 @@ fn types(
         shapes(&sig.params, &param_types)?,
         shapes(&sig.results, &result_types)?,
     );
-    let lay = abi_layout(dict, &tp, &tr);
     // DWARF that cannot be used (absent, or incomplete as in Go 1.19's unnamed
     // parameters) leaves the signature as the only description.
     let dwarf = match bin.dwarf_signature(func) {
@@ -187,6 +186,9 @@ fn types(
             None
         }
     };
+    // DWARF's `.dict` marks an instantiation too (whatever its name says).
+    let dict = dict || dwarf.as_ref().is_some_and(|d| d.dictionary);
+    let lay = abi_layout(dict, &tp, &tr);
     if let Some(d) = dwarf {
         let differences = compare(&sig, &lay, &d, dict);
         if !differences.is_empty() {
@@ -353,6 +355,7 @@ mod tests {
         DwarfSignature {
             params: list(params),
             results: list(results),
+            dictionary: false,
         }
     }
 

@@ -73,6 +73,12 @@ type secret struct {
 	Owner *Customer
 }
 
+// tracked embeds a pointer: its promoted fields (t.ID) are one dereference away.
+type tracked struct {
+	Label string
+	*Base
+}
+
 // Money is a named integer type: a by-value parameter of this type is an int64.
 type Money int64
 
@@ -84,6 +90,11 @@ type pair struct {
 }
 
 var errNotFound = errors.New("not found")
+
+//go:noinline
+func track(t *tracked) int64 {
+	return t.ID
+}
 
 //go:noinline
 func audit(s *secret) int {
@@ -192,6 +203,11 @@ func offsets() {
 	p("len(o.Tags)", nil, unsafe.Offsetof(o.Tags)+8)
 	// The map header pointer is one more hop; its count is at offset 0.
 	p("len(o.Meta)", []uintptr{unsafe.Offsetof(o.Meta)}, 0)
+	var t tracked
+	var b Base
+	p("t.ID", []uintptr{unsafe.Offsetof(t.Base)}, unsafe.Offsetof(b.ID))
+	p("t.Created", []uintptr{unsafe.Offsetof(t.Base)}, unsafe.Offsetof(b.Created))
+	p("t.Label", nil, unsafe.Offsetof(t.Label))
 	p("r.Method", nil, unsafe.Offsetof(r.Method))
 	p("r.URL.Path", []uintptr{unsafe.Offsetof(r.URL)}, unsafe.Offsetof(u.Path))
 	p("r.Host", nil, unsafe.Offsetof(r.Host))
@@ -245,6 +261,8 @@ func run(n int) {
 		record("main.process", rec)
 		processPair(pair{Key: "k" + strconv.Itoa(i), Count: i, Cust: o.Customer}, Money(100*i))
 		audit(&secret{Level: i})
+		tr := &tracked{Label: "t", Base: &o.Base}
+		track(tr)
 		err := lookup(i)
 		var msg interface{}
 		if err != nil {
@@ -256,7 +274,7 @@ func run(n int) {
 		record("main.Add[go.shape.int64]", map[string]interface{}{"a": int64(i), "b": int64(2 * i), "r0": Add(int64(i), int64(2*i))})
 		Add("x", "y")
 		// Keep the descriptors of the probed types in stripped builds.
-		fmt.Println(o, o.Customer, o.Customer.Addr, o.Note, pair{}, Money(0))
+		fmt.Println(o, o.Customer, o.Customer.Addr, o.Note, pair{}, Money(0), tr)
 	}
 }
 
