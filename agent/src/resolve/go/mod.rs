@@ -1,6 +1,7 @@
 //! Go binaries: the function table (pclntab) and the module data that places it, the Go
 //! version, DWARF signatures, inline trees, the stack-growth check, the register ABI and
-//! the planning of captures under it.
+//! the planning of captures under it; `types/`: Go types from DWARF or the runtime type
+//! descriptors, field paths, generic instantiations, and the names of dynamic types.
 
 pub mod abi;
 pub mod gotype;
