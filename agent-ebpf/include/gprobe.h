@@ -45,8 +45,9 @@ enum gp_event_kind {
  * end of a path with GP_CAPF_PATH), what is read after them, and the record's layout. */
 enum gp_cap_kind {
 	GP_CAP_WORD = 1,   /* up to 8 bytes from loc[0] */
-	GP_CAP_BYTES = 2,  /* string / []byte: pointer at loc[0], length at loc[1] */
-	/* 3: C strings (C probes) */
+	GP_CAP_BYTES = 2,  /* string / []byte: pointer at loc[0], length at loc[1] (of `size`
+			    * bytes, 0 = 8) */
+	GP_CAP_CSTR = 3,   /* NUL-terminated string at the pointer at loc[0], max_len bytes at most */
 	GP_CAP_IFACE = 4,  /* interface: (type or itab, data) words; the type, data, and with
 			    * GP_CAPF_DATA_STR the string header at data and its bytes */
 	GP_CAP_SLICE = 5,  /* slice of scalars: (ptr, len) words; max_elems elements of size bytes */
@@ -62,7 +63,8 @@ enum gp_cap_kind {
 enum gp_loc_kind {
 	GP_LOC_NONE = 0,
 	GP_LOC_REG = 1,   /* a general-purpose register, by its x86 encoding (RAX=0 ... R15=15) */
-	GP_LOC_MEM = 2,   /* the 8 bytes at register + off (Go stack arguments: RSP + off) */
+	GP_LOC_MEM = 2,   /* the `size` bytes at register + off (Go stack arguments: RSP + off;
+			   * USDT memory operands); a location of a GP_CAP_BYTES/CSTR: 8 bytes */
 	GP_LOC_CONST = 3, /* the constant off */
 };
 
@@ -93,11 +95,20 @@ struct gp_probe_cfg {
 	__u32 func_id;    /* pairs the entry and return configurations of one probe */
 	__u8 kind;        /* enum gp_probe_kind */
 	__u8 n_captures;
-	__u16 _pad;
+	__u8 flags;       /* GP_CFG_* */
+	__u8 _pad;
 	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
 	__u32 _pad2;
 	struct gp_capture caps[GP_MAX_CAPTURES];
 };
+
+/* Flags of a probe configuration, set by the agent. */
+#define GP_CFG_WORDS 1     /* every capture is a GP_CAP_WORD: each record is 48 + 16 * n_captures
+			    * bytes, written in place in the ring buffer */
+#define GP_CFG_ONE_BYTES 2 /* one capture, a GP_CAP_BYTES: written in place in a record of one of
+			    * ten sizes (see gprobe.bpf.c), data_len telling what it holds */
+#define GP_CFG_PAIR_BY_THREAD 4 /* pair entries and returns by thread id, not goroutine (R14):
+				 * C functions and USDT probes, where R14 is any value */
 
 /* Flags of one captured value. */
 #define GP_VAL_TRUNCATED 1 /* a string/bytes value longer than max_len */

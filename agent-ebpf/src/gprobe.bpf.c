@@ -121,6 +121,7 @@ struct {
 struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
+	__u64 nested;  /* this hit's entry found calls of its function in flight on its goroutine */
 	__u64 regs[16];
 	__u8 buf[GP_SCRATCH];
 };
@@ -143,8 +144,41 @@ struct {
  * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
 volatile const __u64 wakeup_bytes = 0;
 
-/* The general-purpose registers by x86 encoding, copied out of pt_regs once per hit: the
- * verifier rejects pt_regs loads at computed offsets, so captures index this copy. */
+/* A general-purpose register by x86 encoding, read straight from pt_regs: one constant-
+ * offset load per case. The verifier rejects pt_regs loads at computed offsets, and clang
+ * would merge the cases into one such load: the empty asm keeps each load in its case. */
+#define GP_REG_CASE(n, field)                                                                      \
+	case n: {                                                                                  \
+		__u64 v = r->field;                                                                \
+		asm volatile("" : "+r"(v));                                                        \
+		return v;                                                                          \
+	}
+
+static __always_inline __u64 reg_of(const struct x86_regs *r, __u8 reg)
+{
+	switch (reg & 15) {
+	GP_REG_CASE(0, ax)
+	GP_REG_CASE(1, cx)
+	GP_REG_CASE(2, dx)
+	GP_REG_CASE(3, bx)
+	GP_REG_CASE(4, sp)
+	GP_REG_CASE(5, bp)
+	GP_REG_CASE(6, si)
+	GP_REG_CASE(7, di)
+	GP_REG_CASE(8, r8)
+	GP_REG_CASE(9, r9)
+	GP_REG_CASE(10, r10)
+	GP_REG_CASE(11, r11)
+	GP_REG_CASE(12, r12)
+	GP_REG_CASE(13, r13)
+	GP_REG_CASE(14, r14)
+	GP_REG_CASE(15, r15)
+	}
+	return 0;
+}
+
+/* The general-purpose registers by x86 encoding, copied out of pt_regs once per hit, for
+ * configurations with string/bytes captures, whose capture loop indexes this copy. */
 static __always_inline void save_regs(__u64 *regs, const struct x86_regs *r)
 {
 	regs[0] = r->ax;
@@ -165,7 +199,15 @@ static __always_inline void save_regs(__u64 *regs, const struct x86_regs *r)
 	regs[15] = r->r15;
 }
 
-static __always_inline int read_word(const __u64 *regs, const struct gp_loc *l, __u64 *out)
+/* The bytes a memory location's read takes: `size` (1..8; 0 = 8). Exactly that many, so a
+ * one-byte USDT operand at the end of a mapping still reads; the decoder masks the rest. */
+static __always_inline __u32 mem_size(__u8 size)
+{
+	return (size == 0 || size > 8) ? 8 : size;
+}
+
+static __always_inline int read_word(const __u64 *regs, const struct gp_loc *l, __u8 size,
+				     __u64 *out)
 {
 	*out = 0;
 	switch (l->kind) {
@@ -173,11 +215,35 @@ static __always_inline int read_word(const __u64 *regs, const struct gp_loc *l, 
 		*out = regs[l->reg & 15];
 		return 0;
 	case GP_LOC_MEM:
-		return bpf_probe_read_user(out, sizeof(*out), (void *)(regs[l->reg & 15] + (long)l->off));
+		return bpf_probe_read_user(out, mem_size(size), (void *)(regs[l->reg & 15] + (long)l->off));
 	case GP_LOC_CONST:
 		*out = (__u64)(long)l->off;
 		return 0;
 	}
+	return -1;
+}
+
+/* read_word for the word-only path: registers from pt_regs, memory straight into `out` (a
+ * ring buffer reservation); bpf_probe_read_user zeroes `out` when it fails. */
+static __always_inline int read_word_direct(const struct x86_regs *r, const struct gp_loc *l,
+					    __u8 size, __u64 *out)
+{
+	switch (l->kind) {
+	case GP_LOC_REG:
+		*out = reg_of(r, l->reg);
+		return 0;
+	case GP_LOC_MEM: {
+		__u32 n = mem_size(size);
+		if (n == 8)
+			return bpf_probe_read_user(out, 8, (void *)(reg_of(r, l->reg) + (long)l->off));
+		*out = 0;
+		return bpf_probe_read_user(out, n, (void *)(reg_of(r, l->reg) + (long)l->off));
+	}
+	case GP_LOC_CONST:
+		*out = (__u64)(long)l->off;
+		return 0;
+	}
+	*out = 0;
 	return -1;
 }
 
@@ -194,79 +260,169 @@ static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 	return __sync_fetch_and_add(&rt->count, 1) >= limit;
 }
 
-SEC("uprobe")
-int gprobe_uprobe(struct x86_regs *r)
+/* What every record of one hit carries in its header. */
+struct hit {
+	__u64 now;
+	__u64 call_id;
+	__u64 duration;
+	__u64 pid_tgid;
+	__u64 goroutine; /* or the thread id, for configurations that pair by thread */
+	__u32 id;
+	__u16 kind;
+};
+
+static __always_inline void fill_header(struct gp_event *e, const struct hit *h,
+					const struct x86_regs *r, __u16 data_len)
 {
-	__u32 id = (__u32)bpf_get_attach_cookie(r);
-	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
-	if (!cfg)
-		return 0;
-	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
-	if (!st)
-		return 0;
-	st->hits++;
+	e->ts_ns = h->now;
+	e->call_id = h->call_id;
+	e->goroutine = h->goroutine;
+	e->duration_ns = h->duration;
+	e->pid = h->pid_tgid >> 32;
+	e->tid = (__u32)h->pid_tgid;
+	e->probe_id = h->id;
+	e->kind = h->kind;
+	e->data_len = data_len;
+}
 
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u64 now = bpf_ktime_get_ns();
-	struct gp_inflight_key ik = { .goroutine = r->r14, .tgid = pid_tgid >> 32, .func_id = cfg->func_id };
-	__u64 call_id = 0, duration = 0;
-	__u16 kind = GP_EV_CALL;
-
-	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
+/* The ring buffer's wake-up flag for a record of `size` bytes: batched wake-ups without
+ * asking the ring how full it is, from a per-CPU count of the bytes written since this CPU
+ * last woke the reader. */
+static __always_inline __u64 wake_flag(struct scratch *s, __u32 size)
+{
+	if (!wakeup_bytes)
 		return 0;
-
-	if (cfg->kind == GP_PROBE_RETURN) {
-		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
-		if (in && in->overflow > 0) {
-			/* The return of a call nested too deep to be recorded (counted at its entry). */
-			in->overflow--;
-			return 0;
-		}
-		if (!in || in->depth == 0 || in->depth > GP_MAX_DEPTH) {
-			/* Its entry was throttled, dropped, or came before we attached. */
-			st->unpaired++;
-			return 0;
-		}
-		__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
-		call_id = in->call_id[d];
-		duration = now - in->ts[d];
-		in->depth--;
-		if (in->depth == 0)
-			bpf_map_delete_elem(&inflight, &ik);
-		kind = GP_EV_RETURN;
-	} else {
-		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, now)) {
-			st->throttled++;
-			return 0;
-		}
-		if (cfg->kind == GP_PROBE_ENTRY) {
-			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
-			if (in && in->depth >= GP_MAX_DEPTH) {
-				/* Deeper than the pairing stack: counted, not recorded, and its return
-				 * skipped so the outer calls still pair exactly. */
-				in->overflow++;
-				st->too_deep++;
-				return 0;
-			}
-			s->seq++;
-			call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
-			kind = GP_EV_ENTRY;
-		}
+	s->unwoken += size;
+	if (s->unwoken >= wakeup_bytes) {
+		s->unwoken = 0;
+		return BPF_RB_FORCE_WAKEUP;
 	}
+	return BPF_RB_NO_WAKEUP;
+}
 
+/* A length of `size` bytes (1..7; 0 or 8 = the whole word): a C `int` leaves the upper
+ * half of its register undefined. */
+static __always_inline __u64 len_of(__u64 len, __u8 size)
+{
+	if (size == 0 || size >= 8)
+		return len;
+	return len & ((1ULL << (size * 8)) - 1);
+}
+
+/* Records of configurations whose captures are all words (GP_CFG_WORDS): N values of 8
+ * bytes, so the record's size is a constant per N, and it is written in place in the ring
+ * buffer (reserve/submit: no copy out of a scratch buffer). Returns -1 when the ring is
+ * full. */
+static __always_inline int emit_words(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				      const struct hit *h, const __u32 n, __u64 wake)
+{
+	struct gp_event *e = bpf_ringbuf_reserve(&events, sizeof(*e) + n * 16, 0);
+	if (!e)
+		return -1;
+	fill_header(e, h, r, n * 16);
+	/* Not unrolled: nine copies of this function (one per n) stay small. */
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < n; i++) {
+		struct gp_value *v = (struct gp_value *)((__u8 *)(e + 1) + i * 16);
+		v->cap = i;
+		v->len = 8;
+		v->full_len = 0;
+		v->flags = read_word_direct(r, &cfg->caps[i].loc[0], cfg->caps[i].size, (__u64 *)(v + 1))
+				   ? GP_VAL_FAULT
+				   : 0;
+	}
+	bpf_ringbuf_submit(e, wake);
+	return 0;
+}
+
+static __always_inline int emit_words_n(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+					const struct hit *h, __u32 n, struct scratch *s)
+{
+	if (n > GP_MAX_CAPTURES)
+		n = GP_MAX_CAPTURES;
+	__u64 wake = wake_flag(s, sizeof(struct gp_event) + n * 16);
+	switch (n) {
+	case 0: return emit_words(r, cfg, h, 0, wake);
+	case 1: return emit_words(r, cfg, h, 1, wake);
+	case 2: return emit_words(r, cfg, h, 2, wake);
+	case 3: return emit_words(r, cfg, h, 3, wake);
+	case 4: return emit_words(r, cfg, h, 4, wake);
+	case 5: return emit_words(r, cfg, h, 5, wake);
+	case 6: return emit_words(r, cfg, h, 6, wake);
+	case 7: return emit_words(r, cfg, h, 7, wake);
+	default: return emit_words(r, cfg, h, GP_MAX_CAPTURES, wake);
+	}
+}
+
+/* Records of configurations with one capture, a string/bytes (GP_CFG_ONE_BYTES), written
+ * in place too: the value's n bytes go at a constant offset, so a reservation of a constant
+ * size C is safe once n <= C - 56. The program picks the smallest of the sizes 56 + 2^k
+ * (k = 3..12) that holds the value, so at most half of what a record reserves beyond its
+ * header is unused, and a value of exactly 8, 16, ..., 4096 bytes fills its record. */
+#define GP_BYTES_REC(n) (sizeof(struct gp_event) + sizeof(struct gp_value) + (n))
+
+static __always_inline int emit_bytes(const struct x86_regs *r, const struct hit *h,
+				      const __u32 size, __u64 wake, __u64 ptr, __u64 len, __u32 n,
+				      __u8 flags)
+{
+	struct gp_event *e = bpf_ringbuf_reserve(&events, size, 0);
+	if (!e)
+		return -1;
+	struct gp_value *v = (struct gp_value *)(e + 1);
+	if (n > size - GP_BYTES_REC(0)) /* the caller chose size >= GP_BYTES_REC(n) */
+		n = size - GP_BYTES_REC(0);
+	if (n && bpf_probe_read_user(v + 1, n, (void *)ptr)) {
+		flags |= GP_VAL_FAULT;
+		n = 0;
+	}
+	v->cap = 0;
+	v->flags = flags;
+	v->len = n;
+	v->full_len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
+	fill_header(e, h, r, sizeof(*v) + ((n + 7) & ~7U));
+	bpf_ringbuf_submit(e, wake);
+	return 0;
+}
+
+static __always_inline int emit_one_bytes(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+					  const struct hit *h, struct scratch *s)
+{
+	const struct gp_capture *c = &cfg->caps[0];
+	__u64 ptr = 0, len = 0;
+	__u8 flags = 0;
+	if (read_word_direct(r, &c->loc[0], 8, &ptr) | read_word_direct(r, &c->loc[1], 8, &len))
+		flags |= GP_VAL_FAULT;
+	len = len_of(len, c->size);
+	__u32 n = len > c->max_len ? c->max_len : (__u32)len;
+	if (n > GP_MAX_STR)
+		n = GP_MAX_STR;
+	if (len > n)
+		flags |= GP_VAL_TRUNCATED;
+	__u32 size = GP_BYTES_REC(8);
+	if (n > 8)
+		size = GP_BYTES_REC(1U << (64 - __builtin_clzll((__u64)n - 1)));
+	__u64 wake = wake_flag(s, size);
+	switch (size) {
+	case GP_BYTES_REC(8): return emit_bytes(r, h, GP_BYTES_REC(8), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(16): return emit_bytes(r, h, GP_BYTES_REC(16), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(32): return emit_bytes(r, h, GP_BYTES_REC(32), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(64): return emit_bytes(r, h, GP_BYTES_REC(64), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(128): return emit_bytes(r, h, GP_BYTES_REC(128), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(256): return emit_bytes(r, h, GP_BYTES_REC(256), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(512): return emit_bytes(r, h, GP_BYTES_REC(512), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(1024): return emit_bytes(r, h, GP_BYTES_REC(1024), wake, ptr, len, n, flags);
+	case GP_BYTES_REC(2048): return emit_bytes(r, h, GP_BYTES_REC(2048), wake, ptr, len, n, flags);
+	default: return emit_bytes(r, h, GP_BYTES_REC(GP_MAX_STR), wake, ptr, len, n, flags);
+	}
+}
+
+/* Records with string/bytes captures, whose size depends on the values: assembled in the
+ * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
+static __always_inline int emit_any(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				    const struct hit *h, struct scratch *s)
+{
 	save_regs(s->regs, r);
 	struct gp_event *e = (struct gp_event *)s->buf;
-	e->ts_ns = now;
-	e->call_id = call_id;
-	e->goroutine = r->r14;
-	e->duration_ns = duration;
-	e->pid = pid_tgid >> 32;
-	e->tid = (__u32)pid_tgid;
-	e->probe_id = id;
-	e->kind = kind;
-
 	__u32 off = sizeof(struct gp_event);
 #pragma clang loop unroll(full)
 	for (int i = 0; i < GP_MAX_CAPTURES; i++) {
@@ -280,15 +436,41 @@ int gprobe_uprobe(struct x86_regs *r)
 		v->full_len = 0;
 		if (c->kind == GP_CAP_WORD) {
 			__u64 w;
-			if (read_word(s->regs, &c->loc[0], &w))
+			if (read_word(s->regs, &c->loc[0], c->size, &w))
 				flags |= GP_VAL_FAULT;
 			*(__u64 *)(s->buf + off + sizeof(*v)) = w;
 			v->len = 8;
 			off += sizeof(*v) + 8;
+		} else if (c->kind == GP_CAP_CSTR) {
+			/* max_len + 2 bytes: a string of more than max_len bytes (the helper returns
+			 * max_len + 2, NUL included) is told from one of exactly max_len. */
+			__u64 ptr = 0;
+			long got = -1;
+			__u32 room = (__u32)c->max_len + 2;
+			if (room > GP_MAX_STR + 2)
+				room = GP_MAX_STR + 2;
+			if (!read_word(s->regs, &c->loc[0], 8, &ptr) && ptr)
+				got = bpf_probe_read_user_str(s->buf + off + sizeof(*v), room, (void *)ptr);
+			__u32 n = 0;
+			if (got <= 0) {
+				flags |= GP_VAL_FAULT;
+			} else {
+				n = (__u32)got - 1; /* without the NUL */
+				if (n > c->max_len) {
+					n = c->max_len;
+					flags |= GP_VAL_TRUNCATED;
+				}
+			}
+			if (n > GP_MAX_STR)
+				n = GP_MAX_STR;
+			v->full_len = n + ((flags & GP_VAL_TRUNCATED) ? 1 : 0);
+			v->len = n;
+			off += sizeof(*v) + ((n + 7) & ~7U);
 		} else {
 			__u64 ptr = 0, len = 0;
-			if (read_word(s->regs, &c->loc[0], &ptr) | read_word(s->regs, &c->loc[1], &len))
+			if (read_word(s->regs, &c->loc[0], 8, &ptr) | read_word(s->regs, &c->loc[1], 8, &len))
 				flags |= GP_VAL_FAULT;
+			len = len_of(len, c->size);
 			__u32 n = len > c->max_len ? c->max_len : (__u32)len;
 			if (n > GP_MAX_STR)
 				n = GP_MAX_STR;
@@ -305,38 +487,116 @@ int gprobe_uprobe(struct x86_regs *r)
 		v->flags = flags;
 	}
 	off &= (GP_SCRATCH - 1);
-	e->data_len = off - sizeof(struct gp_event);
+	fill_header(e, h, r, off - sizeof(struct gp_event));
+	return bpf_ringbuf_output(&events, s->buf, off, wake_flag(s, off)) ? -1 : 0;
+}
 
-	/* Batched wake-ups without asking the ring how full it is: a per-CPU count of the
-	 * bytes written since this CPU last woke the reader. */
-	__u64 wake = 0;
-	if (wakeup_bytes) {
-		s->unwoken += off;
-		if (s->unwoken >= wakeup_bytes) {
-			s->unwoken = 0;
-			wake = BPF_RB_FORCE_WAKEUP;
-		} else {
-			wake = BPF_RB_NO_WAKEUP;
+SEC("uprobe")
+int gprobe_uprobe(struct x86_regs *r)
+{
+	__u32 id = (__u32)bpf_get_attach_cookie(r);
+	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
+	if (!cfg)
+		return 0;
+	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
+	if (!st)
+		return 0;
+	st->hits++;
+
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	struct hit h = {
+		.pid_tgid = bpf_get_current_pid_tgid(),
+		.now = bpf_ktime_get_ns(),
+		.id = id,
+		.kind = GP_EV_CALL,
+	};
+	/* Go pairs a call's entry and return by goroutine (runtime.g in R14); C functions by
+	 * thread, R14 being any value there. */
+	struct gp_inflight_key ik = {
+		.goroutine = (cfg->flags & GP_CFG_PAIR_BY_THREAD) ? (__u32)h.pid_tgid : r->r14,
+		.tgid = h.pid_tgid >> 32,
+		.func_id = cfg->func_id,
+	};
+	h.goroutine = ik.goroutine;
+
+	if (cfg->kind == GP_PROBE_RETURN) {
+		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+		if (in && in->overflow > 0) {
+			/* The return of a call nested too deep to be recorded (counted at its entry). */
+			in->overflow--;
+			return 0;
+		}
+		if (!in || in->depth == 0 || in->depth > GP_MAX_DEPTH) {
+			/* Its entry was throttled, dropped, or came before we attached. */
+			st->unpaired++;
+			return 0;
+		}
+		__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
+		h.call_id = in->call_id[d];
+		h.duration = h.now - in->ts[d];
+		in->depth--;
+		if (in->depth == 0)
+			bpf_map_delete_elem(&inflight, &ik);
+		h.kind = GP_EV_RETURN;
+	} else {
+		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, h.now)) {
+			st->throttled++;
+			return 0;
+		}
+		if (cfg->kind == GP_PROBE_ENTRY) {
+			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+			if (in && in->depth >= GP_MAX_DEPTH) {
+				/* Deeper than the pairing stack: counted, not recorded, and its return
+				 * skipped so the outer calls still pair exactly. */
+				in->overflow++;
+				st->too_deep++;
+				return 0;
+			}
+			s->nested = in != NULL;
+			s->seq++;
+			h.call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
+			h.kind = GP_EV_ENTRY;
 		}
 	}
-	if (bpf_ringbuf_output(&events, s->buf, off, wake)) {
+
+	int err;
+	if (cfg->flags & GP_CFG_WORDS)
+		err = emit_words_n(r, cfg, &h, cfg->n_captures, s);
+	else if (cfg->flags & GP_CFG_ONE_BYTES)
+		err = emit_one_bytes(r, cfg, &h, s);
+	else
+		err = emit_any(r, cfg, &h, s);
+	if (err) {
 		st->lost++;
 		return 0;
 	}
 	st->emitted++;
 
-	if (kind == GP_EV_ENTRY) {
-		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+	/* Decided on values read back from maps, not on this hit's own constants (kind, what
+	 * the entry's lookup found): the verifier then checks the record writing above once,
+	 * not once for each. */
+	if (cfg->kind == GP_PROBE_ENTRY) {
+		/* Remembered for the return: pushed on the in-flight stack of this goroutine and
+		 * function if the entry found one (a nested call), else on a new one. Either way
+		 * is right whatever s->nested says; it only picks the cheaper order. */
+		struct gp_inflight *in = s->nested ? bpf_map_lookup_elem(&inflight, &ik) : NULL;
 		if (!in) {
-			struct gp_inflight fresh = {};
-			bpf_map_update_elem(&inflight, &ik, &fresh, BPF_NOEXIST);
+			struct gp_inflight fresh = { .depth = 1 };
+			fresh.ts[0] = h.now;
+			fresh.call_id[0] = h.call_id;
+			if (bpf_map_update_elem(&inflight, &ik, &fresh, BPF_NOEXIST) == 0)
+				return 0;
+			/* It exists after all (created meanwhile). */
 			in = bpf_map_lookup_elem(&inflight, &ik);
 			if (!in)
 				return 0;
 		}
 		__u32 d = in->depth & (GP_MAX_DEPTH - 1);
-		in->ts[d] = now;
-		in->call_id[d] = call_id;
+		in->ts[d] = h.now;
+		in->call_id[d] = h.call_id;
 		in->depth = d + 1;
 	}
 	return 0;

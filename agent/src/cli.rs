@@ -120,15 +120,19 @@ pub enum Command {
         #[arg(long, value_parser = parse_duration)]
         duration: Option<Duration>,
     },
-    /// List a binary's functions (stripped Go binaries too), with signatures where DWARF has them.
+    /// List a binary's functions (stripped Go binaries too) with their signatures or C
+    /// prototypes where DWARF has them, and its USDT probes; with --pid, also those of the
+    /// process's shared libraries.
     Symbols {
         /// The binary to read.
         #[arg(required_unless_present = "pid", conflicts_with = "pid")]
         binary: Option<PathBuf>,
-        /// Read the executable of this running process instead.
+        /// Read the executable of this running process instead, and the shared libraries
+        /// it has mapped (their functions are listed with --filter only).
         #[arg(long)]
         pid: Option<u32>,
-        /// Only functions whose name matches this regular expression.
+        /// Only functions (and USDT probes, as provider:name) whose name matches this
+        /// regular expression.
         #[arg(long, value_name = "RE")]
         filter: Option<String>,
         /// Also print each function's address, size, probe sites and RET count.

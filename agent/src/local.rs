@@ -101,5 +101,9 @@ pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSumm
             _ = stop.wait() => break,
         }
     }
-    Ok(pipeline.stop(Instant::now() + STOP_BUDGET).await?)
+    let summary = pipeline.stop(Instant::now() + STOP_BUDGET).await?;
+    // The final counters: losses since the last tick are logged too (a short run can end
+    // before the next one).
+    warn_new_losses(&summary.stats, &mut last);
+    Ok(summary)
 }

@@ -84,14 +84,17 @@ fn run(command: Command) -> Result<ExitCode> {
             filter,
             verbose,
         } => {
-            let path = match (binary, pid) {
-                (Some(b), _) => b,
-                (None, Some(p)) => format!("/proc/{p}/exe").into(),
-                (None, None) => unreachable!("clap requires one"),
-            };
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
-            gprobe_agent::symbols::list(&path, filter.as_deref(), verbose, &mut out)?;
+            match (binary, pid) {
+                (Some(b), _) => {
+                    gprobe_agent::symbols::list(&b, filter.as_deref(), verbose, &mut out)?
+                }
+                (None, Some(p)) => {
+                    gprobe_agent::symbols::list_pid(p, filter.as_deref(), verbose, &mut out)?
+                }
+                (None, None) => unreachable!("clap requires one"),
+            };
             Ok(ExitCode::SUCCESS)
         }
         Command::Types {

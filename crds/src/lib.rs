@@ -3,6 +3,8 @@
 //! per-node report the agent writes in cluster mode.
 
 mod attachment;
+pub mod csig;
+pub mod ctype;
 pub mod glob;
 pub mod gopath;
 pub mod signature;

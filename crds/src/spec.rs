@@ -118,17 +118,23 @@ pub struct Probe {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub library: Option<String>,
-    /// The Go signature, e.g. `func(c *Client, url string) (resp *Response, err error)`.
-    /// Methods take their receiver as the first parameter. Optional where the binary has
-    /// DWARF; required for stripped binaries.
+    /// The Go signature, e.g. `func(c *Client, url string) (resp *Response, err error)`
+    /// (methods take their receiver as the first parameter); for a C function its C
+    /// prototype, e.g. `int SSL_write(void *ssl, const void *buf, int num)`; for a USDT
+    /// probe its argument list, e.g. `(const char *query)`. Optional where the binary has
+    /// DWARF; needed to capture values of stripped binaries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
     /// Parameter or result names to record (at most 8). Unnamed results are `r0`, `r1`, ...;
-    /// unnamed parameters `p0`, `p1`, ... Results need `latency: true` or are read at return anyway.
+    /// unnamed parameters `p0`, `p1`, ... Results are read at return. C functions and USDT
+    /// probes also take `NAME[:LEN]`: LEN bytes at the pointer NAME, LEN another argument.
+    /// A USDT probe without a signature has arguments `arg0`, `arg1`, ...
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(validation = Rule::new("size(self) <= 8").message("lists too many values; at most 8 per probe"))]
     pub capture: Vec<String>,
-    /// Measure each call from entry to return (uprobes on every RET, never uretprobes).
+    /// Measure each call from entry to return: Go functions with uprobes on every RET
+    /// (never uretprobes), C functions with a uretprobe. Not for USDT probes (a point, not
+    /// a call).
     #[serde(default)]
     pub latency: bool,
     /// Replace URL credentials (`user:pass@`) and the values of secret-looking query

@@ -1,7 +1,8 @@
 //! Loading ProbeSpec YAML and checking what the CRD schema cannot.
 
+use crate::csig::{is_go_signature, parse_c_signature, CSignature, CaptureExpr};
 use crate::glob::Glob;
-use crate::signature::parse_signature;
+use crate::signature::{parse_signature, ValueRef};
 use crate::{
     ProbeSpec, API_VERSION, MAX_CAPTURES, MAX_PROBES, MAX_STRING_BYTES_CAP, MAX_SYMBOL_BYTES,
 };
@@ -295,15 +296,58 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 );
             }
         }
+        if p.latency && p.usdt.is_some() {
+            probe_issue(
+                ".latency".into(),
+                "a USDT probe marks a point in the code, not a call: it has no return to time; \
+                 set latency: false, or probe a function (symbol) for latency"
+                    .into(),
+            );
+        }
         let Some(sig_text) = &p.signature else {
+            if p.usdt.is_some() {
+                for (j, c) in p.capture.iter().enumerate() {
+                    if let Some(m) = usdt_default_capture_issue(c) {
+                        probe_issue(format!(".capture[{j}]"), m);
+                    }
+                }
+            }
             continue;
         };
-        match parse_signature(sig_text) {
+        if is_go_signature(sig_text) {
+            if p.usdt.is_some() {
+                probe_issue(
+                    ".signature".into(),
+                    format!("{sig_text:?} is a Go signature; a USDT probe's signature is its C argument list, e.g. \"(const char *query)\""),
+                );
+                continue;
+            }
+            match parse_signature(sig_text) {
+                Err(e) => probe_issue(".signature".into(), e.to_string()),
+                Ok(sig) => {
+                    // Names, field paths (`r.URL.Path`) and `len(...)` (gopath.rs).
+                    for (j, c) in p.capture.iter().enumerate() {
+                        if let Err(m) = sig.check_capture(c, sig_text) {
+                            probe_issue(format!(".capture[{j}]"), m);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        match parse_c_signature(sig_text) {
             Err(e) => probe_issue(".signature".into(), e.to_string()),
+            Ok(sig) if p.usdt.is_some() && !sig.is_arg_list() => probe_issue(
+                ".signature".into(),
+                format!("{sig_text:?} is a function prototype; a USDT probe's signature lists its arguments only, e.g. \"(const char *query)\""),
+            ),
+            Ok(sig) if p.usdt.is_none() && sig.is_arg_list() => probe_issue(
+                ".signature".into(),
+                format!("{sig_text:?} lacks the function's result type and name; write the whole C prototype, e.g. \"int SSL_write(void *ssl, const void *buf, int num)\""),
+            ),
             Ok(sig) => {
-                // Names, field paths (`r.URL.Path`) and `len(...)` (gopath.rs).
                 for (j, c) in p.capture.iter().enumerate() {
-                    if let Err(m) = sig.check_capture(c, sig_text) {
+                    if let Some(m) = c_capture_issue(&sig, sig_text, c) {
                         probe_issue(format!(".capture[{j}]"), m);
                     }
                 }
@@ -313,182 +357,91 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
     issues
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const GOOD: &str = r#"
-apiVersion: gprobe.dev/v1alpha1
-kind: ProbeSpec
-metadata: {name: http-client-urls, namespace: shop}
-spec:
-  selector:
-    images: ["registry.example/shop/*:v1.*"]
-    podSelector: {matchLabels: {app: shop}}
-    containerNames: [app]
-    executable: "/app/*"
-  probes:
-    - symbol: "net/http.(*Client).Get"
-      signature: "func(c *Client, url string) (resp *Response, err error)"
-      capture: [url, err]
-      latency: true
-    - symbol: main.computeE
-      signature: "func(iterations int64) float64"
-      capture: [iterations, r0]
-  limits: {maxStringBytes: 256, eventsPerSecond: 10000}
-"#;
-
-    #[test]
-    fn the_design_example_loads_and_validates() {
-        let specs = load_specs(GOOD, "good.yaml").unwrap();
-        assert_eq!(specs.len(), 1);
-        let s = &specs[0];
-        assert_eq!(s.display_name(), "http-client-urls");
-        assert_eq!(s.spec.probes[0].capture, ["url", "err"]);
-        assert!(s.spec.probes[0].latency);
-        assert_eq!(
-            s.spec
-                .selector
-                .pod_selector
-                .as_ref()
-                .unwrap()
-                .match_labels
-                .as_ref()
-                .unwrap()["app"],
-            "shop"
-        );
-        assert_eq!(validate_spec(s), vec![]);
-    }
-
-    #[test]
-    fn defaults_apply_when_limits_are_omitted() {
-        let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f}]\n";
-        let s = &load_specs(text, "a.yaml").unwrap()[0];
-        assert_eq!(s.spec.limits.max_string_bytes, 256);
-        assert_eq!(s.spec.limits.events_per_second, 10_000);
-    }
-
-    #[test]
-    fn malformed_yaml_names_file_and_line() {
-        let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x\n  probes: []\n";
-        let e = load_specs(text, "bad.yaml").unwrap_err().to_string();
-        assert!(e.starts_with("bad.yaml: document 1:"), "{e}");
-        assert!(e.contains("line"), "{e}");
-    }
-
-    #[test]
-    fn unknown_fields_and_wrong_kinds_are_rejected() {
-        let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f, captures: [x]}]\n";
-        let e = load_specs(text, "typo.yaml").unwrap_err().to_string();
-        assert!(e.contains("unknown field `captures`"), "{e}");
-        let e = load_specs("apiVersion: v1\nkind: Pod\n", "pod.yaml")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("is not a ProbeSpec"), "{e}");
-        let e = load_specs("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nspec: {selector: {executable: /x}, probes: []}\n", "noname.yaml").unwrap_err().to_string();
-        assert!(e.contains("metadata.name is required"), "{e}");
-        assert!(matches!(
-            load_specs("", "empty.yaml"),
-            Err(LoadError::Empty { .. })
-        ));
-    }
-
-    #[test]
-    fn issues_are_scoped_to_the_probe_they_concern() {
-        let text = r#"
-apiVersion: gprobe.dev/v1alpha1
-kind: ProbeSpec
-metadata: {name: a}
-spec:
-  selector: {executable: "/app/[x"}
-  probes:
-    - {symbol: main.ok, signature: "func(n int)", capture: [n]}
-    - {symbol: main.bad, signature: "func(n int", capture: [n]}
-    - {symbol: main.typo, signature: "func(n int) error", capture: [m, r0]}
-  limits: {maxStringBytes: 0}
-"#;
-        let s = &load_specs(text, "a.yaml").unwrap()[0];
-        let issues = validate_spec(s);
-        let fields: Vec<_> = issues.iter().map(|i| (i.probe, i.field.as_str())).collect();
-        assert_eq!(
-            fields,
-            [
-                (None, "spec.selector.executable"),
-                (None, "spec.limits.maxStringBytes"),
-                (Some(1), "spec.probes[1].signature"),
-                (Some(2), "spec.probes[2].capture[0]"),
-            ]
-        );
-        assert!(
-            issues[3].message.contains("known names: n, r0"),
-            "{}",
-            issues[3]
-        );
-    }
-
-    #[test]
-    fn duplicate_captures_are_probe_issues() {
-        let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f, signature: \"func(n int)\", capture: [n, n]}]\n";
-        let s = &load_specs(text, "a.yaml").unwrap()[0];
-        let issues = validate_spec(s);
-        assert_eq!(issues.len(), 1, "{issues:?}");
-        assert_eq!(issues[0].probe, Some(0));
-        assert_eq!(issues[0].field, "spec.probes[0].capture[1]");
-        assert!(issues[0].message.contains("already captured at capture[0]"));
-        assert!(s.spec.probes[0].redact, "redaction is on by default");
-    }
-
-    #[test]
-    fn deep_or_huge_documents_are_refused_before_parsing() {
-        let t0 = std::time::Instant::now();
-        for text in [
-            "[".repeat(100_000),
-            "- ".repeat(50_000) + "x",
-            format!(
-                "a:\n{}",
-                (1..2000)
-                    .map(|i| format!("{}k{i}:\n", " ".repeat(i * 2)))
-                    .collect::<String>()
-            ),
-        ] {
-            let e = load_specs(&text, "deep.yaml").unwrap_err();
-            assert!(
-                matches!(e, LoadError::TooDeep { .. } | LoadError::TooLarge { .. }),
-                "{e}"
-            );
+/// Why `capture` entry `c` cannot be read with the C prototype `sig`, if it cannot.
+fn c_capture_issue(sig: &CSignature, text: &str, c: &str) -> Option<String> {
+    let known = || {
+        let mut k = sig.capture_names().join(", ");
+        if k.is_empty() {
+            k = "(none)".into();
         }
-        let e = load_specs(&" ".repeat(MAX_SPEC_BYTES + 1), "big.yaml").unwrap_err();
-        assert!(e.to_string().contains("at most 1048576"), "{e}");
-        assert!(
-            t0.elapsed() < std::time::Duration::from_secs(2),
-            "{:?}",
-            t0.elapsed()
-        );
-        // The design's example is far from the limit.
-        assert!(nesting_depth(GOOD) < 10, "{}", nesting_depth(GOOD));
-    }
-
-    #[test]
-    fn bounds_match_the_crd_schema() {
-        let long_symbol = "a".repeat(crate::MAX_SYMBOL_BYTES + 1);
-        let mut probes = String::new();
-        for _ in 0..=crate::MAX_PROBES {
-            probes.push_str("    - {symbol: main.f}\n");
+        if sig.variadic {
+            k.push_str("; arguments passed through `...` cannot be captured");
         }
-        let text = format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: a}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes:\n{probes}    - {{symbol: {long_symbol}, capture: [a, b, c, d, e, f, g, h, i]}}\n");
-        let s = &load_specs(&text, "a.yaml").unwrap()[0];
-        let issues = validate_spec(s);
-        let fields: Vec<_> = issues.iter().map(|i| i.field.as_str()).collect();
-        let last = crate::MAX_PROBES + 1;
-        assert_eq!(
-            fields,
-            [
-                "spec.probes".to_string(),
-                format!("spec.probes[{last}].symbol"),
-                format!("spec.probes[{last}].capture"),
-            ]
-        );
-        assert!(issues[0].message.contains("at most 128"), "{}", issues[0]);
-        assert!(issues[2].message.contains("at most 8"), "{}", issues[2]);
+        k
+    };
+    let what = if sig.is_arg_list() {
+        "an argument"
+    } else {
+        "a parameter or the result"
+    };
+    let param = |name: &str| match sig.lookup(name) {
+        Some(ValueRef::Param(i)) => Ok(&sig.params[i]),
+        Some(ValueRef::Result(_)) => Err(format!(
+            "{c:?}: {name} is the result; NAME[:LEN] takes two parameters"
+        )),
+        None => Err(format!(
+            "{c:?}: {name} is not {what} of {text:?}; known names: {}",
+            known()
+        )),
+    };
+    match CaptureExpr::parse(c) {
+        CaptureExpr::Name(n) => {
+            if sig.lookup(n).is_some() {
+                return None;
+            }
+            if n == "r0" {
+                return Some(if sig.is_arg_list() {
+                    "\"r0\": a USDT probe has arguments only, no result".into()
+                } else {
+                    format!("\"r0\": {text:?} returns void: there is no result to capture")
+                });
+            }
+            Some(format!(
+                "{c:?} is not {what} of {text:?}; known names: {} (NAME[:LEN] captures LEN bytes at pointer NAME)",
+                known()
+            ))
+        }
+        CaptureExpr::Slice { ptr, len } => {
+            let (p, l) = match (param(ptr), param(len)) {
+                (Ok(p), Ok(l)) => (p, l),
+                (Err(e), _) | (_, Err(e)) => return Some(e),
+            };
+            if !p.ty.is_pointer() {
+                return Some(format!(
+                    "{c:?}: {ptr} is {}, not a pointer: NAME[:LEN] reads LEN bytes at the pointer NAME",
+                    p.ty.declare("")
+                ));
+            }
+            if !l.ty.is_integer() {
+                return Some(format!(
+                    "{c:?}: {len} is {}, not an integer: NAME[:LEN] takes its length from the integer LEN",
+                    l.ty.declare("")
+                ));
+            }
+            None
+        }
     }
 }
+
+/// Why `capture` entry `c` of a USDT probe without a signature is not one of its default
+/// names (`arg0`, `arg1`, ... or `argI[:argJ]`), if it is not.
+fn usdt_default_capture_issue(c: &str) -> Option<String> {
+    let is_arg = |n: &str| {
+        n.strip_prefix("arg")
+            .is_some_and(|i| !i.is_empty() && i.len() <= 2 && i.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let ok = match CaptureExpr::parse(c) {
+        CaptureExpr::Name(n) => is_arg(n),
+        CaptureExpr::Slice { ptr, len } => is_arg(ptr) && is_arg(len),
+    };
+    (!ok).then(|| {
+        format!(
+            "{c:?}: without a signature a USDT probe's arguments are arg0, arg1, ... (integers); \
+             name and type them with signature: \"(type name, ...)\""
+        )
+    })
+}
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

@@ -149,6 +149,21 @@ impl ProbeBuilder {
         })
     }
 
+    /// A probe on the USDT probe `provider:name` (no symbol).
+    pub fn usdt(point: &str) -> Self {
+        ProbeBuilder(Probe {
+            usdt: Some(point.to_string()),
+            ..Default::default()
+        })
+    }
+
+    /// `library: GLOB`: the symbol or USDT probe is in a shared object of the process
+    /// (a path glob, or a file-name glob such as `libssl.so*`).
+    pub fn library(mut self, glob: &str) -> Self {
+        self.0.library = Some(glob.to_string());
+        self
+    }
+
     /// The function's signature (needed where the binary has no DWARF).
     pub fn signature(mut self, signature: &str) -> Self {
         self.0.signature = Some(signature.to_string());

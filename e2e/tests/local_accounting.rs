@@ -1,6 +1,6 @@
 //! Calls gprobe could not deliver are counted, never lost silently: over the rate limit
-//! (throttled) and with a full ring buffer (lost), with and without return probes. They need
-//! root (BPF).
+//! (throttled), with a full ring buffer (lost), with and without return probes, and nested
+//! deeper than the pairing stack (too deep). They need root (BPF).
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{can_trace, program, run_program, serial, Gprobe};
@@ -136,5 +136,85 @@ fn a_full_ring_buffer_with_latency_probes_counts_every_call_once() {
         let i = r["args"]["i"].as_i64().unwrap();
         assert_eq!(r["returns"]["r0"].as_i64(), Some(2 * i), "{r}");
         assert!(r["duration_ns"].as_u64().is_some(), "{r}");
+    }
+}
+
+/// The pairing stack's depth (GP_MAX_DEPTH in agent-ebpf/include/gprobe.h).
+const MAX_DEPTH: i64 = 16;
+
+#[test]
+fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
+    if !can_trace("recursion") {
+        return;
+    }
+    let bin = program("e2e/testdata/recurse", GoVersion::Go127, false);
+    let _guard = serial();
+    let spec = SpecBuilder::new("recurse")
+        .executable(&bin)
+        .probe(
+            ProbeBuilder::new("main.depth")
+                .signature("func(n int64) int64")
+                .capture(["n", "r0"])
+                .latency(),
+        )
+        .events_per_second(0)
+        .yaml();
+    let g = Gprobe::cmd(&spec).summary_file().start();
+    // Rounds of depth(20): 21 calls nested, the outer 16 recorded, the inner 5 too deep.
+    let (rounds, deepest) = (30, 20);
+    let out = run_program(
+        &bin,
+        &[
+            "-rounds",
+            &rounds.to_string(),
+            "-depth",
+            &deepest.to_string(),
+        ],
+    );
+    assert!(
+        out.contains(&format!("calls={}", rounds * (deepest + 1))),
+        "{out}"
+    );
+    let run = g.stop();
+    let records = run.records_of("main.depth");
+    let recorded = MAX_DEPTH;
+    assert_eq!(records.len() as i64, rounds * recorded, "{}", run.stderr);
+    let mut per_n = std::collections::BTreeMap::<i64, Vec<u64>>::new();
+    for r in &records {
+        // depth(n) returns n: each entry paired with its own return, nesting or not.
+        let n = r["args"]["n"].as_i64().unwrap();
+        assert_eq!(r["returns"]["r0"].as_i64(), Some(n), "{r}");
+        assert!(
+            n > deepest - MAX_DEPTH,
+            "a call nested too deep was recorded: {r}"
+        );
+        per_n
+            .entry(n)
+            .or_default()
+            .push(r["duration_ns"].as_u64().unwrap());
+    }
+    assert_eq!(per_n.len() as i64, recorded);
+    assert!(per_n.values().all(|d| d.len() as i64 == rounds));
+    // An outer call lasts longer than the call it contains, in the median.
+    let medians: Vec<u64> = per_n
+        .values()
+        .map(|d| {
+            let mut d = d.clone();
+            d.sort_unstable();
+            d[d.len() / 2]
+        })
+        .collect();
+    assert!(medians.windows(2).all(|w| w[0] < w[1]), "{medians:?}");
+    let summary = run.summary_json();
+    let p = summary["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["symbol"] == "main.depth")
+        .unwrap();
+    assert_eq!(p["too_deep"], rounds * (deepest + 1 - MAX_DEPTH), "{p}");
+    assert_eq!(p["delivered"], rounds * recorded, "{p}");
+    for k in ["lost", "throttled", "unfinished", "abandoned"] {
+        assert_eq!(p[k], 0, "{k}: {p}");
     }
 }

@@ -1,18 +1,12 @@
-//! A minimal HTTP/1.1 server for `/metrics`, `/healthz` and `/readyz`: one GET per
-//! connection, answered and closed. Enough for Prometheus and kubelet probes, with no web
-//! framework.
+//! `/metrics`, `/healthz` and `/readyz` of the operator, served by the hardened server of
+//! `gprobe-httpd` (read deadlines, a connection cap, accept back-off).
 
 use crate::metrics::Metrics;
+use gprobe_httpd::{Handler, Limits, Response, METRICS};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::debug;
-
-const MAX_HEAD: usize = 8 * 1024;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the endpoints report.
 #[derive(Debug, Default)]
@@ -24,22 +18,11 @@ pub struct Probes {
 
 /// Serves until `stop` turns true (or its sender is dropped).
 pub async fn serve(listener: TcpListener, probes: Arc<Probes>, mut stop: watch::Receiver<bool>) {
+    let server = gprobe_httpd::serve(listener, probes, Limits::default());
+    tokio::pin!(server);
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let probes = probes.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = handle(stream, &probes).await {
-                            debug!(error = %e, "metrics connection");
-                        }
-                    });
-                }
-                Err(e) => {
-                    debug!(error = %e, "accept");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
+            _ = &mut server => return,
             changed = stop.changed() => {
                 if changed.is_err() || *stop.borrow() {
                     return;
@@ -49,79 +32,35 @@ pub async fn serve(listener: TcpListener, probes: Arc<Probes>, mut stop: watch::
     }
 }
 
-/// The request line's method and path (without the query), once the head is complete.
-fn request_line(head: &[u8]) -> Option<(&str, &str)> {
-    let text = std::str::from_utf8(head).ok()?;
-    let line = text.lines().next()?;
-    let mut parts = line.split(' ');
-    let method = parts.next()?;
-    let target = parts.next()?;
-    let path = target.split('?').next().unwrap_or(target);
-    Some((method, path))
-}
-
-/// Status line, content type and body for one request.
-pub fn respond(method: &str, path: &str, probes: &Probes) -> (&'static str, &'static str, String) {
-    const TEXT: &str = "text/plain; charset=utf-8";
-    if method != "GET" {
-        return ("405 Method Not Allowed", TEXT, "only GET\n".into());
+impl Handler for Probes {
+    fn name(&self) -> &'static str {
+        "metrics server"
     }
-    match path {
-        "/metrics" => (
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            probes.metrics.render(),
-        ),
-        "/healthz" => ("200 OK", TEXT, "ok\n".into()),
-        "/readyz" if probes.ready.load(Ordering::Relaxed) => ("200 OK", TEXT, "ok\n".into()),
-        "/readyz" => (
-            "503 Service Unavailable",
-            TEXT,
-            "not ready: the API server or the CRDs are not reachable yet\n".into(),
-        ),
-        _ => (
-            "404 Not Found",
-            TEXT,
-            "try /metrics, /healthz or /readyz\n".into(),
-        ),
-    }
-}
 
-async fn handle(mut stream: TcpStream, probes: &Probes) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    let complete = tokio::time::timeout(READ_TIMEOUT, async {
-        loop {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                return Ok::<bool, std::io::Error>(false);
-            }
-            head.extend_from_slice(&buf[..n]);
-            if head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n") {
-                return Ok(true);
-            }
-            if head.len() > MAX_HEAD {
-                return Ok(false);
-            }
+    fn respond(&self, path: &str) -> Response {
+        match path {
+            "/metrics" => Response {
+                code: 200,
+                content_type: METRICS,
+                body: self.metrics.render(),
+            },
+            "/healthz" => Response::text(200, "ok\n"),
+            "/readyz" if self.ready.load(Ordering::Relaxed) => Response::text(200, "ok\n"),
+            "/readyz" => Response::text(
+                503,
+                "not ready: the API server or the CRDs are not reachable yet\n",
+            ),
+            _ => Response::text(404, "try /metrics, /healthz or /readyz\n"),
         }
-    })
-    .await
-    .unwrap_or(Ok(false))?;
-    let (status, ctype, body) = match request_line(&head).filter(|_| complete) {
-        Some((method, path)) => respond(method, path, probes),
-        None => ("400 Bad Request", "text/plain", "bad request\n".into()),
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     async fn get(addr: std::net::SocketAddr, path: &str) -> String {
         let mut s = TcpStream::connect(addr).await.unwrap();

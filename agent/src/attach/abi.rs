@@ -27,11 +27,24 @@ pub const EV_RETURN: u16 = 2;
 pub const EV_EXEC: u32 = 3;
 pub const EV_EXIT: u32 = 4;
 
+/// `GpProbeCfg::flags`: every capture is a word, so each record of the configuration has
+/// one size (48 + 16 per capture) and the program writes it in place in the ring buffer.
+pub const CFG_WORDS: u8 = c::GP_CFG_WORDS as u8;
+/// `GpProbeCfg::flags`: one capture, a string or bytes: written in place in a record of one
+/// of a few sizes; `data_len` says how much of it the value fills.
+pub const CFG_ONE_BYTES: u8 = c::GP_CFG_ONE_BYTES as u8;
+
+/// `GpProbeCfg::flags`: pair entries and returns by thread id instead of by goroutine
+/// (R14): C functions and USDT probes, where R14 is any value.
+pub const CFG_PAIR_BY_THREAD: u8 = c::GP_CFG_PAIR_BY_THREAD as u8;
+
 // Capture kinds (`GpCapture::kind`). The values of a record and how BPF reads them are
 // described at [`GpCapture`].
 pub const CAP_WORD: u8 = 1;
 pub const CAP_BYTES: u8 = 2;
-// 3 is taken by the C-string kind of C probes.
+/// A NUL-terminated C string at the pointer at loc[0], at most max_len bytes (without the
+/// NUL); TRUNCATED when no NUL came within them.
+pub const CAP_CSTR: u8 = 3;
 pub const CAP_IFACE: u8 = 4;
 pub const CAP_SLICE: u8 = 5;
 pub const CAP_STRS: u8 = 6;
@@ -195,7 +208,8 @@ pub struct GpProbeCfg {
     pub func_id: u32,
     pub kind: u8,
     pub n_captures: u8,
-    pub _pad: u16,
+    pub flags: u8,
+    pub _pad: u8,
     pub rate_limit: u32,
     pub _pad2: u32,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
@@ -271,7 +285,7 @@ check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, si
     off => OFFSETOF_GP_CAPTURE_OFF);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
-    rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,
     tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID, kind => OFFSETOF_GP_EVENT_KIND,

@@ -246,41 +246,46 @@ impl Tracer for BpfTracer {
     type Links = Vec<Link>;
 
     fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError> {
-        let (entry, ret) = plan.configs(0, rate_limit);
-        let entry_id = self.add_config(&entry)?;
-        // func_id pairs entry and return in BPF: the entry configuration's id is unique.
-        let mut fixed = entry;
-        fixed.func_id = entry_id;
-        let ret_id = match ret {
-            Some(mut r) => {
-                r.func_id = entry_id;
-                match self.add_config(&r) {
-                    Ok(id) => Some(id),
-                    Err(e) => {
-                        self.remove_config(entry_id);
-                        return Err(e);
+        let groups = plan.entry_groups();
+        let (_, ret) = plan.configs(0, rate_limit);
+        let mut cfgs: Vec<GpProbeCfg> = groups
+            .iter()
+            .map(|(_, caps)| plan.entry_config(caps, 0, rate_limit))
+            .collect();
+        cfgs.extend(ret);
+        let mut ids = Vec::with_capacity(cfgs.len());
+        for c in &cfgs {
+            match self.add_config(c) {
+                Ok(id) => ids.push(id),
+                Err(e) => {
+                    for id in ids {
+                        self.remove_config(id);
                     }
+                    return Err(e);
                 }
             }
-            None => None,
-        };
-        if let Err(e) = self.probes.set(entry_id, fixed, 0) {
-            self.remove_config(entry_id);
-            if let Some(r) = ret_id {
-                self.remove_config(r);
+        }
+        // func_id pairs entries and returns in BPF: the first entry configuration's id is
+        // unique.
+        for (id, c) in ids.iter().zip(cfgs.iter_mut()) {
+            c.func_id = ids[0];
+            if let Err(e) = self.probes.set(*id, *c, 0) {
+                for id in &ids {
+                    self.remove_config(*id);
+                }
+                return Err(trace_map_err("probes")(e));
             }
-            return Err(trace_map_err("probes")(e));
         }
         Ok(ProbeConfig {
-            entry: entry_id,
-            ret: ret_id,
+            entry: ids[0],
+            extra_entries: ids[1..groups.len()].to_vec(),
+            ret: ret.map(|_| ids[groups.len()]),
         })
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {
-        self.remove_config(cfg.entry);
-        if let Some(r) = cfg.ret {
-            self.remove_config(r);
+        for id in cfg.ids() {
+            self.remove_config(id);
         }
     }
 
@@ -349,15 +354,15 @@ impl Tracer for BpfTracer {
         self.pool.drop_all(links);
     }
 
-    fn counters(&self, cfg: ProbeConfig) -> KernelCounts {
-        let e = self.stats_of(cfg.entry);
-        let mut k = KernelCounts {
-            hits: e.hits,
-            lost: e.lost,
-            throttled: e.throttled,
-            returns_lost: 0,
-            too_deep: e.too_deep,
-        };
+    fn counters(&self, cfg: &ProbeConfig) -> KernelCounts {
+        let mut k = KernelCounts::default();
+        for id in std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied()) {
+            let e = self.stats_of(id);
+            k.hits += e.hits;
+            k.lost += e.lost;
+            k.throttled += e.throttled;
+            k.too_deep += e.too_deep;
+        }
         if let Some(r) = cfg.ret {
             // The ENTRY of such a call was delivered: it is not a lost call.
             k.returns_lost = self.stats_of(r).lost;

@@ -25,21 +25,26 @@ pub(super) struct Target {
     pub exe_ino: Option<u64>,
 }
 
-/// The uprobes of a plan, each with the configuration it runs.
-fn sites(plan: &ProbePlan, cfg: super::ProbeConfig) -> Vec<Site> {
-    let mut v = vec![Site {
-        point: ProbePoint {
-            offset: plan.entry_offset,
-            ret: false,
-            ref_ctr_offset: 0,
-        },
-        cfg: cfg.entry,
-    }];
+/// The uprobes of a plan, each with the configuration it runs: every entry site (a
+/// USDT probe's with its semaphore), then the return sites (uretprobes for C).
+fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
+    let mut v = Vec::new();
+    let entry_cfgs = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
+    for ((offsets, _), id) in plan.entry_groups().into_iter().zip(entry_cfgs) {
+        v.extend(offsets.into_iter().map(|offset| Site {
+            point: ProbePoint {
+                offset,
+                ret: false,
+                ref_ctr_offset: plan.ref_ctr_offset,
+            },
+            cfg: id,
+        }));
+    }
     if let Some(r) = cfg.ret {
         v.extend(plan.ret_offsets.iter().map(|&offset| Site {
             point: ProbePoint {
                 offset,
-                ret: false,
+                ret: plan.uretprobe,
                 ref_ctr_offset: 0,
             },
             cfg: r,
@@ -238,14 +243,17 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                             .collect(),
                     })
                 };
-                self.registry
-                    .set_probe(cfg.entry, Some(meta(&plan.entry_captures)));
+                // Every entry group reads the same names with the same decoders.
+                for id in std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied()) {
+                    self.registry
+                        .set_probe(id, Some(meta(&plan.entry_captures)));
+                }
                 if let Some(r) = cfg.ret {
                     self.registry
                         .set_probe(r, Some(meta(&plan.return_captures)));
                 }
                 Ok(Planned {
-                    sites: sites(&plan, cfg),
+                    sites: sites(&plan, &cfg),
                     cfg,
                 })
             });
@@ -317,5 +325,95 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             });
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{EntrySite, SignatureSource};
+
+    fn plan() -> ProbePlan {
+        ProbePlan {
+            symbol: "x".into(),
+            entry_offset: 0x100,
+            ret_offsets: vec![],
+            entry_captures: vec![],
+            return_captures: vec![],
+            signature_source: SignatureSource::None,
+            warnings: vec![],
+            extra_entry_sites: vec![],
+            uretprobe: false,
+            ref_ctr_offset: 0,
+            pair_by_thread: false,
+        }
+    }
+
+    #[test]
+    fn c_returns_are_uretprobes_at_the_entry() {
+        let p = ProbePlan {
+            ret_offsets: vec![0x100],
+            uretprobe: true,
+            pair_by_thread: true,
+            ..plan()
+        };
+        let cfg = crate::engine::ProbeConfig {
+            entry: 1,
+            extra_entries: vec![],
+            ret: Some(2),
+        };
+        let s = sites(&p, &cfg);
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            (s[0].point.offset, s[0].point.ret, s[0].cfg),
+            (0x100, false, 1)
+        );
+        assert_eq!(
+            (s[1].point.offset, s[1].point.ret, s[1].cfg),
+            (0x100, true, 2)
+        );
+    }
+
+    #[test]
+    fn usdt_sites_carry_the_semaphore_and_their_own_configuration() {
+        let mut other = crate::plan::CapturePlan {
+            name: "arg0".into(),
+            decode: crate::plan::Decode::Int {
+                size: 8,
+                signed: true,
+            },
+            bpf: Default::default(),
+        };
+        let p = ProbePlan {
+            ref_ctr_offset: 0x5000,
+            extra_entry_sites: vec![
+                EntrySite {
+                    offset: 0x200,
+                    captures: vec![],
+                },
+                EntrySite {
+                    offset: 0x300,
+                    captures: vec![{
+                        other.bpf.size = 4;
+                        other.clone()
+                    }],
+                },
+            ],
+            ..plan()
+        };
+        let cfg = crate::engine::ProbeConfig {
+            entry: 1,
+            extra_entries: vec![7],
+            ret: None,
+        };
+        let s = sites(&p, &cfg);
+        let got: Vec<(u64, u32, u64)> = s
+            .iter()
+            .map(|x| (x.point.offset, x.cfg, x.point.ref_ctr_offset))
+            .collect();
+        assert_eq!(
+            got,
+            [(0x100, 1, 0x5000), (0x200, 1, 0x5000), (0x300, 7, 0x5000)]
+        );
     }
 }

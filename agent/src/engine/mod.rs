@@ -417,7 +417,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 bin.probes.keys().filter(|k| k.0 == id).copied().collect();
             for k in gone {
                 if let Some(Ok(p)) = bin.probes.remove(&k) {
-                    self.tracer.remove_probe(p.cfg);
+                    self.tracer.remove_probe(p.cfg.clone());
                 }
             }
         }
@@ -520,7 +520,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     continue;
                 };
                 *totals.entry(spec.probes[*pi].key.clone()).or_default() +=
-                    self.tracer.counters(p.cfg);
+                    self.tracer.counters(&p.cfg);
             }
         }
         for (k, c) in totals {
@@ -568,7 +568,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             let Ok(p) = planned else { continue };
             if let Some(spec) = self.specs.get(&sid) {
                 *self.retired.entry(spec.probes[pi].key.clone()).or_default() +=
-                    self.tracer.counters(p.cfg);
+                    self.tracer.counters(&p.cfg);
             }
             self.tracer.remove_probe(p.cfg);
         }

@@ -49,7 +49,11 @@ impl Tracer for FakeTracer {
         };
         let entry = id();
         let ret = (!plan.ret_offsets.is_empty()).then(id);
-        Ok(ProbeConfig { entry, ret })
+        Ok(ProbeConfig {
+            entry,
+            extra_entries: vec![],
+            ret,
+        })
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {
@@ -92,7 +96,7 @@ impl Tracer for FakeTracer {
         );
     }
 
-    fn counters(&self, cfg: ProbeConfig) -> KernelCounts {
+    fn counters(&self, cfg: &ProbeConfig) -> KernelCounts {
         self.0
             .borrow()
             .counts
@@ -143,6 +147,10 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
         return_captures: vec![],
         signature_source: crate::plan::SignatureSource::Signature,
         warnings: vec![],
+        extra_entry_sites: vec![],
+        uretprobe: false,
+        ref_ctr_offset: 0,
+        pair_by_thread: false,
     }
 }
 

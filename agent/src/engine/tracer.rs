@@ -16,11 +16,22 @@ use super::error::ProbeError;
 pub type CfgId = u32;
 
 /// The kernel-side configurations of one planned probe in one binary: the entry (or call)
-/// configuration and, for probes that see returns, the return one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// configuration, one more per group of entry sites that read their captures elsewhere
+/// (the copies of an inlined USDT probe), and, for probes that see returns, the return one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProbeConfig {
     pub entry: CfgId,
+    pub extra_entries: Vec<CfgId>,
     pub ret: Option<CfgId>,
+}
+
+impl ProbeConfig {
+    /// Every configuration id, the entry first.
+    pub fn ids(&self) -> impl Iterator<Item = CfgId> + '_ {
+        std::iter::once(self.entry)
+            .chain(self.extra_entries.iter().copied())
+            .chain(self.ret)
+    }
 }
 
 /// One uprobe to place in a process: where, and which configuration it runs.
@@ -77,7 +88,7 @@ pub trait Tracer {
     fn detach(&mut self, links: Self::Links);
 
     /// The kernel's counters of a probe's configurations.
-    fn counters(&self, cfg: ProbeConfig) -> KernelCounts;
+    fn counters(&self, cfg: &ProbeConfig) -> KernelCounts;
 
     /// Lets a process that was held (stopped) at exec run on.
     fn resume(&mut self, pid: u32);

@@ -12,19 +12,23 @@ use object::Endianness;
 
 use super::error::ResolveError;
 
-/// A PT_LOAD segment: its file bytes map to [vaddr, vaddr + filesz).
+/// A PT_LOAD segment: its file bytes map to [vaddr, vaddr + filesz); it takes
+/// [vaddr, vaddr + memsz) in memory (the rest is zero-filled: .bss).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Load {
     pub vaddr: u64,
     pub offset: u64,
     pub filesz: u64,
+    pub memsz: u64,
     pub writable: bool,
     pub executable: bool,
 }
 
-/// A PROGBITS section.
+/// A PROGBITS or NOTE section.
 #[derive(Debug, Clone)]
 pub(crate) struct Section {
+    /// SHT_NOTE (`.note.stapsdt`, `.note.gnu.build-id`); else SHT_PROGBITS.
+    pub is_note: bool,
     pub name: Vec<u8>,
     pub addr: u64,
     /// File offset; `None` when the section runs past the end of the file.
@@ -50,6 +54,8 @@ pub(crate) struct Sym {
     pub name_off: usize,
     /// STT_FUNC or STT_GNU_IFUNC.
     pub is_func: bool,
+    /// STT_GNU_IFUNC: the symbol is a resolver that returns the implementation to use.
+    pub is_ifunc: bool,
 }
 
 /// Longest name read from a table (Go generic instantiations can be long).
@@ -165,6 +171,7 @@ impl ElfFile {
                     vaddr: ph.p_vaddr(endian),
                     offset,
                     filesz,
+                    memsz: ph.p_memsz(endian),
                     writable: ph.p_flags(endian) & elf::PF_W != 0,
                     executable: ph.p_flags(endian) & elf::PF_X != 0,
                 }),
@@ -189,9 +196,10 @@ impl ElfFile {
             if matches!(name, b".debug_info" | b".zdebug_info") {
                 has_dwarf = size > 0;
             }
-            if sh_type == elf::SHT_PROGBITS {
+            if sh_type == elf::SHT_PROGBITS || sh_type == elf::SHT_NOTE {
                 // Sections past the end of the file are reported by whoever needs them.
                 kept.push(Section {
+                    is_note: sh_type == elf::SHT_NOTE,
                     name: name.to_vec(),
                     addr: shdr.sh_addr(endian),
                     offset: in_file.then_some(off as usize),
@@ -291,7 +299,36 @@ impl ElfFile {
 
     /// The first PROGBITS section named `name`.
     pub(crate) fn section(&self, name: &[u8]) -> Option<&Section> {
-        self.sections.iter().find(|s| s.name == name)
+        self.sections.iter().find(|s| s.name == name && !s.is_note)
+    }
+
+    /// The first NOTE section named `name`.
+    pub(crate) fn note_section(&self, name: &[u8]) -> Option<&Section> {
+        self.sections.iter().find(|s| s.name == name && s.is_note)
+    }
+
+    /// The bytes of a section, `None` when it is past the end of the file.
+    pub(crate) fn section_data(&self, s: &Section) -> Option<&[u8]> {
+        let off = s.offset?;
+        self.map.get(off..off.checked_add(s.size)?)
+    }
+
+    /// The GNU build ID (`.note.gnu.build-id`), which names the separate debug file.
+    pub(crate) fn build_id(&self) -> Option<&[u8]> {
+        let data = self.section_data(self.note_section(b".note.gnu.build-id")?)?;
+        notes(data)
+            .find(|n| n.owner == b"GNU" && n.kind == elf::NT_GNU_BUILD_ID)
+            .map(|n| n.desc)
+            .filter(|d| !d.is_empty())
+    }
+
+    /// The file offset of virtual address `addr` of a segment's memory image, .bss
+    /// included (a USDT semaphore may be there), and whether that segment is executable.
+    pub(crate) fn mem_file_offset(&self, addr: u64) -> Option<(u64, bool)> {
+        self.loads
+            .iter()
+            .find(|l| addr >= l.vaddr && addr - l.vaddr < l.memsz.max(l.filesz))
+            .map(|l| (addr - l.vaddr + l.offset, l.executable))
     }
 
     /// The file offset of virtual address `addr`, through the PT_LOAD segment holding it.
@@ -378,6 +415,7 @@ impl ElfFile {
                     size,
                     name_off: t.str_off + st_name,
                     is_func: ty == elf::STT_FUNC || ty == elf::STT_GNU_IFUNC,
+                    is_ifunc: ty == elf::STT_GNU_IFUNC,
                 });
             }
         }
@@ -417,6 +455,33 @@ impl ElfFile {
             }
         }
     }
+}
+
+/// One ELF note: owner name, type, descriptor.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Note<'a> {
+    pub owner: &'a [u8],
+    pub kind: u32,
+    pub desc: &'a [u8],
+}
+
+/// The notes of a NOTE section (4-byte aligned name and descriptor, as on x86-64 Linux);
+/// stops at the first malformed one.
+pub(crate) fn notes(data: &[u8]) -> impl Iterator<Item = Note<'_>> {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        let namesz = u32_at(data, off)? as usize;
+        let descsz = u32_at(data, off + 4)? as usize;
+        let kind = u32_at(data, off + 8)?;
+        let name_start = off + 12;
+        let desc_start = name_start.checked_add(namesz.checked_next_multiple_of(4)?)?;
+        let end = desc_start.checked_add(descsz.checked_next_multiple_of(4)?)?;
+        let name = data.get(name_start..name_start + namesz)?;
+        let desc = data.get(desc_start..desc_start + descsz)?;
+        off = end;
+        let owner = name.strip_suffix(b"\0").unwrap_or(name);
+        Some(Note { owner, kind, desc })
+    })
 }
 
 pub(crate) fn u32_at(d: &[u8], off: usize) -> Option<u32> {

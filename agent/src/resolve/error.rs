@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use gprobe_crds::csig::CSignatureError;
 use gprobe_crds::signature::SignatureError;
 
 use super::go::abi::TypeError;
@@ -149,8 +150,6 @@ pub enum PlanError {
         bytes: usize,
         limit: usize,
     },
-    #[error("{symbol}: {} is not a Go binary; capturing arguments of other functions (C ABI) is not supported yet: remove `capture` (entry, return and latency still work)", path.display())]
-    CapturesNeedGo { symbol: String, path: PathBuf },
     /// A field path or `len(...)` that the binary's types do not allow.
     #[error("{symbol}: cannot capture {capture:?}: {source}")]
     Path {
@@ -165,6 +164,133 @@ pub enum PlanError {
         #[source]
         source: gprobe_crds::gopath::GoCaptureError,
     },
+    #[error("{symbol}: {source}")]
+    CSignatureSyntax {
+        symbol: String,
+        #[source]
+        source: CSignatureError,
+    },
+    #[error("{symbol}: the signature {signature:?} is Go syntax, but {symbol} is a C function of {} (the System V C ABI, not Go's): write its C prototype, e.g. \"int add(int a, int b)\"", path.display())]
+    GoSignatureForC {
+        symbol: String,
+        signature: String,
+        path: PathBuf,
+    },
+    #[error("{symbol}: the signature {signature:?} is {problem}")]
+    CSignatureForm {
+        symbol: String,
+        signature: String,
+        problem: &'static str,
+    },
+    #[error("{symbol}: {} has no DWARF for this C function{} and the probe has no signature: add `signature:` with its C prototype (copy it from the header, e.g. \"int add(int a, int b)\"), or install the binary's debug symbols", path.display(), looked.as_ref().map(|p| format!(" (nor a debug file at {})", p.display())).unwrap_or_default())]
+    NoCSignature {
+        symbol: String,
+        path: PathBuf,
+        /// The separate debug file looked for (by build ID), if the binary has one.
+        looked: Option<PathBuf>,
+    },
+    #[error("{symbol}: cannot capture {name:?} ({type_name}): {}", problem.explain())]
+    CUncapturable {
+        symbol: String,
+        name: String,
+        type_name: String,
+        problem: CProblem,
+    },
+    #[error("{symbol}: cannot capture {capture:?}: {why}")]
+    BadSlice {
+        symbol: String,
+        capture: String,
+        why: String,
+    },
+    #[error("{}", c_not_found_message(symbol, path, *stripped, similar))]
+    CFunctionNotFound {
+        symbol: String,
+        path: PathBuf,
+        /// The binary has no .symtab: only exported (.dynsym) functions are visible.
+        stripped: bool,
+        similar: Vec<String>,
+    },
+    #[error("{symbol} in {} is an indirect function (IFUNC): its symbol is the resolver that picks an implementation once, when the library is loaded; probe the implementation instead{}", path.display(), if similar.is_empty() { String::new() } else { format!(" (similar: {})", similar.join(", ")) })]
+    IndirectFunction {
+        symbol: String,
+        path: PathBuf,
+        similar: Vec<String>,
+    },
+    #[error("{}", usdt_not_found_message(point, path, *probes, similar))]
+    UsdtNotFound {
+        point: String,
+        path: PathBuf,
+        /// USDT probes the file has (0: no .note.stapsdt).
+        probes: usize,
+        similar: Vec<String>,
+    },
+    #[error("{point}: the signature {signature:?} names {given} argument(s) but the probe's note in {} has {note} ({args:?}): list exactly one `type name` per argument, in order", path.display())]
+    UsdtArgCount {
+        point: String,
+        path: PathBuf,
+        signature: String,
+        given: usize,
+        note: usize,
+        args: String,
+    },
+    #[error(transparent)]
+    UsdtUnsupportedArg(Box<UnsupportedArg>),
+    #[error("{point}: a USDT probe marks a point in the code, not a call: it has no return for latency or results; set latency: false and capture its arguments only")]
+    UsdtNoReturn { point: String },
+    #[error("{point}: its {} sites in {} use different semaphores ({}); a probe can raise one: report this binary", offsets.len(), path.display(), offsets.iter().map(|o| format!("{o:#x}")).collect::<Vec<_>>().join(", "))]
+    UsdtSemaphores {
+        point: String,
+        path: PathBuf,
+        offsets: Vec<u64>,
+    },
+    #[error("{point}: the USDT note of {} is unusable: {reason}", path.display())]
+    UsdtBadNote {
+        point: String,
+        path: PathBuf,
+        reason: String,
+    },
+}
+
+/// A captured USDT argument whose spec gprobe cannot read (boxed: the largest error).
+#[derive(Debug, thiserror::Error)]
+#[error("{point}: cannot capture {name:?}: its argument spec {spec:?} (argument {index} at site {site:#x} of {}) is not supported: {reason}; gprobe reads N@%reg, N@off(%reg), N@(%reg) and N@$imm", path.display())]
+pub struct UnsupportedArg {
+    pub point: String,
+    pub path: PathBuf,
+    /// The capture that needs it.
+    pub name: String,
+    pub index: usize,
+    /// The site's pc (a probe may have several sites with different specs).
+    pub site: u64,
+    pub spec: String,
+    pub reason: String,
+}
+
+/// Why a C value cannot be captured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CProblem {
+    /// A struct or union by value.
+    Aggregate,
+    /// Wider than a register (`__int128`, `long double`).
+    TooWide,
+    /// A typedef or tag whose definition is unknown (no DWARF).
+    UnknownType,
+    /// Its place cannot be told (what comes before it).
+    UnknownPlace(String),
+    /// `void`: there is no value.
+    Void,
+}
+
+impl CProblem {
+    fn explain(&self) -> String {
+        match self {
+            CProblem::Aggregate => "structs and unions passed by value cannot be captured; capture a pointer to it, or a scalar parameter".into(),
+            CProblem::TooWide => "values wider than 8 bytes (__int128, long double) cannot be captured".into(),
+            CProblem::UnknownType => "its size is unknown: write its underlying type (e.g. int, or a pointer) in the signature, or probe a binary with DWARF (or its debug symbols installed)".into(),
+            CProblem::UnknownPlace(why) => why.clone(),
+            CProblem::Void => "void has no value".into(),
+        }
+    }
 }
 
 /// Kinds of values that cannot be captured.
@@ -238,5 +364,45 @@ fn not_found_message(
             last_component(symbol)
         );
     }
+    s
+}
+
+fn c_not_found_message(
+    symbol: &str,
+    path: &std::path::Path,
+    stripped: bool,
+    similar: &[String],
+) -> String {
+    let mut s = format!("function {symbol} not found in {}", path.display());
+    if stripped {
+        s.push_str(" (the binary is stripped: only its exported functions, in .dynsym, are visible; static functions need an unstripped build)");
+    }
+    if !similar.is_empty() {
+        let _ = write!(s, "; similar: {}", similar.join(", "));
+    }
+    let _ = write!(
+        s,
+        "; list functions with: gprobe symbols {} --filter {symbol}",
+        path.display()
+    );
+    s
+}
+
+fn usdt_not_found_message(
+    point: &str,
+    path: &std::path::Path,
+    probes: usize,
+    similar: &[String],
+) -> String {
+    let mut s = format!("{point}: no such USDT probe in {}", path.display());
+    if probes == 0 {
+        s.push_str(" (it has no .note.stapsdt section: no USDT probes at all; is it the right binary or library?)");
+    } else {
+        let _ = write!(s, " ({probes} probes)");
+    }
+    if !similar.is_empty() {
+        let _ = write!(s, "; similar: {}", similar.join(", "));
+    }
+    let _ = write!(s, "; list them with: gprobe symbols {}", path.display());
     s
 }

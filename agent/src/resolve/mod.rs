@@ -3,13 +3,17 @@
 //! sites and signatures; [`plan::plan_probe`] turns one probe into a [`plan::ProbePlan`].
 //!
 //! Layout: `elf.rs` (the file), `x86.rs` (instruction decoding), `plan.rs` (the plan,
-//! whatever the target), and one folder per target kind: `go/` (pclntab, module data,
-//! DWARF, register ABI, inline trees). C functions and USDT probes will get `c/` and
-//! `usdt/` beside it.
+//! whatever the target), `dwarf_sections.rs` (DWARF bytes for gimli), and one folder per
+//! target kind: `go/` (pclntab, module data, DWARF, register ABI, inline trees), `c/`
+//! (ELF symbols, C DWARF and separate debug files, the System V ABI), `usdt/`
+//! (`.note.stapsdt`, argument specs).
 
+pub mod c;
 pub mod go;
 pub mod plan;
+pub mod usdt;
 
+mod dwarf_sections;
 mod elf;
 mod error;
 mod funcs;
@@ -19,10 +23,10 @@ mod x86;
 mod tests;
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use error::{PlanError, ResolveError, Uncapturable};
+pub use error::{CProblem, PlanError, ResolveError, Uncapturable, UnsupportedArg};
 pub use go::dwarf::{DwarfParam, DwarfSignature};
 // Older paths, kept for callers: `resolve::abi`, `resolve::gotype`.
 pub use go::{abi, gotype};
@@ -31,6 +35,7 @@ use elf::ElfFile;
 use go::dwarf::DwarfCache;
 use go::inline::InlineIndex;
 use go::GoInfo;
+pub use usdt::{UsdtProbe, UsdtSite};
 
 /// A function of the binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +85,9 @@ pub(crate) struct RawFunc {
 /// kept. `Send + Sync`: share it with `Arc`.
 pub struct Binary {
     elf: ElfFile,
+    /// The path the file was opened at (e.g. /proc/PID/root/...), where `elf.path()` is
+    /// what reports call it.
+    opened: PathBuf,
     go: GoInfo,
     funcs: OnceLock<Vec<RawFunc>>,
     by_name: OnceLock<Vec<u32>>,
@@ -88,6 +96,10 @@ pub struct Binary {
     /// Go types: DWARF's by name, and every runtime type descriptor (`go/types/`).
     dwarf_types: OnceLock<Result<go::types::DwarfIndex, String>>,
     descs: OnceLock<go::types::DescIndex>,
+    /// Folders for separate debug files, when not the usual ones (`c/mod.rs`).
+    debug_roots: Option<Vec<PathBuf>>,
+    c_dwarf: OnceLock<Result<Option<c::dwarf::CDwarf>, String>>,
+    usdt: OnceLock<Result<Vec<UsdtProbe>, String>>,
 }
 
 impl std::fmt::Debug for Binary {
@@ -112,6 +124,7 @@ impl Binary {
         let go = GoInfo::open(&elf)?;
         Ok(Binary {
             elf,
+            opened: open.to_path_buf(),
             go,
             funcs: OnceLock::new(),
             by_name: OnceLock::new(),
@@ -119,6 +132,9 @@ impl Binary {
             inlined: OnceLock::new(),
             dwarf_types: OnceLock::new(),
             descs: OnceLock::new(),
+            debug_roots: None,
+            c_dwarf: OnceLock::new(),
+            usdt: OnceLock::new(),
         })
     }
 
@@ -157,6 +173,26 @@ impl Binary {
     /// The file offset of virtual address `addr`, through the PT_LOAD segment holding it.
     pub fn file_offset(&self, addr: u64) -> Option<u64> {
         self.elf.file_offset(addr)
+    }
+
+    /// The GNU build ID, hex, if the binary has one.
+    pub fn build_id(&self) -> Option<String> {
+        let id = self.elf.build_id()?;
+        Some(id.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// The USDT probes of `.note.stapsdt`, read once; empty when there are none.
+    pub fn usdt_probes(&self) -> Result<&[UsdtProbe], ResolveError> {
+        let r = self
+            .usdt
+            .get_or_init(|| usdt::read_probes(&self.elf).map_err(|e| e.to_string()));
+        match r {
+            Ok(v) => Ok(v),
+            Err(reason) => Err(ResolveError::Malformed {
+                path: self.path().to_path_buf(),
+                reason: reason.clone(),
+            }),
+        }
     }
 
     /// Where a Go binary's function entry offsets count from (`runtime.text`), as read

@@ -1,7 +1,41 @@
 //! Turns one probe of a ProbeSpec and a resolved binary into what the kernel side needs
 //! (uprobe offsets, BPF capture configurations) and what the decoder needs (names, types),
-//! whatever the target kind: [`plan_probe`] finds the function and its probe sites, and
-//! the target kind's module plans the captures (`go/plan.rs`; C and USDT to come).
+//! whatever the target kind: [`plan_probe`] dispatches to the USDT planner when the probe
+//! names `usdt`, to Go when the binary is Go and the symbol is a Go function, else to C;
+//! each target kind's module plans the captures (`go/plan.rs`, `c/plan.rs`,
+//! `usdt/plan.rs`).
+//!
+//! # The plan, as the kernel side must carry it out
+//!
+//! | target | entry sites | return sites | semaphore | pairing |
+//! |---|---|---|---|---|
+//! | Go function | `entry_offset` (after the stack check) | uprobes on every RET (`ret_offsets`) | none | by goroutine (R14) |
+//! | C function | `entry_offset` (first byte) | one uretprobe at the entry (`ret_offsets == [entry_offset]`, `uretprobe`) | none | by thread |
+//! | USDT probe | `entry_offset` + `extra_entry_sites` | none (a point, not a call) | `ref_ctr_offset` | none needed |
+//!
+//! Capture kinds (`GpCapture.kind`) the BPF program must read:
+//! - `CAP_WORD`: `size` bytes (1..8) of the value at `loc[0]`: a register's low bytes, the
+//!   memory at register + `off` (read exactly `size` bytes: a USDT memory operand of 1
+//!   byte may end a page), or the constant `off`. The decoder masks and sign-extends.
+//! - `CAP_BYTES`: `max_len` bytes at most from the pointer at `loc[0]`, the length at
+//!   `loc[1]`. `size` is the length's size in bytes (1..8; 0 means 8, Go's `int`): a C
+//!   `int num` leaves the register's upper half undefined, so the length is masked to
+//!   `size` bytes first.
+//! - `CAP_CSTR` (new): the NUL-terminated string at the pointer at `loc[0]` (the pointer
+//!   read as a `CAP_WORD` of 8 bytes), at most `max_len` bytes of it: read with
+//!   `bpf_probe_read_user_str` into `max_len + 2` bytes, so that a string of more than
+//!   `max_len` bytes (return value `max_len + 2`) is told from one of exactly `max_len`
+//!   (`max_len + 1`). The value's bytes exclude the NUL; `full_len` = `len`;
+//!   `GP_VAL_TRUNCATED` when longer than `max_len` (its first `max_len` bytes are kept);
+//!   `GP_VAL_FAULT` when the pointer is NULL or unreadable. It decodes as a string
+//!   (`Decode::Str`). Until the BPF program knows this kind it reads it as `CAP_BYTES`
+//!   with no length location (`loc[1]` is `LOC_NONE`): a fault, never a wrong value.
+//!
+//! Locations (`GpLoc`): `LOC_REG` (x86 register number), `LOC_MEM` (register + `off`:
+//! C stack arguments at RSP + 8, 16, ... at entry; USDT memory operands), `LOC_CONST`
+//! (USDT `N@$imm`: the value is `off`). Configuration flags: `CFG_PAIR_BY_THREAD` in
+//! `GpProbeCfg::flags` when `pair_by_thread`. A USDT probe's configurations are all
+//! `PROBE_CALL`: one per group of [`ProbePlan::entry_groups`].
 
 use std::fmt;
 
@@ -10,7 +44,7 @@ use crate::attach::abi::{
 };
 use crate::resolve::error::go_package;
 pub use crate::resolve::error::{PlanError, Uncapturable};
-use crate::resolve::{go, Binary, TargetKind};
+use crate::resolve::{c, go, usdt, Binary, FuncInfo, ResolveError, TargetKind};
 use gprobe_crds::Probe;
 
 /// How a captured value's bytes read back.
@@ -70,21 +104,58 @@ pub struct CapturePlan {
     pub bpf: GpCapture,
 }
 
-/// Everything needed to attach one probe to one binary.
+/// One more entry site of a probe, with the captures of that site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntrySite {
+    /// File offset of the uprobe.
+    pub offset: u64,
+    /// The probe's captures as read at this site: the same names and decoders as
+    /// `ProbePlan::entry_captures` (in the same order), but the locations may differ.
+    pub captures: Vec<CapturePlan>,
+}
+
+/// Everything needed to attach one probe to one binary. All offsets are file offsets of
+/// the binary the plan was made for (what uprobes and the reference counter take).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbePlan {
+    /// The symbol, or `usdt:provider:name` for a USDT probe (as `Probe::point()`).
     pub symbol: String,
-    /// File offset of the entry uprobe: after Go's stack-growth check, so that a call whose
-    /// stack grows (and restarts the function) is seen once.
+    /// File offset of the (first) entry uprobe: for Go, after the stack-growth check, so
+    /// that a call whose stack grows (and restarts the function) is seen once; for C, the
+    /// function's first byte; for USDT, the first site's probe instruction.
     pub entry_offset: u64,
-    /// File offsets of every RET; empty when no return probe is needed.
+    /// The return sites; empty when no return probe is needed. Go: every RET instruction
+    /// (uprobes). C: `[entry_offset]`, where a uretprobe goes (`uretprobe`).
     pub ret_offsets: Vec<u64>,
+    /// The captures at `entry_offset`.
     pub entry_captures: Vec<CapturePlan>,
     pub return_captures: Vec<CapturePlan>,
     /// Where the signature came from, for the attach report.
     pub signature_source: SignatureSource,
     /// What the probe will not see or where gprobe overrode the spec; the caller logs them.
     pub warnings: Vec<PlanWarning>,
+    /// The other entry sites of the probe: a USDT probe the compiler copied to several
+    /// places has one site per copy, each with the same `CALL` behaviour and captures of
+    /// the same names, read where that copy keeps them. Empty for functions. Attach each
+    /// like `entry_offset` (the sites with equal captures can share one configuration:
+    /// [`ProbePlan::entry_groups`]).
+    pub extra_entry_sites: Vec<EntrySite>,
+    /// The return sites are uretprobes (attached at `ret_offsets`, i.e. the entry), not
+    /// uprobes: true for C functions; never for Go (uretprobes corrupt Go programs whose
+    /// stacks move), where `ret_offsets` are RET instructions.
+    pub uretprobe: bool,
+    /// A USDT semaphore's file offset, to pass as the uprobe's reference counter offset
+    /// (perf: the high bits of `config`; uprobe_multi: `ref_ctr_offsets`) on every entry
+    /// site: the kernel then raises the 2-byte counter in each process the probe is
+    /// attached to (pid-scoped: only the selected ones) and lowers it on detach, so that
+    /// the program's `*_ENABLED()` check lets the probe fire. 0: no semaphore.
+    pub ref_ctr_offset: u64,
+    /// Entries and returns pair by thread (C, USDT), not by goroutine (Go): BPF keys its
+    /// in-flight calls by the thread id (the low half of `bpf_get_current_pid_tgid`) in
+    /// place of R14, and writes that id to `gp_event.goroutine`, so spans nest per thread.
+    /// Carried to BPF as `CFG_PAIR_BY_THREAD` in the configuration's flags
+    /// ([`ProbePlan::configs`]).
+    pub pair_by_thread: bool,
 }
 
 /// Where the parameter and result types of a plan came from.
@@ -94,8 +165,10 @@ pub enum SignatureSource {
     None,
     /// The probe's `signature:`.
     Signature,
-    /// The binary's DWARF.
+    /// The binary's DWARF (or its separate debug file's).
     Dwarf,
+    /// A USDT probe without a signature: integers of the sizes its note gives.
+    UsdtNote,
 }
 
 impl fmt::Display for SignatureSource {
@@ -104,6 +177,7 @@ impl fmt::Display for SignatureSource {
             SignatureSource::None => "none needed",
             SignatureSource::Signature => "signature",
             SignatureSource::Dwarf => "DWARF",
+            SignatureSource::UsdtNote => "USDT note",
         })
     }
 }
@@ -119,6 +193,15 @@ pub enum PlanWarning {
     SignatureDisagreesWithDwarf {
         symbol: String,
         differences: Vec<SignatureDifference>,
+    },
+    /// A USDT probe's signature gives an argument a type of another size than its note:
+    /// the note's size is read (at most the type's).
+    UsdtArgSize {
+        point: String,
+        name: String,
+        type_name: String,
+        type_size: u8,
+        note_size: u8,
     },
 }
 
@@ -199,6 +282,17 @@ impl fmt::Display for PlanWarning {
                 }
                 f.write_str("); DWARF was used, capture names of the signature map to DWARF's parameters by position")
             }
+            PlanWarning::UsdtArgSize {
+                point,
+                name,
+                type_name,
+                type_size,
+                note_size,
+            } => write!(
+                f,
+                "{point}: argument {name} is {type_name} ({type_size} bytes) in the signature but {note_size} bytes in the probe's note; {} bytes are read",
+                type_size.min(note_size)
+            ),
         }
     }
 }
@@ -208,33 +302,87 @@ impl ProbePlan {
         !self.ret_offsets.is_empty()
     }
 
-    /// BPF configurations for the entry and (if any) the return uprobes.
-    pub fn configs(&self, func_id: u32, rate_limit: u32) -> (GpProbeCfg, Option<GpProbeCfg>) {
-        let make = |kind, caps: &[CapturePlan]| {
-            let mut cfg = GpProbeCfg {
-                func_id,
-                kind,
-                n_captures: caps.len() as u8,
-                rate_limit: if kind == abi::PROBE_RETURN {
-                    0
+    /// The configuration of one kind of uprobe with `caps`.
+    fn config(&self, kind: u8, caps: &[CapturePlan], func_id: u32, rate_limit: u32) -> GpProbeCfg {
+        let mut cfg = GpProbeCfg {
+            func_id,
+            kind,
+            n_captures: caps.len() as u8,
+            rate_limit: if kind == abi::PROBE_RETURN {
+                0
+            } else {
+                rate_limit
+            },
+            flags: record_shape(caps)
+                | if self.pair_by_thread {
+                    abi::CFG_PAIR_BY_THREAD
                 } else {
-                    rate_limit
+                    0
                 },
-                ..Default::default()
-            };
-            for (slot, c) in cfg.caps.iter_mut().zip(caps) {
-                *slot = c.bpf;
-            }
-            cfg
+            ..Default::default()
         };
-        if self.has_return() {
-            (
-                make(abi::PROBE_ENTRY, &self.entry_captures),
-                Some(make(abi::PROBE_RETURN, &self.return_captures)),
-            )
-        } else {
-            (make(abi::PROBE_CALL, &self.entry_captures), None)
+        for (slot, c) in cfg.caps.iter_mut().zip(caps) {
+            *slot = c.bpf;
         }
+        cfg
+    }
+
+    /// The kind of the entry configurations: ENTRY when returns are probed, else CALL.
+    fn entry_kind(&self) -> u8 {
+        if self.has_return() {
+            abi::PROBE_ENTRY
+        } else {
+            abi::PROBE_CALL
+        }
+    }
+
+    /// BPF configurations for the entry (at `entry_offset`) and (if any) the return uprobes.
+    pub fn configs(&self, func_id: u32, rate_limit: u32) -> (GpProbeCfg, Option<GpProbeCfg>) {
+        let entry = self.config(self.entry_kind(), &self.entry_captures, func_id, rate_limit);
+        let ret = self
+            .has_return()
+            .then(|| self.config(abi::PROBE_RETURN, &self.return_captures, func_id, 0));
+        (entry, ret)
+    }
+
+    /// Every entry site with its captures: `entry_offset` first, then `extra_entry_sites`.
+    pub fn entry_sites(&self) -> impl Iterator<Item = (u64, &[CapturePlan])> + '_ {
+        std::iter::once((self.entry_offset, self.entry_captures.as_slice())).chain(
+            self.extra_entry_sites
+                .iter()
+                .map(|s| (s.offset, s.captures.as_slice())),
+        )
+    }
+
+    /// The entry sites grouped by equal captures: one BPF configuration per group. The
+    /// first group holds `entry_offset` (its configuration is `configs().0`).
+    pub fn entry_groups(&self) -> Vec<(Vec<u64>, &[CapturePlan])> {
+        let mut groups: Vec<(Vec<u64>, &[CapturePlan])> = Vec::new();
+        for (off, caps) in self.entry_sites() {
+            match groups.iter_mut().find(|(_, c)| *c == caps) {
+                Some((offs, _)) => offs.push(off),
+                None => groups.push((vec![off], caps)),
+            }
+        }
+        groups
+    }
+
+    /// The BPF configuration of one entry group's captures (from [`ProbePlan::entry_groups`]).
+    pub fn entry_config(&self, caps: &[CapturePlan], func_id: u32, rate_limit: u32) -> GpProbeCfg {
+        self.config(self.entry_kind(), caps, func_id, rate_limit)
+    }
+}
+
+/// The flags that let the BPF program write a configuration's records in place in the ring
+/// buffer: captures all words (one record size), or a single string/bytes (a few sizes).
+fn record_shape(caps: &[CapturePlan]) -> u8 {
+    // The fast paths read flat locations only: a field path (CAPF_PATH) is walked by the
+    // general writer (emit_any), like the kinds they do not know.
+    let flat = |c: &CapturePlan, kind: u8| c.bpf.kind == kind && c.bpf.flags & abi::CAPF_PATH == 0;
+    match caps {
+        [c] if flat(c, abi::CAP_BYTES) => abi::CFG_ONE_BYTES,
+        _ if caps.iter().all(|c| flat(c, abi::CAP_WORD)) => abi::CFG_WORDS,
+        _ => 0,
     }
 }
 
@@ -246,32 +394,15 @@ pub(crate) struct Captures {
     pub source: Option<SignatureSource>,
 }
 
-/// Plans `probe` against `bin`.
-pub fn plan_probe(
-    bin: &Binary,
-    probe: &Probe,
-    max_string_bytes: u32,
-) -> Result<ProbePlan, PlanError> {
-    let symbol = probe.symbol.clone();
-    let func = bin.find_function(&symbol)?;
-    let sites = bin.probe_sites(&func)?;
-    let mut warnings = Vec::new();
-    let caps = match bin.kind() {
-        TargetKind::Go => {
-            go::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?
-        }
-        TargetKind::Elf if probe.capture.is_empty() => Captures::default(),
-        TargetKind::Elf => {
-            return Err(PlanError::CapturesNeedGo {
-                symbol,
-                path: bin.path().to_path_buf(),
-            })
-        }
-    };
-    for list in [&caps.entry, &caps.ret] {
+/// Checks that every capture list fits one BPF configuration and event.
+fn check_sizes<'a>(
+    symbol: &str,
+    lists: impl IntoIterator<Item = &'a [CapturePlan]>,
+) -> Result<(), PlanError> {
+    for list in lists {
         if list.len() > GP_MAX_CAPTURES {
             return Err(PlanError::TooManyCaptures {
-                symbol,
+                symbol: symbol.to_string(),
                 name: list[GP_MAX_CAPTURES].name.clone(),
                 max: GP_MAX_CAPTURES,
             });
@@ -283,7 +414,7 @@ pub fn plan_probe(
             let bytes = c.bpf.max_record();
             if start >= GP_DATA_LIMIT || bytes > GP_MAX_VALUE {
                 return Err(PlanError::TooLarge {
-                    symbol,
+                    symbol: symbol.to_string(),
                     bytes: start + bytes,
                     limit: GP_DATA_LIMIT,
                 });
@@ -291,6 +422,53 @@ pub fn plan_probe(
             start += bytes;
         }
     }
+    Ok(())
+}
+
+/// Plans `probe` against `bin`: a USDT probe when it names `usdt`; a Go function when the
+/// binary is Go and the symbol is one of its Go functions; else a C function (of any
+/// binary, cgo's C functions of a Go binary included).
+pub fn plan_probe(
+    bin: &Binary,
+    probe: &Probe,
+    max_string_bytes: u32,
+) -> Result<ProbePlan, PlanError> {
+    let is_usdt = probe.usdt.as_deref().is_some_and(|u| !u.trim().is_empty());
+    let plan = if is_usdt && probe.symbol.trim().is_empty() {
+        usdt::plan::plan(bin, probe, max_string_bytes)?
+    } else if bin.kind() == TargetKind::Go {
+        match bin.find_function(&probe.symbol) {
+            Ok(func) => plan_go(bin, probe, func, max_string_bytes)?,
+            // A C function that cgo linked in is in the ELF symbol tables only.
+            Err(e @ ResolveError::NotFound { .. }) => match bin.find_c_function(&probe.symbol) {
+                Ok(func) => plan_c(bin, probe, func, max_string_bytes)?,
+                Err(_) => return Err(e.into()),
+            },
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        let func = bin.find_c_function(&probe.symbol)?;
+        plan_c(bin, probe, func, max_string_bytes)?
+    };
+    check_sizes(
+        &plan.symbol,
+        plan.entry_sites()
+            .map(|(_, c)| c)
+            .chain(std::iter::once(plan.return_captures.as_slice())),
+    )?;
+    Ok(plan)
+}
+
+fn plan_go(
+    bin: &Binary,
+    probe: &Probe,
+    func: FuncInfo,
+    max_string_bytes: u32,
+) -> Result<ProbePlan, PlanError> {
+    let symbol = probe.symbol.clone();
+    let sites = bin.probe_sites(&func)?;
+    let mut warnings = Vec::new();
+    let caps = go::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
     let needs_return = probe.latency || !caps.ret.is_empty();
     if needs_return && sites.ret_offsets.is_empty() {
         return Err(PlanError::NoReturn { symbol });
@@ -307,6 +485,41 @@ pub fn plan_probe(
         return_captures: caps.ret,
         signature_source: caps.source.unwrap_or(SignatureSource::None),
         warnings,
+        extra_entry_sites: Vec::new(),
+        uretprobe: false,
+        ref_ctr_offset: 0,
+        pair_by_thread: false,
+    })
+}
+
+/// A C function: entry at its first byte; its return, when needed, a uretprobe at the
+/// same place (see `c/mod.rs`).
+fn plan_c(
+    bin: &Binary,
+    probe: &Probe,
+    func: FuncInfo,
+    max_string_bytes: u32,
+) -> Result<ProbePlan, PlanError> {
+    let entry = bin.c_entry_offset(&func)?;
+    let mut warnings = Vec::new();
+    let caps = c::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
+    let needs_return = probe.latency || !caps.ret.is_empty();
+    Ok(ProbePlan {
+        symbol: probe.symbol.clone(),
+        entry_offset: entry,
+        ret_offsets: if needs_return {
+            vec![entry]
+        } else {
+            Vec::new()
+        },
+        entry_captures: caps.entry,
+        return_captures: caps.ret,
+        signature_source: caps.source.unwrap_or(SignatureSource::None),
+        warnings,
+        extra_entry_sites: Vec::new(),
+        uretprobe: true,
+        ref_ctr_offset: 0,
+        pair_by_thread: true,
     })
 }
 
@@ -336,5 +549,93 @@ impl crate::engine::Resolver for BinaryResolver {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capture(name: &str, kind: u8) -> CapturePlan {
+        CapturePlan {
+            name: name.to_string(),
+            decode: if kind == abi::CAP_WORD {
+                Decode::Int {
+                    size: 8,
+                    signed: true,
+                }
+            } else {
+                Decode::Str
+            },
+            bpf: GpCapture {
+                kind,
+                size: 8,
+                max_len: if kind == abi::CAP_WORD { 0 } else { 64 },
+                ..Default::default()
+            },
+        }
+    }
+
+    fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbePlan {
+        ProbePlan {
+            symbol: "main.f".into(),
+            entry_offset: 0x1000,
+            ret_offsets: if latency { vec![0x1010] } else { vec![] },
+            entry_captures: entry,
+            return_captures: ret,
+            signature_source: SignatureSource::Signature,
+            warnings: vec![],
+            extra_entry_sites: vec![],
+            uretprobe: false,
+            ref_ctr_offset: 0,
+            pair_by_thread: false,
+        }
+    }
+
+    #[test]
+    fn configurations_are_flagged_by_the_shape_of_their_records() {
+        // Words only (and no capture at all): one record size per configuration.
+        let (e, r) = plan(vec![capture("n", abi::CAP_WORD)], vec![], true).configs(7, 100);
+        let r = r.expect("a return configuration");
+        assert_eq!((e.kind, e.func_id, e.n_captures), (abi::PROBE_ENTRY, 7, 1));
+        assert_eq!(e.flags, abi::CFG_WORDS);
+        assert_eq!(
+            (r.kind, r.n_captures, r.rate_limit),
+            (abi::PROBE_RETURN, 0, 0)
+        );
+        assert_eq!(r.flags, abi::CFG_WORDS);
+        // One string alone.
+        let (e, _) = plan(vec![capture("s", abi::CAP_BYTES)], vec![], false).configs(1, 0);
+        assert_eq!((e.n_captures, e.flags), (1, abi::CFG_ONE_BYTES));
+        // A C string is read up to its NUL: not a one-bytes record.
+        let (e, _) = plan(vec![capture("s", abi::CAP_CSTR)], vec![], false).configs(1, 0);
+        assert_eq!((e.n_captures, e.flags), (1, 0));
+        // A string with other values: records are assembled by size.
+        let (e, r) = plan(
+            vec![capture("n", abi::CAP_WORD), capture("s", abi::CAP_BYTES)],
+            vec![],
+            false,
+        )
+        .configs(3, 0);
+        assert!(r.is_none());
+        assert_eq!((e.kind, e.n_captures, e.flags), (abi::PROBE_CALL, 2, 0));
+        assert_eq!(e.caps[1].kind, abi::CAP_BYTES);
+    }
+
+    #[test]
+    fn c_and_usdt_configurations_pair_by_thread() {
+        let mut p = plan(vec![capture("n", abi::CAP_WORD)], vec![], true);
+        p.pair_by_thread = true;
+        let (e, r) = p.configs(1, 0);
+        assert_eq!(e.flags, abi::CFG_WORDS | abi::CFG_PAIR_BY_THREAD);
+        assert_eq!(
+            r.expect("a return configuration").flags,
+            abi::CFG_WORDS | abi::CFG_PAIR_BY_THREAD
+        );
+        // Distinct bits: pairing never reads as a record shape.
+        assert_eq!(
+            abi::CFG_PAIR_BY_THREAD & (abi::CFG_WORDS | abi::CFG_ONE_BYTES),
+            0
+        );
     }
 }

@@ -1,18 +1,23 @@
 //! The resolve stage on real binaries: Go 1.19 and Go 1.27 builds (stripped and not,
 //! linked internally and externally), the stripped kubectl builds of this machine, a Rust
 //! (non-Go) ELF, bad inputs, and probe planning. Every build kind of every Go release is
-//! in `addresses.rs`.
+//! in `addresses.rs`. C functions and USDT probes: a C program built here with gcc, and
+//! Debian's redis-server, python3.11, postgres 15 and libjvm.so (`c_funcs.rs`, `usdt.rs`).
 
 use gprobe_e2e::go;
 
 mod bad_inputs;
+mod c_funcs;
 mod dwarf;
 mod functions;
 mod kubectl;
+mod listing;
+mod native;
 mod paths;
 mod plan;
 mod sites;
 mod types;
+mod usdt;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -252,7 +252,8 @@ fn refusals_are_typed() {
         Err(PlanError::NoSignature { .. })
     ));
 
-    // Not a Go binary: probes without captures plan; captures would need the C ABI.
+    // Not a Go binary: a C function. Its entry is its first byte, its return a uretprobe
+    // there (never RET scanning for C); a Go signature is refused.
     let exe = open(&std::env::current_exe().unwrap());
     let p = plan(&exe, &probe("main", None, &[]));
     assert_eq!(
@@ -261,13 +262,22 @@ fn refusals_are_typed() {
             .unwrap()
             .entry_offset
     );
-    assert!(!p.ret_offsets.is_empty());
+    assert_eq!(p.ret_offsets, vec![p.entry_offset]);
+    assert!(p.uretprobe && p.pair_by_thread);
     assert!(matches!(
         plan_probe(
             &exe,
             &probe("main", Some("func(argc int32)"), &["argc"]),
             64
         ),
-        Err(PlanError::CapturesNeedGo { .. })
+        Err(PlanError::GoSignatureForC { .. })
     ));
+    let p = plan(
+        &exe,
+        &probe("main", Some("int main(int argc, char **argv)"), &["argc"]),
+    );
+    assert_eq!(
+        p.entry_captures[0].bpf.loc[0].reg,
+        gprobe_agent::attach::abi::reg::RDI
+    );
 }

@@ -5,17 +5,13 @@
 //! measured) in SHF_COMPRESSED `.debug_*` sections; object's `uncompressed_data` handles
 //! both. Go 1.25+ writes DWARF 5 (addresses through .debug_addr).
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use gimli::{
-    constants, AttributeValue, DebugInfoOffset, EndianSlice, RunTimeEndian, SectionId, Unit,
-    UnitOffset,
-};
-use object::{Object, ObjectSection};
+use gimli::{constants, AttributeValue, DebugInfoOffset, Unit, UnitOffset};
 
 use super::gotype::GoType;
+use crate::resolve::dwarf_sections::DwarfSections;
 use crate::resolve::elf::ElfFile;
 
 /// A parameter or result of a function.
@@ -39,17 +35,11 @@ pub struct DwarfSignature {
     pub dictionary: bool,
 }
 
-pub(super) type R<'a> = EndianSlice<'a, RunTimeEndian>;
-
-/// A DWARF section's bytes: in the mapped file, or decompressed.
-enum SecData {
-    Mapped(usize, usize),
-    Owned(Vec<u8>),
-}
+pub(super) use crate::resolve::dwarf_sections::R;
 
 /// The loaded DWARF sections and an index of subprograms by entry address.
 pub(crate) struct DwarfCache {
-    sections: Vec<(SectionId, SecData)>,
+    sections: DwarfSections,
     /// Start offsets of the units in .debug_info, ascending.
     units: Vec<usize>,
     /// Entry address -> .debug_info offset of its DW_TAG_subprogram.
@@ -62,32 +52,7 @@ pub(super) fn err_str(e: impl std::fmt::Display) -> String {
 
 impl DwarfCache {
     pub(crate) fn load(elf: &ElfFile) -> Result<DwarfCache, String> {
-        let data = elf.data();
-        let file = object::File::parse(data).map_err(err_str)?;
-        let base = data.as_ptr() as usize;
-        let mut sections = Vec::new();
-        for id in [
-            SectionId::DebugAbbrev,
-            SectionId::DebugAddr,
-            SectionId::DebugInfo,
-            SectionId::DebugLine,
-            SectionId::DebugLineStr,
-            SectionId::DebugStr,
-            SectionId::DebugStrOffsets,
-            SectionId::DebugTypes,
-        ] {
-            let Some(sec) = file.section_by_name(id.name()) else {
-                continue;
-            };
-            let bytes = sec
-                .uncompressed_data()
-                .map_err(|e| format!("section {}: {e}", id.name()))?;
-            let d = match bytes {
-                Cow::Borrowed(b) => SecData::Mapped(b.as_ptr() as usize - base, b.len()),
-                Cow::Owned(v) => SecData::Owned(v),
-            };
-            sections.push((id, d));
-        }
+        let sections = DwarfSections::load(elf)?;
         let mut cache = DwarfCache {
             sections,
             units: Vec::new(),
@@ -126,21 +91,8 @@ impl DwarfCache {
         Ok(cache)
     }
 
-    fn bytes<'a>(&'a self, elf: &'a ElfFile, id: SectionId) -> &'a [u8] {
-        match self.sections.iter().find(|(i, _)| *i == id) {
-            Some((_, SecData::Mapped(off, len))) => {
-                elf.data().get(*off..off + len).unwrap_or_default()
-            }
-            Some((_, SecData::Owned(v))) => v,
-            None => &[],
-        }
-    }
-
     fn dwarf<'a>(&'a self, elf: &'a ElfFile) -> gimli::Dwarf<R<'a>> {
-        let loaded: Result<_, ()> = gimli::Dwarf::load(|id| {
-            Ok(EndianSlice::new(self.bytes(elf, id), RunTimeEndian::Little))
-        });
-        loaded.unwrap_or_default()
+        self.sections.dwarf(elf)
     }
 
     /// The signature of the subprogram whose low_pc is `addr`; `None` when DWARF has none.

@@ -1,0 +1,240 @@
+//! C functions (and any other code that follows the System V AMD64 C ABI): functions from
+//! the ELF symbol tables, prototypes from C DWARF (the binary's or its separate debug
+//! file's), the places of parameters and results, and the planning of captures.
+//!
+//! A C function's entry probe is its first byte (C has no stack-growth check to skip), and
+//! its return is a uretprobe at that same entry: the kernel swaps the return address when
+//! the call enters and fires the probe when it returns, which is safe for C (its stacks do
+//! not move, unlike Go's) and sees every return, tail calls included, without decoding
+//! any RET instruction.
+
+pub(crate) mod abi;
+pub(crate) mod capture;
+pub(crate) mod dwarf;
+pub(crate) mod plan;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use gprobe_crds::csig::CSignature;
+
+use super::error::{PlanError, ResolveError};
+use super::{Binary, FuncInfo};
+use dwarf::CDwarf;
+
+/// The folder where Debian (and most distributions) install separate debug files.
+pub const DEBUG_ROOT: &str = "/usr/lib/debug";
+
+impl Binary {
+    /// The C function named `symbol`, from `.symtab` and `.dynsym` (in a Go binary: the C
+    /// functions that cgo linked in). An IFUNC symbol is refused: it names the resolver
+    /// that picks an implementation when the library is loaded, which runs once.
+    pub fn find_c_function(&self, symbol: &str) -> Result<FuncInfo, PlanError> {
+        let mut found: Option<(FuncInfo, bool)> = None;
+        self.elf.for_each_symbol(|s| {
+            if s.is_func && self.elf.name_bytes(s.name_off) == symbol.as_bytes() {
+                let better = match &found {
+                    None => true,
+                    // Prefer a sized, non-IFUNC definition (a symbol may be in both tables).
+                    Some((f, ifunc)) => (*ifunc && !s.is_ifunc) || (f.size == 0 && s.size > 0),
+                };
+                if better {
+                    found = Some((
+                        FuncInfo {
+                            name: symbol.to_string(),
+                            addr: s.addr,
+                            size: s.size,
+                        },
+                        s.is_ifunc,
+                    ));
+                }
+            }
+        });
+        match found {
+            Some((f, false)) => Ok(f),
+            Some((_, true)) => Err(PlanError::IndirectFunction {
+                symbol: symbol.to_string(),
+                path: self.path().to_path_buf(),
+                similar: self.similar_c_functions(symbol),
+            }),
+            None => Err(PlanError::CFunctionNotFound {
+                symbol: symbol.to_string(),
+                path: self.path().to_path_buf(),
+                stripped: !self.has_symtab(),
+                similar: self.similar_c_functions(symbol),
+            }),
+        }
+    }
+
+    /// The addresses of the IFUNC symbols: resolvers, not the functions their names say.
+    pub fn indirect_functions(&self) -> std::collections::HashSet<u64> {
+        let mut v = std::collections::HashSet::new();
+        self.elf.for_each_symbol(|s| {
+            if s.is_ifunc {
+                v.insert(s.addr);
+            }
+        });
+        v
+    }
+
+    /// Up to 5 function names like `symbol`: containing it (or contained in it), or a
+    /// few edits away; closest first.
+    pub fn similar_c_functions(&self, symbol: &str) -> Vec<String> {
+        let want = symbol.to_ascii_lowercase();
+        let mut scored: Vec<(usize, String)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        self.elf.for_each_symbol(|s| {
+            if !s.is_func {
+                return;
+            }
+            let Ok(name) = std::str::from_utf8(self.elf.name_bytes(s.name_off)) else {
+                return;
+            };
+            if name == symbol || !seen.insert(name.to_string()) {
+                return;
+            }
+            let lower = name.to_ascii_lowercase();
+            let score = if lower.contains(&want) || (lower.len() >= 4 && want.contains(&lower)) {
+                lower.len().abs_diff(want.len()) / 4
+            } else {
+                let d = edit_distance(&lower, &want);
+                if d > (want.len() / 4).max(2) {
+                    return;
+                }
+                d + 1
+            };
+            scored.push((score, name.to_string()));
+        });
+        scored.sort();
+        scored.into_iter().take(5).map(|(_, n)| n).collect()
+    }
+
+    /// The file offset of a C function's first byte: its entry probe, and where its
+    /// uretprobe is attached.
+    pub fn c_entry_offset(&self, f: &FuncInfo) -> Result<u64, ResolveError> {
+        self.elf.check_x86_64()?;
+        let (off, _) = self.code(&f.name, f.addr, f.size.max(1))?;
+        Ok(off)
+    }
+
+    /// Folders searched for a separate debug file: the debug folder inside the process's
+    /// root when the binary was opened through `/proc/PID/root/` (a container's), then
+    /// the host's.
+    fn debug_roots(&self) -> Vec<PathBuf> {
+        if let Some(r) = &self.debug_roots {
+            return r.clone();
+        }
+        let mut roots = Vec::new();
+        let opened = self.opened.to_string_lossy();
+        if let Some(rest) = opened.strip_prefix("/proc/") {
+            if let Some((pid, tail)) = rest.split_once('/') {
+                if tail.starts_with("root/") && pid.bytes().all(|b| b.is_ascii_digit()) {
+                    roots.push(PathBuf::from(format!("/proc/{pid}/root{DEBUG_ROOT}")));
+                }
+            }
+        }
+        roots.push(PathBuf::from(DEBUG_ROOT));
+        roots
+    }
+
+    /// Uses `roots` instead of the usual debug folders for separate debug files (tests,
+    /// and debug files kept elsewhere). Call before the first prototype is asked for.
+    pub fn with_debug_roots(mut self, roots: Vec<PathBuf>) -> Binary {
+        self.debug_roots = Some(roots);
+        self
+    }
+
+    /// Where the separate debug file of this binary would be (by its build ID), if it has
+    /// a build ID.
+    pub fn debug_file_candidates(&self) -> Vec<PathBuf> {
+        match self.elf.build_id() {
+            Some(id) => dwarf::debug_file_candidates(&self.debug_roots(), id),
+            None => Vec::new(),
+        }
+    }
+
+    fn c_dwarf(&self) -> Result<Option<&CDwarf>, ResolveError> {
+        let loaded = self.c_dwarf.get_or_init(|| {
+            CDwarf::load(&self.elf, &self.debug_roots()).map_err(|e| e.to_string())
+        });
+        match loaded {
+            Ok(d) => Ok(d.as_ref()),
+            Err(reason) => Err(ResolveError::Dwarf {
+                path: self.path().to_path_buf(),
+                symbol: None,
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// The separate debug file whose DWARF describes this binary, when one was found.
+    pub fn debug_file(&self) -> Option<PathBuf> {
+        let d = self.c_dwarf().ok()??;
+        d.separate_path().map(|p| p.to_path_buf())
+    }
+
+    /// True when C prototypes are available from DWARF (the binary's or a debug file's).
+    pub fn has_c_dwarf(&self) -> bool {
+        matches!(self.c_dwarf(), Ok(Some(_)))
+    }
+
+    /// The C prototype of `f` from DWARF; `None` when there is no DWARF for it.
+    pub fn c_signature(&self, f: &FuncInfo) -> Result<Option<CSignature>, ResolveError> {
+        let Some(d) = self.c_dwarf()? else {
+            return Ok(None);
+        };
+        match d.signature(&self.elf, f.addr, &f.name) {
+            None => Ok(None),
+            Some(Ok(mut s)) => {
+                // DWARF names the function by its source name; the probe names the symbol.
+                s.name = Some(f.name.clone());
+                Ok(Some(s))
+            }
+            Some(Err(reason)) => Err(ResolveError::Dwarf {
+                path: d.file(&self.elf).path().to_path_buf(),
+                symbol: Some(f.name.clone()),
+                reason,
+            }),
+        }
+    }
+
+    /// The C prototypes DWARF has of `funcs`, by entry address (for listings).
+    pub fn c_signatures(
+        &self,
+        funcs: &[FuncInfo],
+    ) -> Result<HashMap<u64, CSignature>, ResolveError> {
+        Ok(match self.c_dwarf()? {
+            Some(d) => d.signatures(&self.elf, funcs.iter().map(|f| (f.addr, f.name.as_str()))),
+            None => HashMap::new(),
+        })
+    }
+}
+
+/// Levenshtein distance, for similar names in error messages.
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let sub = prev[j - 1] + (a[i - 1] != b[j - 1]) as usize;
+            cur[j] = sub.min(prev[j] + 1).min(cur[j - 1] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn edit_distance() {
+        assert_eq!(super::edit_distance("add", "sub"), 3);
+        assert_eq!(
+            super::edit_distance("createstringobject", "createstrinobject"),
+            1
+        );
+        assert_eq!(super::edit_distance("", "abc"), 3);
+    }
+}
