@@ -113,7 +113,8 @@ struct gp_probe_cfg {
 /* Flags of one captured value. */
 #define GP_VAL_TRUNCATED 1 /* a string/bytes value longer than max_len */
 #define GP_VAL_FAULT 2     /* the memory could not be read */
-#define GP_VAL_NIL 4       /* a pointer on a path was nil (set with GP_VAL_FAULT) */
+#define GP_VAL_NIL 4       /* a pointer on a path was nil (set with GP_VAL_FAULT); full_len:
+			    * the hops not taken */
 
 /* Header of every record in the events ring buffer; captured values follow, each a
  * gp_value and `len` bytes, packed. */

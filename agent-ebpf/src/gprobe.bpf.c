@@ -122,8 +122,13 @@ struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
 	__u64 nested;  /* this hit's entry found calls of its function in flight on its goroutine */
+	__u64 cursor;  /* captures.h: a record offset read back from here is one the verifier
+			* no longer tracks, so the paths that computed it converge */
 	__u64 regs[16];
 	__u8 buf[GP_SCRATCH];
+	/* Never part of a record: lets the verifier accept writes at masked offsets below
+	 * GP_SCRATCH of up to one string's bytes (captures.h). */
+	__u8 slack[GP_MAX_STR + 64];
 };
 
 struct {
@@ -416,6 +421,8 @@ static __always_inline int emit_one_bytes(const struct x86_regs *r, const struct
 	}
 }
 
+#include "captures.h"
+
 /* Records with string/bytes captures, whose size depends on the values: assembled in the
  * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
 static __always_inline int emit_any(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
@@ -430,6 +437,11 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			break;
 		const struct gp_capture *c = &cfg->caps[i];
 		off &= GP_DATA_MASK;
+		if ((c->flags & GP_CAPF_PATH) || c->kind >= GP_CAP_IFACE) {
+			/* Field paths and Go's composite kinds: a function verified once. */
+			off = untracked(s, off + gp_capture_value(s, c, off, i));
+			continue;
+		}
 		struct gp_value *v = (struct gp_value *)(s->buf + off);
 		__u8 flags = 0;
 		v->cap = i;

@@ -98,7 +98,8 @@ pub const EXEC_HELD: u32 = 1;
 pub const VAL_TRUNCATED: u8 = 1;
 pub const VAL_FAULT: u8 = 2;
 /// A pointer on the way of a path was nil; set together with VAL_FAULT (a decoder that
-/// knows only FAULT shows null either way). No bytes follow.
+/// knows only FAULT shows null either way). No bytes follow; `full_len` is the number of
+/// hops not taken (see [`GpCapture`]).
 pub const VAL_NIL: u8 = 4;
 
 #[repr(C)]
@@ -133,7 +134,9 @@ pub struct GpLoc {
 ///
 /// # What is read (after the words), and the value's bytes in the record
 /// Every value is a [`GpValue`] header (`cap`, `flags`, `len` bytes that follow,
-/// `full_len`) and `len` bytes padded to 8. FAULT and NIL values have `len` 0.
+/// `full_len`) and `len` bytes padded to 8. FAULT and NIL values have `len` 0; a NIL
+/// value's `full_len` is the number of hops not taken when the nil pointer was met (0:
+/// the pointer after the last hop, e.g. the map of `len(o.Meta)`, was nil).
 /// - `CAP_WORD`: `size` (1..8) bytes of the word, zero-extended to 8: `len` 8.
 /// - `CAP_BYTES` (string, []byte): words (ptr, len); `min(len, max_len)` bytes at ptr;
 ///   `full_len` = len, TRUNCATED when longer.

@@ -230,6 +230,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     .tracer
                     .add_probe(&plan, spec.spec.spec.limits.events_per_second)
                     .map_err(|e| Arc::new(ProbeError::Trace(e)))?;
+                let types = plan.type_names.clone().map(|names| {
+                    Arc::new(crate::events::DynTypes::new(names, &target.attach_path))
+                });
                 let meta = |caps: &[crate::plan::CapturePlan]| {
                     Arc::new(ProbeMeta {
                         key: sp.key.clone(),
@@ -241,6 +244,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                             .iter()
                             .map(|c| (Arc::from(c.name.as_str()), c.decode))
                             .collect(),
+                        types: types.clone(),
                     })
                 };
                 // Every entry group reads the same names with the same decoders.
@@ -346,6 +350,7 @@ mod tests {
             uretprobe: false,
             ref_ctr_offset: 0,
             pair_by_thread: false,
+            type_names: None,
         }
     }
 

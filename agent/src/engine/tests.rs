@@ -151,6 +151,7 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
         uretprobe: false,
         ref_ctr_offset: 0,
         pair_by_thread: false,
+        type_names: None,
     }
 }
 

@@ -1,12 +1,15 @@
 //! Ring buffer records to calls: decoding captured values, pairing entries with returns,
 //! and counting what could not be paired.
 
+mod composite;
 mod decode;
+mod dyntypes;
 mod pairing;
 pub mod reader;
 pub mod redact;
 
-pub use decode::{decode_values, Value, ValueKind};
+pub use decode::{decode_values, DecodeCtx, Value, ValueKind};
+pub use dyntypes::{DynTypes, TypeLookup};
 pub use pairing::{Pairing, PairingStats};
 
 use crate::plan::Decode;
@@ -26,6 +29,8 @@ pub struct ProbeMeta {
     pub redact: bool,
     /// Decoders by capture index, for this configuration's captures.
     pub captures: Vec<(Arc<str>, Decode)>,
+    /// The binary's type names, where a capture shows a dynamic type.
+    pub types: Option<Arc<DynTypes>>,
 }
 
 impl ProbeMeta {
@@ -43,6 +48,7 @@ impl ProbeMeta {
             latency,
             redact: true,
             captures: Vec::new(),
+            types: None,
         }
     }
 }

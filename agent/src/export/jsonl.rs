@@ -8,6 +8,11 @@ fn string(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
+/// One value as JSON.
+pub(crate) fn write_value(out: &mut Vec<u8>, v: &ValueKind) {
+    value(out, v)
+}
+
 fn value(out: &mut Vec<u8>, v: &ValueKind) {
     match v {
         ValueKind::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
@@ -25,10 +30,20 @@ fn value(out: &mut Vec<u8>, v: &ValueKind) {
             let _ = write!(out, "\"{p:#x}\"");
         }
         ValueKind::Str { text, .. } => string(out, text),
-        ValueKind::Interface { nil } => {
-            out.extend_from_slice(if *nil { b"\"nil\"" } else { b"\"non-nil\"" })
+        ValueKind::Interface { nil: false } => out.extend_from_slice(b"\"non-nil\""),
+        ValueKind::Interface { nil: true } | ValueKind::Null | ValueKind::Fault => {
+            out.extend_from_slice(b"null")
         }
-        ValueKind::Fault => out.extend_from_slice(b"null"),
+        ValueKind::Array { items, .. } => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                value(out, v);
+            }
+            out.push(b']');
+        }
     }
 }
 
@@ -73,6 +88,9 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
             matches!(
                 v.kind,
                 ValueKind::Str {
+                    truncated: true,
+                    ..
+                } | ValueKind::Array {
                     truncated: true,
                     ..
                 }

@@ -88,6 +88,16 @@ pub enum Decode {
     },
 }
 
+impl Decode {
+    /// Whether a value shows a dynamic type's name (and so needs the binary's type names).
+    pub fn shows_type(&self) -> bool {
+        matches!(
+            self,
+            Decode::Interface | Decode::Error | Decode::Interfaces { .. }
+        )
+    }
+}
+
 /// How the elements of a captured slice of scalars read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Elem {
@@ -156,6 +166,9 @@ pub struct ProbePlan {
     /// Carried to BPF as `CFG_PAIR_BY_THREAD` in the configuration's flags
     /// ([`ProbePlan::configs`]).
     pub pair_by_thread: bool,
+    /// The names of the binary's Go types, for captures that show a dynamic type
+    /// (interfaces, errors, `[]any`); `None` when no capture needs them.
+    pub type_names: Option<go::types::TypeNames>,
 }
 
 /// Where the parameter and result types of a plan came from.
@@ -470,6 +483,12 @@ fn plan_go(
     let mut warnings = Vec::new();
     let caps = go::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
     let needs_return = probe.latency || !caps.ret.is_empty();
+    let type_names = caps
+        .entry
+        .iter()
+        .chain(&caps.ret)
+        .any(|c| c.decode.shows_type())
+        .then(|| go::types::TypeNames::of(bin));
     if needs_return && sites.ret_offsets.is_empty() {
         return Err(PlanError::NoReturn { symbol });
     }
@@ -489,6 +508,7 @@ fn plan_go(
         uretprobe: false,
         ref_ctr_offset: 0,
         pair_by_thread: false,
+        type_names,
     })
 }
 
@@ -520,6 +540,7 @@ fn plan_c(
         uretprobe: true,
         ref_ctr_offset: 0,
         pair_by_thread: true,
+        type_names: None,
     })
 }
 
@@ -589,6 +610,7 @@ mod tests {
             uretprobe: false,
             ref_ctr_offset: 0,
             pair_by_thread: false,
+            type_names: None,
         }
     }
 

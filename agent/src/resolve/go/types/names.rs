@@ -93,3 +93,12 @@ impl TypeNames {
         self.names.is_empty()
     }
 }
+
+/// Tables of one binary are equal: plans compare equal when made from the same file.
+impl PartialEq for TypeNames {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.names, &other.names) || self.names == other.names
+    }
+}
+
+impl Eq for TypeNames {}
