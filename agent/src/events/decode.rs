@@ -174,8 +174,9 @@ mod tests {
                     signed: true
                 },
                 0,
+                0,
                 &b,
-                false
+                &ctx(false)
             ),
             ValueKind::Int(-5)
         );
@@ -188,8 +189,9 @@ mod tests {
                     signed: true
                 },
                 0,
+                0,
                 &b,
-                false
+                &ctx(false)
             ),
             ValueKind::Int(-1)
         );
@@ -200,8 +202,9 @@ mod tests {
                     signed: false
                 },
                 0,
+                0,
                 &b,
-                false
+                &ctx(false)
             ),
             ValueKind::Uint(0xdeff)
         );
@@ -246,7 +249,7 @@ mod tests {
         );
         assert_eq!(
             decode_one(Decode::Interface, 0, 0, &0u64.to_le_bytes(), &ctx(false)),
-            ValueKind::Interface { nil: true }
+            ValueKind::Null
         );
         assert_eq!(
             decode_one(Decode::Interface, 0, 0, &8u64.to_le_bytes(), &ctx(false)),
@@ -336,6 +339,68 @@ mod tests {
             decode_values(&data, &caps, &ctx(false))[0].kind,
             ValueKind::Str {
                 text: "a=1&password=x".into(),
+                truncated: false
+            }
+        );
+    }
+
+    #[test]
+    fn nil_on_a_path_is_null_and_a_nil_map_has_length_zero() {
+        let nil = VAL_FAULT | VAL_NIL;
+        let len = |nil_is_zero| Decode::Len { nil_is_zero };
+        assert_eq!(
+            decode_one(len(true), nil, 0, &[], &ctx(false)),
+            ValueKind::Int(0)
+        );
+        // A nil pointer before the map (a hop not taken): no length at all.
+        assert_eq!(
+            decode_one(len(true), nil, 1, &[], &ctx(false)),
+            ValueKind::Null
+        );
+        assert_eq!(
+            decode_one(len(false), nil, 0, &[], &ctx(false)),
+            ValueKind::Null
+        );
+        assert_eq!(
+            decode_one(Decode::Str, nil, 2, &[], &ctx(false)),
+            ValueKind::Null
+        );
+        assert_eq!(
+            decode_one(Decode::Str, VAL_FAULT, 0, &[], &ctx(false)),
+            ValueKind::Fault
+        );
+    }
+
+    #[test]
+    fn slices_and_string_slices_are_arrays_of_their_first_elements() {
+        let mut b = Vec::new();
+        for x in [1i32, -2, 3] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        let elem = crate::plan::Elem::Int {
+            size: 4,
+            signed: true,
+        };
+        assert_eq!(
+            decode_one(Decode::Slice { elem }, VAL_TRUNCATED, 20, &b, &ctx(false)),
+            ValueKind::Array {
+                items: vec![ValueKind::Int(1), ValueKind::Int(-2), ValueKind::Int(3)],
+                truncated: true
+            }
+        );
+        // []string: "ab", then an unreadable element, then "" (element records).
+        let mut b = vec![2, 0, 0, 0, 2, 0, 0, 0];
+        b.extend_from_slice(b"ab\0\0\0\0\0\0");
+        b.extend_from_slice(&[0, 0, 0, 0, 0, 0, VAL_FAULT, 0]);
+        b.extend_from_slice(&[0; 8]);
+        let s = |t: &str| ValueKind::Str {
+            text: t.into(),
+            truncated: false,
+        };
+        assert_eq!(
+            decode_one(Decode::Strings, 0, 3, &b, &ctx(false)),
+            ValueKind::Array {
+                items: vec![s("ab"), ValueKind::Fault, s("")],
                 truncated: false
             }
         );
