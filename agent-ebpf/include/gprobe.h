@@ -30,6 +30,8 @@ enum gp_probe_kind {
 	GP_PROBE_CALL = 0,   /* function entry, no return tracking: one CALL event */
 	GP_PROBE_ENTRY = 1,  /* entry of a latency probe: ENTRY event, remembered for the return */
 	GP_PROBE_RETURN = 2, /* a RET of a latency probe: RETURN event paired to its entry */
+	GP_PROBE_LOADER = 3, /* the dynamic loader's _dl_debug_state: the process is held and a
+			      * GP_EV_LOADER event tells the agent to look at its libraries */
 };
 
 enum gp_event_kind {
@@ -38,6 +40,7 @@ enum gp_event_kind {
 	GP_EV_RETURN = 2,
 	GP_EV_EXEC = 3,
 	GP_EV_EXIT = 4,
+	GP_EV_LOADER = 5, /* proc_events: a held process changed its list of libraries */
 };
 
 /* What a capture reads, and the bytes of its value in a record. agent/src/attach/abi.rs

@@ -101,6 +101,7 @@ impl Pipeline {
                     at: Instant::now(),
                 },
                 ProcEvent::Exit(pid) => Input::Exit { pid },
+                ProcEvent::Loader { pid, held } => Input::Loader { pid, held },
             };
             feed.send(input).is_ok()
         }));

@@ -20,12 +20,17 @@ pub const GP_MAX_VALUE: usize = c::GP_SCRATCH - GP_DATA_LIMIT;
 pub const PROBE_CALL: u8 = 0;
 pub const PROBE_ENTRY: u8 = 1;
 pub const PROBE_RETURN: u8 = 2;
+/// The dynamic loader's `_dl_debug_state` (called around every change of the list of
+/// loaded objects): the BPF program stops the process (SIGSTOP, `held`) and reports
+/// `EV_LOADER`, so probes on a library dlopen'd later attach before its first call.
+pub const PROBE_LOADER: u8 = 3;
 
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;
 pub const EV_RETURN: u16 = 2;
 pub const EV_EXEC: u32 = 3;
 pub const EV_EXIT: u32 = 4;
+pub const EV_LOADER: u32 = 5;
 
 /// `GpProbeCfg::flags`: every capture is a word, so each record of the configuration has
 /// one size (48 + 16 per capture) and the program writes it in place in the ring buffer.

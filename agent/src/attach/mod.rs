@@ -100,6 +100,8 @@ pub struct BpfTracer {
     free_ids: VecDeque<u32>,
     pool: DetachPool<Link>,
     cpus: usize,
+    /// The dynamic loader hook's configuration, once one process needed it.
+    loader_cfg: Option<CfgId>,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
@@ -199,6 +201,7 @@ impl BpfTracer {
             free_ids: (0..GP_MAX_PROBES as u32).collect(),
             pool: DetachPool::new(),
             cpus,
+            loader_cfg: None,
         };
         Ok((tracer, rings))
     }
@@ -281,6 +284,18 @@ impl Tracer for BpfTracer {
             extra_entries: ids[1..groups.len()].to_vec(),
             ret: ret.map(|_| ids[groups.len()]),
         })
+    }
+
+    fn loader_config(&mut self) -> Result<CfgId, TraceError> {
+        if let Some(id) = self.loader_cfg {
+            return Ok(id);
+        }
+        let id = self.add_config(&GpProbeCfg {
+            kind: abi::PROBE_LOADER,
+            ..Default::default()
+        })?;
+        self.loader_cfg = Some(id);
+        Ok(id)
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {

@@ -7,7 +7,7 @@ pub mod procs;
 
 pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
-use crate::attach::abi::{EV_EXEC, EV_EXIT, EXEC_HELD, GP_PATH_MAX};
+use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_LOADER, EXEC_HELD, GP_PATH_MAX};
 use aya::maps::{MapData, RingBuf};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -25,6 +25,12 @@ pub enum ProcEvent {
         filename: PathBuf,
     },
     Exit(u32),
+    /// The dynamic loader of `pid` changed its list of objects (`held`: the process is
+    /// stopped until whoever handles this resumes it).
+    Loader {
+        pid: u32,
+        held: bool,
+    },
 }
 
 /// Decodes one record of the process ring buffer.
@@ -33,6 +39,10 @@ pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
     let (kind, pid) = (u32_at(0)?, u32_at(4)?);
     match kind {
         EV_EXIT => Some(ProcEvent::Exit(pid)),
+        EV_LOADER => Some(ProcEvent::Loader {
+            pid,
+            held: u32_at(8)? & EXEC_HELD != 0,
+        }),
         EV_EXEC => {
             let flags = u32_at(8)?;
             let name = item.get(24..24 + GP_PATH_MAX)?;
@@ -76,7 +86,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exec_and_exit_records_decode() {
+    fn exec_exit_and_loader_records_decode() {
         let mut rec = vec![0u8; 24 + GP_PATH_MAX];
         rec[0..4].copy_from_slice(&EV_EXEC.to_ne_bytes());
         rec[4..8].copy_from_slice(&42u32.to_ne_bytes());
@@ -95,5 +105,13 @@ mod tests {
         exit[4..8].copy_from_slice(&7u32.to_ne_bytes());
         assert_eq!(decode_proc_event(&exit), Some(ProcEvent::Exit(7)));
         assert_eq!(decode_proc_event(&exit[..6]), None);
+        let mut loader = vec![0u8; 12];
+        loader[0..4].copy_from_slice(&EV_LOADER.to_ne_bytes());
+        loader[4..8].copy_from_slice(&9u32.to_ne_bytes());
+        loader[8..12].copy_from_slice(&EXEC_HELD.to_ne_bytes());
+        assert_eq!(
+            decode_proc_event(&loader),
+            Some(ProcEvent::Loader { pid: 9, held: true })
+        );
     }
 }

@@ -143,6 +143,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let out = self.attach_specs(&info, &specs);
         if out.gone {
             self.untrack(pid);
+        } else {
+            self.watch_loader(pid);
         }
     }
 

@@ -39,6 +39,12 @@ pub enum Input {
     Exit {
         pid: u32,
     },
+    /// The dynamic loader of a watched process changed its list of objects (`held`: the
+    /// process is stopped until the engine has looked).
+    Loader {
+        pid: u32,
+        held: bool,
+    },
     Spec(SpecEvent),
     Containers(Vec<Container>),
     /// Resume held processes, detach everything (waiting for the kernel until `deadline`),
@@ -155,6 +161,9 @@ fn run<T: Tracer, R: Resolver>(
                 at,
             }) => on_exec(&mut engine, pid, held, filename, at),
             Some(Input::Exit { pid }) => engine.process_exited(pid),
+            Some(Input::Loader { pid, held }) => {
+                engine.loader_event(pid, held, libraries_of(pid));
+            }
             Some(Input::Spec(ev)) => {
                 if apply_spec_event(&mut engine, ev) {
                     scan(&mut engine);

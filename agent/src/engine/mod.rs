@@ -10,6 +10,8 @@
 mod attaching;
 pub mod driver;
 pub mod error;
+mod loader;
+use loader::LibraryGlob;
 mod procs;
 pub mod resource;
 pub mod select;
@@ -81,32 +83,6 @@ pub enum SpecRejected {
     Duplicate { key: SpecKey },
 }
 
-/// Which shared objects a probe's `library` glob names: a path glob when it holds a `/`,
-/// else a glob on the file name.
-#[derive(Debug, Clone)]
-struct LibraryGlob {
-    glob: gprobe_crds::glob::Glob,
-    by_name: bool,
-}
-
-impl LibraryGlob {
-    fn new(pattern: &str) -> Option<Self> {
-        Some(Self {
-            glob: gprobe_crds::glob::Glob::new(pattern).ok()?,
-            by_name: !pattern.contains('/'),
-        })
-    }
-
-    fn matches(&self, path: &std::path::Path) -> bool {
-        if self.by_name {
-            path.file_name()
-                .is_some_and(|n| self.glob.matches(&n.to_string_lossy()))
-        } else {
-            self.glob.matches(&path.to_string_lossy())
-        }
-    }
-}
-
 struct SpecProbe {
     key: ProbeKey,
     probe: Probe,
@@ -158,6 +134,8 @@ struct ProcState<L> {
     links: Vec<Attachment<L>>,
     /// The files it has probes planned in (its executable, libraries).
     files: BTreeSet<FileKey>,
+    /// The uprobe on its dynamic loader (processes with library probes: `loader.rs`).
+    loader: Option<L>,
 }
 
 /// Tunables, with defaults that suit both modes.
@@ -195,6 +173,8 @@ pub struct Engine<T: Tracer, R: Resolver> {
     retired: HashMap<ProbeKey, KernelCounts>,
     /// Processes that exited: the reader flushes their calls still in flight.
     exits: Option<std::sync::mpsc::Sender<u32>>,
+    /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
+    loader_hooks: HashMap<FileKey, Option<u64>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
@@ -227,6 +207,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             stats,
             retired: HashMap::new(),
             exits: None,
+            loader_hooks: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
             dirty: true,
@@ -535,9 +516,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let stale = self.opts.hold_timeout.as_nanos() as u64;
         let mono = monotonic_ns();
         for (pid, since) in self.tracer.held() {
-            if mono.saturating_sub(since) >= stale && !self.procs.contains_key(&pid) {
+            if mono.saturating_sub(since) >= stale {
+                // Every hold the engine heard of is resumed as soon as it is handled: this
+                // one's event was lost (a full process ring buffer).
                 tracing::warn!(
-                    "pid {pid} was held at exec but its event never arrived; resuming it"
+                    "pid {pid} was held (at exec or by its dynamic loader) but its event never arrived; resuming it"
                 );
                 self.tracer.resume(pid);
             }

@@ -73,12 +73,16 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     specs: BTreeSet::new(),
                     links: Vec::new(),
                     files: BTreeSet::new(),
+                    loader: None,
                 },
             );
         }
         let out = self.attach_specs(&info, &todo);
         if let Some(p) = self.procs.get_mut(&pid) {
             p.specs.extend(todo.iter().copied());
+        }
+        if !out.gone {
+            self.watch_loader(pid);
         }
         let (attached, first_error, gone) = (out.count, out.first_error, out.gone);
         // Probes on libraries not loaded yet attach when they are: not a failure.
@@ -185,6 +189,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         };
         self.dirty = true;
+        if let Some(l) = p.loader {
+            self.tracer.detach(l);
+        }
         for a in p.links {
             if let Ok((links, _)) = a.outcome {
                 self.tracer.detach(links);

@@ -72,6 +72,10 @@ pub trait Tracer {
     /// at zero.
     fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError>;
 
+    /// The configuration of the dynamic loader hook (`PROBE_LOADER`: stop the process and
+    /// report it), created on first use and shared by every process.
+    fn loader_config(&mut self) -> Result<CfgId, TraceError>;
+
     /// Frees a probe's configurations once no process has links to them.
     fn remove_probe(&mut self, cfg: ProbeConfig);
 
@@ -130,4 +134,7 @@ pub trait Resolver {
         shown: &Path,
         probes: &[PlanRequest<'_>],
     ) -> Vec<Result<ProbePlan, Arc<ProbeError>>>;
+
+    /// The file offset of `_dl_debug_state` in the dynamic loader at `path`, if it has one.
+    fn loader_hook(&mut self, path: &Path) -> Option<u64>;
 }

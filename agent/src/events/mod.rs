@@ -4,12 +4,14 @@
 mod composite;
 mod decode;
 mod dyntypes;
+mod nesting;
 mod pairing;
 pub mod reader;
 pub mod redact;
 
 pub use decode::{decode_values, DecodeCtx, Value, ValueKind};
 pub use dyntypes::{DynTypes, TypeLookup};
+pub use nesting::{Nesting, SpanIds};
 pub use pairing::{Pairing, PairingStats};
 
 use crate::plan::Decode;
@@ -85,6 +87,8 @@ pub struct CallRecord {
     pub resource: Arc<Resource>,
     /// The call had not returned when gprobe stopped.
     pub unfinished: bool,
+    /// Its span: a child of the probed call open on the same goroutine when it started.
+    pub span: SpanIds,
 }
 
 /// Converts BPF timestamps (CLOCK_MONOTONIC) to Unix time.

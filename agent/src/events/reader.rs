@@ -1,7 +1,8 @@
 //! Reads the events ring buffer: turns records into calls and hands them on in batches.
 
 use super::{
-    decode_values, CallRecord, Clock, DecodeCtx, Pairing, PairingStats, ProbeMeta, Resource,
+    decode_values, CallRecord, Clock, DecodeCtx, Nesting, Pairing, PairingStats, ProbeMeta,
+    Resource,
 };
 use crate::attach::abi::{read_event, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::stats::Stats;
@@ -67,6 +68,7 @@ pub struct Processor {
     registry: Arc<Registry>,
     clock: Clock,
     pairing: Pairing,
+    nesting: Nesting,
     pub stats: ReaderStats,
     counts: Option<Stats>,
     // Per-batch caches: avoid a lock per record.
@@ -80,6 +82,7 @@ impl Processor {
             registry,
             clock,
             pairing: Pairing::new(max_in_flight),
+            nesting: Nesting::new(max_in_flight),
             stats: ReaderStats::default(),
             counts: None,
             probe_cache: HashMap::new(),
@@ -141,6 +144,11 @@ impl Processor {
         let values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
+                let span = if ev.kind == EV_CALL {
+                    self.nesting.call(ev.pid, ev.goroutine)
+                } else {
+                    self.nesting.entry(ev.pid, ev.goroutine, ev.call_id)
+                };
                 let rec = CallRecord {
                     probe: meta,
                     pid: ev.pid,
@@ -151,6 +159,7 @@ impl Processor {
                     returns: None,
                     resource: self.resource(ev.pid),
                     unfinished: false,
+                    span,
                 };
                 if ev.kind == EV_CALL {
                     return Some(rec);
@@ -162,6 +171,7 @@ impl Processor {
                 None
             }
             EV_RETURN => {
+                self.nesting.ret(ev.pid, ev.goroutine, ev.call_id);
                 let r = self.pairing.ret(ev.call_id, ev.duration_ns, values);
                 self.stats.pairing = self.pairing.stats;
                 r
@@ -184,6 +194,7 @@ impl Processor {
     /// forgotten (its records were all read before this is called).
     pub fn process_exited(&mut self, pid: u32) -> Vec<CallRecord> {
         let out = self.pairing.drain_pid(pid);
+        self.nesting.process_exited(pid);
         self.count_unfinished(&out);
         self.registry.set_process(pid, None);
         self.proc_cache.remove(&pid);

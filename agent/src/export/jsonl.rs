@@ -71,6 +71,16 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
         ",\"pid\":{},\"tid\":{},\"start_time_unix_nano\":{}",
         rec.pid, rec.tid, rec.start_time_unix_nano
     );
+    if rec.span.span_id != 0 {
+        let _ = write!(
+            out,
+            ",\"trace_id\":\"{:032x}\",\"span_id\":\"{:016x}\"",
+            rec.span.trace_id, rec.span.span_id
+        );
+        if let Some(p) = rec.span.parent {
+            let _ = write!(out, ",\"parent_span_id\":\"{p:016x}\"");
+        }
+    }
     if let Some(d) = rec.duration_ns {
         let _ = write!(out, ",\"duration_ns\":{d}");
     }
@@ -156,6 +166,11 @@ mod tests {
                 attributes: vec![("process.executable.path", "/app/shop".into())],
             }),
             unfinished: false,
+            span: crate::events::SpanIds {
+                trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736,
+                span_id: 0x00f067aa0ba902b7,
+                parent: Some(0x0a),
+            },
         };
         let mut out = Vec::new();
         write_record(&rec, &mut out);
@@ -165,6 +180,9 @@ mod tests {
         assert_eq!(v["probe"], "http-client-urls");
         assert_eq!(v["symbol"], "net/http.(*Client).Get");
         assert_eq!(v["pid"], 4242);
+        assert_eq!(v["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(v["span_id"], "00f067aa0ba902b7");
+        assert_eq!(v["parent_span_id"], "000000000000000a");
         assert_eq!(v["tid"], 4250);
         assert_eq!(v["start_time_unix_nano"], 1763770000000000000u64);
         assert_eq!(v["duration_ns"], 183000);

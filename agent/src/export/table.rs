@@ -177,6 +177,7 @@ mod tests {
             }]),
             resource: Arc::new(Resource::default()),
             unfinished: false,
+            span: Default::default(),
         }
     }
 

@@ -82,6 +82,7 @@ fn calls(probe: &Arc<ProbeMeta>, pid: u32, n: usize) -> Vec<CallRecord> {
             }]),
             resource: resource.clone(),
             unfinished: false,
+            span: Default::default(),
         })
         .collect()
 }

@@ -249,9 +249,21 @@ impl SpanBuilder {
                 attributes.push(KeyValue::new("gprobe.unfinished", true));
             }
             let name = pa.name;
-            let trace_id =
-                TraceId::from(((self.next_u64() as u128) << 64) | self.next_u64() as u128);
-            let span_id = SpanId::from(self.next_u64());
+            // The reader gives every call its ids (nesting); records made elsewhere
+            // (tests, benchmarks) may have none: a root of its own then.
+            let (trace_id, span_id, parent) = if rec.span.span_id != 0 {
+                (
+                    TraceId::from(rec.span.trace_id),
+                    SpanId::from(rec.span.span_id),
+                    rec.span.parent.map_or(SpanId::INVALID, SpanId::from),
+                )
+            } else {
+                (
+                    TraceId::from(((self.next_u64() as u128) << 64) | self.next_u64() as u128),
+                    SpanId::from(self.next_u64()),
+                    SpanId::INVALID,
+                )
+            };
             let start = UNIX_EPOCH + Duration::from_nanos(rec.start_time_unix_nano);
             let end = start + Duration::from_nanos(rec.duration_ns.unwrap_or(0));
             let span = SpanData {
@@ -262,7 +274,7 @@ impl SpanBuilder {
                     false,
                     TraceState::default(),
                 ),
-                parent_span_id: SpanId::INVALID,
+                parent_span_id: parent,
                 parent_span_is_remote: false,
                 span_kind: SpanKind::Internal,
                 name: Cow::Borrowed(name),
@@ -318,6 +330,7 @@ mod tests {
             returns,
             resource: Arc::new(Resource::default()),
             unfinished: false,
+            span: Default::default(),
         }
     }
 
@@ -330,6 +343,27 @@ mod tests {
 
     fn meta(spec: &str, symbol: &str) -> Arc<ProbeMeta> {
         Arc::new(ProbeMeta::simple(spec, symbol, true))
+    }
+
+    #[test]
+    fn spans_keep_the_ids_the_reader_gave_their_calls() {
+        let mut ex = SpanBuilder::new();
+        let m = meta("s", "main.step");
+        let mut child = call(&m, vec![], Some(vec![]));
+        child.span = crate::events::SpanIds {
+            trace_id: 0xabc,
+            span_id: 0x2,
+            parent: Some(0x1),
+        };
+        let root = call(&m, vec![], Some(vec![]));
+        ex.record(&[child, root]);
+        let spans: Vec<SpanData> = ex.take(10).into_iter().flat_map(|(_, s)| s).collect();
+        assert_eq!(spans[0].span_context.trace_id(), TraceId::from(0xabc_u128));
+        assert_eq!(spans[0].span_context.span_id(), SpanId::from(2_u64));
+        assert_eq!(spans[0].parent_span_id, SpanId::from(1_u64));
+        // A record without ids (not from the reader): a root of its own trace.
+        assert_eq!(spans[1].parent_span_id, SpanId::INVALID);
+        assert_ne!(spans[1].span_context.trace_id(), TraceId::INVALID);
     }
 
     #[test]
