@@ -2,11 +2,12 @@
  * STRS, IFACES), written into the scratch buffer of gprobe.bpf.c. The records are
  * specified in agent/src/attach/abi.rs (GpCapture); this file only carries them out.
  *
- * The noinline functions are global: where the program is loaded with its BTF, the
- * verifier checks each once, on its own. Where it is not (the uprobe_multi loader), they
- * are checked at each call, and record offsets that pass through s->cursor (memory whose
- * contents the verifier does not track) keep the outcomes of one element or capture from
- * multiplying those of the next. Included by gprobe.bpf.c after struct scratch. */
+ * The noinline functions are global: loaded with the program's BTF (both aya and the
+ * uprobe_multi loader pass it), the verifier checks each once, on its own. Without BTF
+ * they would be checked at each call (some 2 s of verification), and record offsets that
+ * pass through s->cursor (memory whose contents the verifier does not track) keep the
+ * outcomes of one element or capture from multiplying those of the next. Included by
+ * gprobe.bpf.c after struct scratch. */
 
 /* The scratch buffer at `o`, masked below GP_SCRATCH; struct scratch's slack holds what a
  * write of one string may run past it (the planner keeps real records inside). */

@@ -192,4 +192,56 @@ mod tests {
         assert_eq!(v["resource"]["process.executable.path"], "/app/shop");
         assert!(v.get("unfinished").is_none());
     }
+
+    #[test]
+    fn nil_is_null_and_slices_are_arrays_listed_when_cut() {
+        let s = |t: &str| ValueKind::Str {
+            text: t.into(),
+            truncated: false,
+        };
+        let mut out = Vec::new();
+        let vals = [
+            ValueKind::Null,
+            ValueKind::Interface { nil: true },
+            ValueKind::Array {
+                items: vec![
+                    s("a"),
+                    ValueKind::Int(-1),
+                    ValueKind::Bool(true),
+                    ValueKind::Null,
+                ],
+                truncated: true,
+            },
+        ];
+        for (i, v) in vals.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_value(&mut out, v);
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"null,null,["a",-1,true,null]"#
+        );
+        let rec = CallRecord {
+            probe: Arc::new(ProbeMeta::simple("p", "main.f", false)),
+            pid: 1,
+            tid: 1,
+            start_time_unix_nano: 0,
+            duration_ns: None,
+            args: vec![Value {
+                name: "o.Tags".into(),
+                kind: vals[2].clone(),
+            }],
+            returns: None,
+            resource: Arc::new(Resource::default()),
+            unfinished: false,
+            span: crate::events::SpanIds::default(),
+        };
+        let mut out = Vec::new();
+        write_record(&rec, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["args"]["o.Tags"][0], "a");
+        assert_eq!(v["truncated"][0], "o.Tags");
+    }
 }
