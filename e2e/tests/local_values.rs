@@ -64,11 +64,11 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
         for expected in [
             r#"spec.probes[8].capture[0]: "zz" is not a parameter or result of "func(a int) int"; known names: a, r0"#,
             r#"cannot capture "x": the float64 is passed in register X0; uprobes see only the general-purpose registers"#,
-            r#"cannot capture "p": struct(16 bytes) values cannot be captured"#,
+            r#"cannot capture "p": main.point values cannot be captured"#,
             "symbol main.nope not found in",
             "net/http.Get is inlined into its callers",
             "probe net/http.(*Client).Get instead",
-            "unknown type Thing: write its underlying type",
+            "type main.Thing is not described by",
         ] {
             assert!(
                 err.contains(expected),
