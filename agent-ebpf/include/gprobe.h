@@ -41,6 +41,8 @@ enum gp_event_kind {
 	GP_EV_EXEC = 3,
 	GP_EV_EXIT = 4,
 	GP_EV_LOADER = 5, /* proc_events: a held process changed its list of libraries */
+	GP_EV_FORK = 6,   /* proc_events: a process forked a new one (pid: the child; flags: the
+			   * parent's pid) */
 };
 
 /* What a capture reads, and the bytes of its value in a record. agent/src/attach/abi.rs

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import BpfStats, fd_prog_stats  # noqa: E402
+from sections_kernel import BpfStats, fd_prog_stats  # noqa: E402
 
 STARTED = []
 

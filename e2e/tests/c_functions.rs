@@ -324,3 +324,72 @@ fn usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!((sem(&selected), sem(&unselected)), (0, 0));
 }
+
+#[test]
+fn children_forked_by_a_traced_process_are_traced_too() {
+    let _serial = serial();
+    if !can_trace("children_forked_by_a_traced_process_are_traced_too") {
+        return;
+    }
+    use std::io::{BufRead, BufReader, Read, Write};
+    let dir = TempDir::new("c-fork");
+    let src = repo_root().join("e2e/testdata/forker/forker.c");
+    let bin = cc::build(&src, &dir.path().join("forker"), &["-g"], None);
+    let spec = SpecBuilder::new("fork")
+        .executable(&bin)
+        .probe(ProbeBuilder::new("work").capture(["x", "r0"]))
+        .yaml();
+    let g = Gprobe::cmd(&spec).summary_file().start();
+    let mut child = std::process::Command::new(&bin)
+        .args(["-n", "3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut forked = Vec::new();
+    while forked.len() < 3 {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "forker ended early");
+        if let Some(pid) = line.trim().strip_prefix("forked pid=") {
+            forked.push(pid.to_string());
+        }
+    }
+    // Each child waits for its go-ahead until gprobe has attached to it.
+    for pid in &forked {
+        g.wait_for_stderr(
+            |s| s.contains(&format!("pid {pid})")),
+            std::time::Duration::from_secs(30),
+        );
+    }
+    child.stdin.take().unwrap().write_all(b"xxx").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    let run = g.stop();
+    let want = sorted(program_lines(&rest, "work "));
+    assert_eq!(want.len(), 15);
+    let got = sorted(
+        run.records_of("work")
+            .iter()
+            .map(|r| {
+                BTreeMap::from([
+                    ("pid".to_string(), r["pid"].to_string()),
+                    ("x".to_string(), r["args"]["x"].to_string()),
+                    ("r".to_string(), r["returns"]["r0"].to_string()),
+                ])
+            })
+            .collect(),
+    );
+    assert_eq!(got, want);
+    // The children ran code before gprobe attached (a forked process cannot be held):
+    // listed as missed, with the reason.
+    let missed = run.summary().processes.missed;
+    for pid in &forked {
+        let m = missed
+            .iter()
+            .find(|m| m.pid.to_string() == *pid)
+            .unwrap_or_else(|| panic!("pid {pid} not listed: {missed:?}"));
+        assert!(m.reason.contains("forked"), "{m:?}");
+    }
+}

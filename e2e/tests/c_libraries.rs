@@ -81,3 +81,30 @@ fn classes_loaded_by_a_jvm_started_after_gprobe_are_all_seen_from_the_first() {
         run.stderr
     );
 }
+
+#[test]
+fn a_library_glob_that_matches_nothing_is_said_with_what_is_loaded() {
+    let _serial = serial();
+    if !can_trace("a_library_glob_that_matches_nothing_is_said_with_what_is_loaded") {
+        return;
+    }
+    let java = std::fs::canonicalize(java()).unwrap();
+    let spec = SpecBuilder::new("jvm")
+        .executable(&java)
+        .probe(ProbeBuilder::usdt("hotspot:class__loaded").library("libjvmx.so"))
+        .yaml();
+    let g = Gprobe::start(&spec, &[]);
+    let out = Command::new(&java).arg("-version").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let run = g.stop();
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("\"libjvmx.so\""))
+        .unwrap_or_else(|| panic!("no warning names the glob:\n{}", run.stderr));
+    assert!(
+        line.contains("WARN") && line.contains("libjli.so"),
+        "{line}"
+    );
+    assert!(run.records_of("usdt:hotspot:class__loaded").is_empty());
+}

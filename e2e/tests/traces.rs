@@ -1,6 +1,7 @@
 //! Spans form the trees the calls made: a probed call that starts while another is open
 //! on the same goroutine is its child (same trace id, parent span id), siblings and
-//! recursion included, with many goroutines interleaving on the threads. Checked against
+//! recursion included, with many goroutines interleaving on the threads; a goroutine
+//! started inside a call (runtime.newproc1) has its calls in that call's trace. Checked against
 //! e2e/testdata/nest's own record of its calls. They need root (BPF).
 
 use gprobe_e2e::harness::{can_trace, program, program_lines, run_program, serial, Gprobe};
@@ -24,19 +25,37 @@ fn spans_nest_by_goroutine_with_siblings_and_recursion_as_the_program_called() {
     if !can_trace("spans_nest_by_goroutine_with_siblings_and_recursion_as_the_program_called") {
         return;
     }
-    for v in gprobe_e2e::harness::VERSIONS {
-        let bin = program("e2e/testdata/nest", v, false);
+    for (v, stripped) in gprobe_e2e::harness::VERSIONS
+        .into_iter()
+        .flat_map(|v| [(v, false), (v, true)])
+    {
+        // Stripped: the probes' and runtime.newproc1's functions from the pclntab.
+        let bin = program("e2e/testdata/nest", v, stripped);
+        let sig = |p: ProbeBuilder, s: &str| if stripped { p.signature(s) } else { p };
         let spec = SpecBuilder::new("nest")
             .executable(&bin)
             .events_per_second(0)
-            .probe(ProbeBuilder::new("main.handle").capture(["id"]).latency())
             .probe(
-                ProbeBuilder::new("main.step")
+                sig(ProbeBuilder::new("main.handle"), "func(id int) int")
+                    .capture(["id"])
+                    .latency(),
+            )
+            .probe(
+                sig(ProbeBuilder::new("main.step"), "func(id, k int) int")
                     .capture(["id", "k"])
                     .latency(),
             )
-            .probe(ProbeBuilder::new("main.leaf").capture(["x"]))
-            .probe(ProbeBuilder::new("main.fact").capture(["n"]).latency())
+            .probe(
+                sig(ProbeBuilder::new("main.bg"), "func(id int) int")
+                    .capture(["id"])
+                    .latency(),
+            )
+            .probe(sig(ProbeBuilder::new("main.leaf"), "func(x int) int").capture(["x"]))
+            .probe(
+                sig(ProbeBuilder::new("main.fact"), "func(n int) int")
+                    .capture(["n"])
+                    .latency(),
+            )
             .yaml();
         let g = Gprobe::start(&spec, &[]);
         let out = run_program(&bin, &["-requests", "40", "-workers", "4"]);
@@ -82,16 +101,30 @@ fn spans_nest_by_goroutine_with_siblings_and_recursion_as_the_program_called() {
         assert!(children
             .values()
             .all(|ks| ks.len() == 2 && ks.contains(&1) && ks.contains(&2)));
+        // Nothing of gprobe's own runtime.newproc1 probe is output.
+        assert!(run.records_of("runtime.newproc1").is_empty());
+        // bg runs on a goroutine the handle started: in the handle's trace.
+        let bgs = run.records_of("main.bg");
+        assert_eq!(bgs.len(), 40);
+        for b in &bgs {
+            let p = parent_of(b).unwrap_or_else(|| panic!("bg has a parent: {b}"));
+            assert_eq!(p["symbol"], "main.handle");
+            assert_eq!(arg(p, "id"), arg(b, "id"), "{b} under {p}");
+        }
         let leaves = run.records_of("main.leaf");
-        assert_eq!(leaves.len(), 80);
+        assert_eq!(leaves.len(), 120);
         for l in &leaves {
             let p = parent_of(l).unwrap_or_else(|| panic!("a leaf has a parent: {l}"));
-            assert_eq!(p["symbol"], "main.step");
-            assert_eq!(
-                arg(l, "x"),
-                arg(p, "id") * 10 + arg(p, "k"),
+            let k = if p["symbol"] == "main.bg" {
+                9
+            } else {
+                arg(p, "k")
+            };
+            assert!(
+                p["symbol"] == "main.step" || p["symbol"] == "main.bg",
                 "{l} under {p}"
             );
+            assert_eq!(arg(l, "x"), arg(p, "id") * 10 + k, "{l} under {p}");
         }
 
         // Recursion: fact(n) is the child of fact(n+1), down to fact(1), one trace each.

@@ -31,6 +31,7 @@ pub const EV_RETURN: u16 = 2;
 pub const EV_EXEC: u32 = 3;
 pub const EV_EXIT: u32 = 4;
 pub const EV_LOADER: u32 = 5;
+pub const EV_FORK: u32 = 6;
 
 /// `GpProbeCfg::flags`: every capture is a word, so each record of the configuration has
 /// one size (48 + 16 per capture) and the program writes it in place in the ring buffer.

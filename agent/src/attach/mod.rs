@@ -152,15 +152,16 @@ impl BpfTracer {
         for (prog, tp) in [
             ("gprobe_exec", "sched_process_exec"),
             ("gprobe_exit", "sched_process_exit"),
+            ("gprobe_fork", "sched_process_fork"),
         ] {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
                 .and_then(|p| p.try_into().ok())
                 .expect("BPF object has its tracepoint programs");
-            let program = if prog == "gprobe_exec" {
-                "gprobe_exec"
-            } else {
-                "gprobe_exit"
+            let program = match prog {
+                "gprobe_exec" => "gprobe_exec",
+                "gprobe_fork" => "gprobe_fork",
+                _ => "gprobe_exit",
             };
             let wrap = |e| LoadError::Program {
                 program,

@@ -7,7 +7,7 @@ pub mod procs;
 
 pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
-use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_LOADER, EXEC_HELD, GP_PATH_MAX};
+use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER, EXEC_HELD, GP_PATH_MAX};
 use aya::maps::{MapData, RingBuf};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -31,6 +31,11 @@ pub enum ProcEvent {
         pid: u32,
         held: bool,
     },
+    /// Process `ppid` forked `pid` (a process, not a thread).
+    Fork {
+        pid: u32,
+        ppid: u32,
+    },
 }
 
 /// Decodes one record of the process ring buffer.
@@ -39,6 +44,10 @@ pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
     let (kind, pid) = (u32_at(0)?, u32_at(4)?);
     match kind {
         EV_EXIT => Some(ProcEvent::Exit(pid)),
+        EV_FORK => Some(ProcEvent::Fork {
+            pid,
+            ppid: u32_at(8)?,
+        }),
         EV_LOADER => Some(ProcEvent::Loader {
             pid,
             held: u32_at(8)? & EXEC_HELD != 0,
@@ -112,6 +121,11 @@ mod tests {
         assert_eq!(
             decode_proc_event(&loader),
             Some(ProcEvent::Loader { pid: 9, held: true })
+        );
+        loader[0..4].copy_from_slice(&EV_FORK.to_ne_bytes());
+        assert_eq!(
+            decode_proc_event(&loader),
+            Some(ProcEvent::Fork { pid: 9, ppid: 1 })
         );
     }
 }

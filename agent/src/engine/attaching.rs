@@ -27,7 +27,7 @@ pub(super) struct Target {
 
 /// The uprobes of a plan, each with the configuration it runs: every entry site (a
 /// USDT probe's with its semaphore), then the return sites (uretprobes for C).
-fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
+pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
     let mut v = Vec::new();
     let entry_cfgs = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
     for ((offsets, _), id) in plan.entry_groups().into_iter().zip(entry_cfgs) {
@@ -99,7 +99,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for &sid in specs {
             let n = self.specs.get(&sid).map_or(0, |s| s.probes.len());
             for pi in 0..n {
-                for t in self.targets_of(info, sid, pi) {
+                let targets = self.targets_of(info, sid, pi);
+                if targets.is_empty() {
+                    self.library_not_loaded(info, sid, pi);
+                }
+                for t in targets {
                     if done.contains(&(sid, pi, t.key)) {
                         continue;
                     }
@@ -247,6 +251,16 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                             .map(|c| (Arc::from(c.name.as_str()), c.decode))
                             .collect(),
                         types: types.clone(),
+                        metrics: sp
+                            .probe
+                            .metrics
+                            .as_ref()
+                            .filter(|m| !m.labels.is_empty())
+                            .map(|m| crate::events::MetricLabels {
+                                labels: m.labels.iter().map(|l| Arc::from(l.as_str())).collect(),
+                                max_series: m.max_series() as usize,
+                            }),
+                        internal: None,
                     })
                 };
                 // Every entry group reads the same names with the same decoders.

@@ -45,6 +45,12 @@ pub enum Input {
         pid: u32,
         held: bool,
     },
+    /// Process `ppid` forked `pid`.
+    Fork {
+        pid: u32,
+        ppid: u32,
+        at: Instant,
+    },
     Spec(SpecEvent),
     Containers(Vec<Container>),
     /// Resume held processes, detach everything (waiting for the kernel until `deadline`),
@@ -164,6 +170,13 @@ fn run<T: Tracer, R: Resolver>(
             Some(Input::Loader { pid, held }) => {
                 engine.loader_event(pid, held, libraries_of(pid));
             }
+            // Only the children of traced processes: they run the same program.
+            Some(Input::Fork { pid, ppid, at }) if engine.is_tracked(ppid) => {
+                if let Ok(info) = inspect(pid, None) {
+                    engine.process_seen(info, Origin::Fork { at });
+                }
+            }
+            Some(Input::Fork { .. }) => {}
             Some(Input::Spec(ev)) => {
                 if apply_spec_event(&mut engine, ev) {
                     scan(&mut engine);
@@ -211,20 +224,29 @@ fn on_exec<T: Tracer, R: Resolver>(
     filename: PathBuf,
     at: Instant,
 ) {
+    let inspected = inspect(pid, Some(&filename));
+    if let Ok(info) = &inspected {
+        if engine.traces_image(info) {
+            if held {
+                engine.resume_held(pid);
+            }
+            return;
+        }
+    }
     // A new program in a traced pid: the old one's probes and calls in flight end here.
     engine.process_exited(pid);
-    match inspect(pid, Some(&filename)) {
+    match inspected {
         Ok(info) => engine.process_seen(info, Origin::Exec { held, at }),
         Err(ProcError::Gone { .. }) => {
             engine.process_exec_gone(pid, &filename);
             if held {
-                engine.resume_gone(pid);
+                engine.resume_held(pid);
             }
         }
         Err(e) => {
             tracing::debug!("{e}");
             if held {
-                engine.resume_gone(pid);
+                engine.resume_held(pid);
             }
         }
     }

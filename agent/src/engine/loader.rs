@@ -78,6 +78,39 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
     }
 
+    /// Says once per probe that its `library` is not loaded in a process it selects: a
+    /// misspelt glob would otherwise wait in silence.
+    pub(super) fn library_not_loaded(
+        &mut self,
+        info: &crate::discover::ProcInfo,
+        sid: super::SpecId,
+        pi: usize,
+    ) {
+        // Held at exec, only the loader is mapped: the libraries come in a moment.
+        if info.libraries.iter().all(|m| is_loader(&m.path))
+            || !self.libraries_missing_said.insert((sid, pi))
+        {
+            return;
+        }
+        let sp = &self.specs[&sid].probes[pi];
+        let glob = sp.probe.library.as_deref().unwrap_or_default();
+        let mapped: Vec<String> = info
+            .libraries
+            .iter()
+            .filter_map(|m| m.path.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .take(12)
+            .collect();
+        tracing::warn!(
+            "{}: no library of pid {} matches library {:?} yet; it is attached when one is loaded (dlopen). Loaded now: {}{}",
+            sp.key,
+            info.pid,
+            crate::util::printable(glob),
+            crate::util::printable(&mapped.join(", ")),
+            if info.libraries.len() > 12 { ", ..." } else { "" }
+        );
+    }
+
     /// The loader of `pid` changed its list of objects: attaches the probes of libraries
     /// that came, then resumes the process if the loader hook stopped it.
     pub fn loader_event(&mut self, pid: u32, held: bool, libraries: Vec<MappedFile>) {

@@ -11,7 +11,9 @@ mod attaching;
 pub mod driver;
 pub mod error;
 mod loader;
+mod newproc;
 use loader::LibraryGlob;
+pub use tracer::monotonic_ns;
 mod procs;
 pub mod resource;
 pub mod select;
@@ -69,6 +71,8 @@ pub enum Origin {
     Running,
     /// Just exec'd; `held` when the exec tracepoint stopped it before its first instruction.
     Exec { held: bool, at: Instant },
+    /// Forked by a traced process (not held: it ran on until attached).
+    Fork { at: Instant },
 }
 
 /// Why a spec was not taken.
@@ -136,6 +140,8 @@ struct ProcState<L> {
     files: BTreeSet<FileKey>,
     /// The uprobe on its dynamic loader (processes with library probes: `loader.rs`).
     loader: Option<L>,
+    /// The probe on runtime.newproc1 (Go processes with latency probes: `newproc.rs`).
+    newproc: Option<L>,
 }
 
 /// Tunables, with defaults that suit both modes.
@@ -175,6 +181,10 @@ pub struct Engine<T: Tracer, R: Resolver> {
     exits: Option<std::sync::mpsc::Sender<u32>>,
     /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
     loader_hooks: HashMap<FileKey, Option<u64>>,
+    /// Library probes said to wait for their library (`loader.rs`: once each).
+    libraries_missing_said: std::collections::HashSet<(SpecId, usize)>,
+    /// runtime.newproc1's probe per executable (None: it has none, or it is not Go).
+    newproc: HashMap<FileKey, Option<newproc::NewprocPlan>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
@@ -208,6 +218,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             retired: HashMap::new(),
             exits: None,
             loader_hooks: HashMap::new(),
+            libraries_missing_said: Default::default(),
+            newproc: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
             dirty: true,
@@ -370,8 +382,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
     }
 
-    /// A process held at exec that is gone: forget the hold.
-    pub fn resume_gone(&mut self, pid: u32) {
+    /// Lets a process held at exec run on (or forgets the hold of one that is gone).
+    pub fn resume_held(&mut self, pid: u32) {
         self.tracer.resume(pid);
     }
 
@@ -544,6 +556,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 
     /// Frees a binary's configurations; their counters are kept.
     fn retire_binary(&mut self, key: FileKey) {
+        self.retire_newproc(key);
         let Some(bin) = self.binaries.remove(&key) else {
             return;
         };
@@ -575,15 +588,4 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.tracer.keep_holding(0);
         self.tracer.wait_detached(deadline)
     }
-}
-
-/// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass it and nothing else.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

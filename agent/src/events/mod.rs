@@ -33,6 +33,25 @@ pub struct ProbeMeta {
     pub captures: Vec<(Arc<str>, Decode)>,
     /// The binary's type names, where a capture shows a dynamic type.
     pub types: Option<Arc<DynTypes>>,
+    /// `metrics.labels`: captured values that cut the probe's metrics.
+    pub metrics: Option<MetricLabels>,
+    /// One of gprobe's own probes: its records feed the reader, never the output.
+    pub internal: Option<InternalProbe>,
+}
+
+/// gprobe's own probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InternalProbe {
+    /// `runtime.newproc1`: entry `callergp`, return `r0` (the new goroutine).
+    Newproc,
+}
+
+/// A probe's `metrics`: the captures that label its calls and durations, and how many
+/// combinations of them are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricLabels {
+    pub labels: Vec<Arc<str>>,
+    pub max_series: usize,
 }
 
 impl ProbeMeta {
@@ -51,6 +70,8 @@ impl ProbeMeta {
             redact: true,
             captures: Vec::new(),
             types: None,
+            metrics: None,
+            internal: None,
         }
     }
 }

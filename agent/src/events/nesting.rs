@@ -30,6 +30,10 @@ const MAX_DEPTH: usize = 256;
 #[derive(Debug)]
 pub struct Nesting {
     open: HashMap<(u32, u64), Vec<Open>>,
+    /// Goroutines started (runtime.newproc) while their parent had a call open: that
+    /// call's span is the parent of their calls opened on an empty stack. A goroutine's
+    /// entry is replaced (or removed) when its `g` is reused for a new goroutine.
+    inherited: HashMap<(u32, u64), SpanIds>,
     /// Most goroutines with open calls remembered; past it, all are forgotten at once
     /// (counted): a goroutine whose calls never return must not grow this without end.
     capacity: usize,
@@ -46,6 +50,7 @@ impl Nesting {
             ^ ((std::process::id() as u64) << 32);
         Self {
             open: HashMap::new(),
+            inherited: HashMap::new(),
             capacity: capacity.max(1),
             forgotten: 0,
             rng: seed | 1,
@@ -63,11 +68,7 @@ impl Nesting {
     /// The ids of a call starting on goroutine `g` of `pid`: a child of the innermost call
     /// open there, else the root of a new trace.
     fn ids(&mut self, pid: u32, g: u64) -> SpanIds {
-        let parent = self
-            .open
-            .get(&(pid, g))
-            .and_then(|s| s.last())
-            .map(|o| o.ids);
+        let parent = self.current(pid, g);
         let span_id = self.next_u64();
         match parent {
             Some(p) => SpanIds {
@@ -80,6 +81,33 @@ impl Nesting {
                 span_id,
                 parent: None,
             },
+        }
+    }
+
+    /// The span a call starting on goroutine `g` would be the child of: the innermost call
+    /// open on it, else what it inherited from the goroutine that started it.
+    fn current(&self, pid: u32, g: u64) -> Option<SpanIds> {
+        self.open
+            .get(&(pid, g))
+            .and_then(|s| s.last())
+            .map(|o| o.ids)
+            .or_else(|| self.inherited.get(&(pid, g)).copied())
+    }
+
+    /// Goroutine `child` was started by `parent` (runtime.newproc1): it inherits the span
+    /// `parent` is in, if any.
+    pub fn spawned(&mut self, pid: u32, parent: u64, child: u64) {
+        match self.current(pid, parent) {
+            Some(ids) => {
+                if self.inherited.len() >= self.capacity {
+                    self.forgotten += self.inherited.len() as u64;
+                    self.inherited.clear();
+                }
+                self.inherited.insert((pid, child), ids);
+            }
+            None => {
+                self.inherited.remove(&(pid, child));
+            }
         }
     }
 
@@ -120,6 +148,7 @@ impl Nesting {
     /// Process `pid` is gone: its open calls with it.
     pub fn process_exited(&mut self, pid: u32) {
         self.open.retain(|(p, _), _| *p != pid);
+        self.inherited.retain(|(p, _), _| *p != pid);
     }
 
     /// Goroutines with open calls.
@@ -188,6 +217,30 @@ mod tests {
         n.entry(2, 5, 4);
         n.process_exited(2);
         assert_eq!(n.len(), 1);
+    }
+
+    #[test]
+    fn goroutines_started_inside_a_call_are_in_its_trace() {
+        let mut n = Nesting::new(16);
+        let handler = n.entry(1, 10, 1);
+        n.spawned(1, 10, 20); // go worker() inside the handler
+        let before_return = n.call(1, 20);
+        n.ret(1, 10, 1); // the handler returns before the goroutine's work
+        let work = n.entry(1, 20, 2);
+        let inner = n.call(1, 20);
+        n.ret(1, 20, 2);
+        assert_eq!(before_return.parent, Some(handler.span_id));
+        assert_eq!(work.parent, Some(handler.span_id));
+        assert_eq!(work.trace_id, handler.trace_id);
+        assert_eq!(inner.parent, Some(work.span_id));
+        // A goroutine started outside any span, reusing g 20: no parent.
+        n.spawned(1, 30, 20);
+        assert_eq!(n.call(1, 20).parent, None);
+        // Grandchildren: started by a goroutine that inherited.
+        let h2 = n.entry(1, 10, 3);
+        n.spawned(1, 10, 40);
+        n.spawned(1, 40, 50);
+        assert_eq!(n.call(1, 50).parent, Some(h2.span_id));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Reads the events ring buffer: turns records into calls and hands them on in batches.
 
 use super::{
-    decode_values, CallRecord, Clock, DecodeCtx, Nesting, Pairing, PairingStats, ProbeMeta,
-    Resource,
+    decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Pairing, PairingStats,
+    ProbeMeta, Resource, ValueKind,
 };
 use crate::attach::abi::{read_event, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::stats::Stats;
@@ -144,7 +144,9 @@ impl Processor {
         let values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
-                let span = if ev.kind == EV_CALL {
+                let span = if meta.internal.is_some() {
+                    Default::default()
+                } else if ev.kind == EV_CALL {
                     self.nesting.call(ev.pid, ev.goroutine)
                 } else {
                     self.nesting.entry(ev.pid, ev.goroutine, ev.call_id)
@@ -165,7 +167,9 @@ impl Processor {
                     return Some(rec);
                 }
                 if let (Some(old), Some(st)) = (self.pairing.entry(ev.call_id, rec), &self.counts) {
-                    st.add_abandoned(&old.probe.key, 1);
+                    if old.probe.internal.is_none() {
+                        st.add_abandoned(&old.probe.key, 1);
+                    }
                 }
                 self.stats.pairing = self.pairing.stats;
                 None
@@ -174,7 +178,18 @@ impl Processor {
                 self.nesting.ret(ev.pid, ev.goroutine, ev.call_id);
                 let r = self.pairing.ret(ev.call_id, ev.duration_ns, values);
                 self.stats.pairing = self.pairing.stats;
-                r
+                match r {
+                    Some(rec) if rec.probe.internal == Some(InternalProbe::Newproc) => {
+                        if let (Some(parent), Some(child)) = (
+                            word(rec.args.first()),
+                            word(rec.returns.as_ref().and_then(|r| r.first())),
+                        ) {
+                            self.nesting.spawned(rec.pid, parent, child);
+                        }
+                        None
+                    }
+                    r => r,
+                }
             }
             _ => {
                 self.stats.malformed += 1;
@@ -184,8 +199,9 @@ impl Processor {
     }
 
     pub fn finish(&mut self) -> Vec<CallRecord> {
-        let out = self.pairing.drain_unfinished();
+        let mut out = self.pairing.drain_unfinished();
         self.stats.pairing = self.pairing.stats;
+        out.retain(|r| r.probe.internal.is_none());
         self.count_unfinished(&out);
         out
     }
@@ -193,7 +209,8 @@ impl Processor {
     /// Process `pid` exited: its calls in flight, reported unfinished now. Its resource is
     /// forgotten (its records were all read before this is called).
     pub fn process_exited(&mut self, pid: u32) -> Vec<CallRecord> {
-        let out = self.pairing.drain_pid(pid);
+        let mut out = self.pairing.drain_pid(pid);
+        out.retain(|r| r.probe.internal.is_none());
         self.nesting.process_exited(pid);
         self.count_unfinished(&out);
         self.registry.set_process(pid, None);
@@ -207,6 +224,16 @@ impl Processor {
                 st.add_unfinished(&r.probe.key, 1);
             }
         }
+    }
+}
+
+/// A captured pointer or integer as a word (runtime.newproc1's goroutines).
+fn word(v: Option<&super::Value>) -> Option<u64> {
+    match v?.kind {
+        ValueKind::Pointer(p) => Some(p),
+        ValueKind::Uint(u) => Some(u),
+        ValueKind::Int(i) => Some(i as u64),
+        _ => None,
     }
 }
 

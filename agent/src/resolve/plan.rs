@@ -573,6 +573,26 @@ impl crate::engine::Resolver for BinaryResolver {
         }
     }
 
+    fn newproc_plan(&mut self, path: &std::path::Path) -> Option<ProbePlan> {
+        let bin = Binary::open(path).ok()?;
+        if !bin.is_go() {
+            return None;
+        }
+        let mut probe = Probe {
+            symbol: "runtime.newproc1".into(),
+            capture: vec!["callergp".into(), "r0".into()],
+            ..Default::default()
+        };
+        // DWARF names the parameters where the binary has it; the first three (and the
+        // result) are the same from Go 1.19 to 1.27: (fn *funcval, callergp *g, callerpc
+        // uintptr) *g, later ones added after them.
+        plan_probe(&bin, &probe, 0).ok().or_else(|| {
+            probe.signature =
+                Some("func(fn uintptr, callergp uintptr, callerpc uintptr) uintptr".into());
+            plan_probe(&bin, &probe, 0).ok()
+        })
+    }
+
     fn loader_hook(&mut self, path: &std::path::Path) -> Option<u64> {
         let bin = Binary::open(path).ok()?;
         let f = bin.find_c_function("_dl_debug_state").ok()?;

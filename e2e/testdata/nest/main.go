@@ -1,6 +1,6 @@
-// nest runs -requests "requests" on -workers goroutines at once. handle(id) calls
-// step(id, 1) and step(id, 2), each of which calls leaf(id*10+k); fact(n) recurses down to
-// fact(1). It prints one line per handle call and per outer fact call, so a test can
+// nest runs -requests "requests" on -workers goroutines at once. handle(id) starts a
+// goroutine running bg(id), which calls leaf(id*10+9), and calls step(id, 1) and
+// step(id, 2), each of which calls leaf(id*10+k); fact(n) recurses down to fact(1). It prints one line per handle call and per outer fact call, so a test can
 // rebuild the call trees the spans must form.
 package main
 
@@ -26,8 +26,22 @@ func step(id, k int) int {
 }
 
 //go:noinline
+func bg(id int) int {
+	return leaf(id*10 + 9)
+}
+
+//go:noinline
 func handle(id int) int {
-	return step(id, 1) + step(id, 2)
+	var wg sync.WaitGroup
+	var b int
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b = bg(id)
+	}()
+	r := step(id, 1) + step(id, 2)
+	wg.Wait()
+	return r + b
 }
 
 //go:noinline

@@ -175,6 +175,10 @@ impl Resolver for FakeResolver {
             .collect()
     }
 
+    fn newproc_plan(&mut self, _path: &Path) -> Option<ProbePlan> {
+        None
+    }
+
     fn loader_hook(&mut self, path: &Path) -> Option<u64> {
         path.to_string_lossy()
             .contains("ld-linux")
@@ -207,6 +211,7 @@ fn proc(pid: u32, exe: &str, ino: u64) -> ProcInfo {
     }
 }
 
+mod holds;
 mod loader;
 
 struct World {
@@ -512,32 +517,6 @@ fn exec_into_a_new_program_replaces_the_old_ones_probes() {
     assert_eq!(live_links(&w, 10), 1);
     assert_eq!(w.kernel.borrow().links.len(), 1);
     assert_eq!(w.exits.try_recv(), Ok(10));
-}
-
-#[test]
-fn holds_the_engine_never_heard_of_are_released_by_the_tick() {
-    let mut w = world(Mode::Local);
-    w.kernel.borrow_mut().held.insert(42, 0);
-    w.engine.tick(Instant::now());
-    assert_eq!(w.kernel.borrow().resumed, [42]);
-}
-
-#[test]
-fn shutdown_resumes_holds_and_detaches_everything() {
-    let mut w = world(Mode::Local);
-    w.engine
-        .add_spec(spec("s", None, "{executable: /app/shop}", TWO))
-        .unwrap();
-    w.engine
-        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
-    w.engine
-        .process_seen(proc(11, "/app/shop", 7), Origin::Running);
-    w.kernel.borrow_mut().held.insert(99, monotonic_ns());
-    assert!(w.engine.shutdown(Instant::now() + Duration::from_secs(1)));
-    let k = w.kernel.borrow();
-    assert!(k.links.is_empty());
-    assert!(k.configs.is_empty());
-    assert!(k.resumed.contains(&99));
 }
 
 fn container(id: &str, ns: &str, app: &str) -> Container {
