@@ -2,11 +2,14 @@
 //! 1.19 and 1.27, with and without DWARF: field paths through pointers (null through a
 //! nil one), `len()`, slices, `[]string`, `[]any`, `[]error`, errors (errors.New,
 //! fmt.Errorf with %w, a type of the program's own, nil), interfaces, the parameters of a
-//! generic function's instantiation, and a net/http handler's request. Every value is
-//! compared with the program's own record of the call. They need root (BPF).
+//! generic function's instantiation, and a net/http handler's request; and dynamic type
+//! names of a position-independent build. Every value is compared with the program's own
+//! record of the call. They need root (BPF).
 
 use gprobe_e2e::go::GoVersion;
-use gprobe_e2e::harness::{can_trace, program, run_program, serial, Gprobe, Run, VERSIONS};
+use gprobe_e2e::harness::{
+    build_dir, can_trace, program, run_program, serial, Gprobe, Run, VERSIONS,
+};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -217,4 +220,38 @@ fn http_handler_request_method_path_host_and_length() {
             .count();
         assert_eq!(posts, 1, "{what}");
     });
+}
+
+#[test]
+fn a_position_independent_binary_names_dynamic_types_through_its_load_bias() {
+    if !can_trace("pie") {
+        return;
+    }
+    // -buildmode=pie: type descriptors sit at the link address plus where the process was
+    // loaded, which gprobe reads from /proc/PID/maps when it attaches.
+    let v = GoVersion::Go127;
+    let dir = build_dir().join("values-pie");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = gprobe_e2e::go::build(
+        v,
+        &gprobe_e2e::go::repo_root().join(SRC),
+        &dir.join("values"),
+        false,
+        &["-buildmode=pie"],
+    );
+    let _guard = serial();
+    let g = Gprobe::start(&values_spec(&bin, v, false), &[]);
+    let out = run_program(&bin, &["-rounds", &ROUNDS.to_string()]);
+    let run = g.stop();
+    let what = "go1.27 pie";
+    same_calls(
+        &run,
+        &out,
+        "main.lookup",
+        "main.lookup",
+        &["id", "r0"],
+        what,
+    );
+    same_calls(&run, &out, "main.report", "main.report", &REPORT, what);
+    same_calls(&run, &out, "main.process", "main.process", &PROCESS_A, what);
 }

@@ -275,6 +275,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 Ok(Planned {
                     sites: sites(&plan, &cfg),
                     cfg,
+                    types,
                 })
             });
             if let Err(e) = &outcome {
@@ -308,6 +309,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let outcome = match bin.probes.get(&(sid, pi)) {
             Some(Ok(planned)) => {
                 let n = planned.sites.len();
+                // The load bias is read now, while the process surely runs (a short-lived
+                // PIE process may be gone when its records are decoded).
+                if let Some(t) = &planned.types {
+                    t.for_pid(pid);
+                }
                 self.tracer
                     .attach(pid, &bin.attach_path, &planned.sites)
                     .map(|l| (l, n))
