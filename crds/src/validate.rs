@@ -353,15 +353,10 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
             match parse_signature(sig_text) {
                 Err(e) => probe_issue(".signature".into(), e.to_string()),
                 Ok(sig) => {
+                    // Names, field paths (`r.URL.Path`) and `len(...)` (gopath.rs).
                     for (j, c) in p.capture.iter().enumerate() {
-                        if sig.lookup(c).is_none() {
-                            probe_issue(
-                                format!(".capture[{j}]"),
-                                format!(
-                                    "{c:?} is not a parameter or result of {sig_text:?}; known names: {}",
-                                    sig.capture_names().join(", ")
-                                ),
-                            );
+                        if let Err(m) = sig.check_capture(c, sig_text) {
+                            probe_issue(format!(".capture[{j}]"), m);
                         }
                     }
                 }

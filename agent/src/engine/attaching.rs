@@ -236,6 +236,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     .tracer
                     .add_probe(&plan, spec.spec.spec.limits.events_per_second)
                     .map_err(|e| Arc::new(ProbeError::Trace(e)))?;
+                let types = plan.type_names.clone().map(|names| {
+                    Arc::new(crate::events::DynTypes::new(names, &target.attach_path))
+                });
                 let meta = |caps: &[crate::plan::CapturePlan]| {
                     Arc::new(ProbeMeta {
                         key: sp.key.clone(),
@@ -247,6 +250,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                             .iter()
                             .map(|c| (Arc::from(c.name.as_str()), c.decode))
                             .collect(),
+                        types: types.clone(),
                         metrics: sp
                             .probe
                             .metrics
@@ -271,6 +275,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 Ok(Planned {
                     sites: sites(&plan, &cfg),
                     cfg,
+                    types,
                 })
             });
             if let Err(e) = &outcome {
@@ -304,6 +309,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let outcome = match bin.probes.get(&(sid, pi)) {
             Some(Ok(planned)) => {
                 let n = planned.sites.len();
+                // The load bias is read now, while the process surely runs (a short-lived
+                // PIE process may be gone when its records are decoded).
+                if let Some(t) = &planned.types {
+                    t.for_pid(pid);
+                }
                 self.tracer
                     .attach(pid, &bin.attach_path, &planned.sites)
                     .map(|l| (l, n))
@@ -362,6 +372,7 @@ mod tests {
             uretprobe: false,
             ref_ctr_offset: 0,
             pair_by_thread: false,
+            type_names: None,
         }
     }
 

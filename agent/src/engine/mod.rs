@@ -108,6 +108,8 @@ struct SpecState {
 struct Planned {
     cfg: ProbeConfig,
     sites: Vec<Site>,
+    /// The file's type names, where the probe shows dynamic types (see attach_one).
+    types: Option<Arc<crate::events::DynTypes>>,
 }
 
 /// A file probes are planned in: an executable or a shared library.

@@ -1,13 +1,16 @@
 //! Ring buffer records to calls: decoding captured values, pairing entries with returns,
 //! and counting what could not be paired.
 
+mod composite;
 mod decode;
+mod dyntypes;
 mod nesting;
 mod pairing;
 pub mod reader;
 pub mod redact;
 
-pub use decode::{decode_values, Value, ValueKind};
+pub use decode::{decode_values, DecodeCtx, Value, ValueKind};
+pub use dyntypes::{DynTypes, TypeLookup};
 pub use nesting::{Nesting, SpanIds};
 pub use pairing::{Pairing, PairingStats};
 
@@ -28,6 +31,8 @@ pub struct ProbeMeta {
     pub redact: bool,
     /// Decoders by capture index, for this configuration's captures.
     pub captures: Vec<(Arc<str>, Decode)>,
+    /// The binary's type names, where a capture shows a dynamic type.
+    pub types: Option<Arc<DynTypes>>,
     /// `metrics.labels`: captured values that cut the probe's metrics.
     pub metrics: Option<MetricLabels>,
     /// One of gprobe's own probes: its records feed the reader, never the output.
@@ -64,6 +69,7 @@ impl ProbeMeta {
             latency,
             redact: true,
             captures: Vec::new(),
+            types: None,
             metrics: None,
             internal: None,
         }

@@ -1,8 +1,8 @@
 //! Reads the events ring buffer: turns records into calls and hands them on in batches.
 
 use super::{
-    decode_values, CallRecord, Clock, InternalProbe, Nesting, Pairing, PairingStats, ProbeMeta,
-    Resource, ValueKind,
+    decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Pairing, PairingStats,
+    ProbeMeta, Resource, ValueKind,
 };
 use crate::attach::abi::{read_event, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::stats::Stats;
@@ -137,7 +137,11 @@ impl Processor {
             self.stats.unknown_probe += 1;
             return None;
         };
-        let values = decode_values(data, &meta.captures, meta.redact);
+        let ctx = DecodeCtx {
+            redact: meta.redact,
+            types: meta.types.as_ref().map(|t| t.for_pid(ev.pid)),
+        };
+        let values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
                 let span = if meta.internal.is_some() {

@@ -35,6 +35,7 @@ fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbeP
         uretprobe: false,
         ref_ctr_offset: 0,
         pair_by_thread: false,
+        type_names: None,
     }
 }
 

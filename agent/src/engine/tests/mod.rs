@@ -152,11 +152,7 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
         entry_captures: vec![],
         return_captures: vec![],
         signature_source: crate::plan::SignatureSource::Signature,
-        warnings: vec![],
-        extra_entry_sites: vec![],
-        uretprobe: false,
-        ref_ctr_offset: 0,
-        pair_by_thread: false,
+        ..Default::default()
     }
 }
 

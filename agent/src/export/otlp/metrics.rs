@@ -146,6 +146,13 @@ fn label_value(kind: &ValueKind) -> String {
         ValueKind::Pointer(p) => format!("{p:#x}"),
         ValueKind::Str { text, .. } => text.to_string(),
         ValueKind::Interface { nil } => (if *nil { "nil" } else { "non-nil" }).to_string(),
+        ValueKind::Null => "nil".to_string(),
+        // A slice as its JSONL text: a label is one string.
+        ValueKind::Array { .. } => {
+            let mut out = Vec::new();
+            crate::export::jsonl::write_value(&mut out, kind);
+            String::from_utf8_lossy(&out).into_owned()
+        }
         ValueKind::Fault => "<unreadable>".to_string(),
     }
 }

@@ -114,9 +114,51 @@ fn push_values(
             ValueKind::Interface { nil } => {
                 KeyValue::new(key, if *nil { "nil" } else { "non-nil" })
             }
+            ValueKind::Null => KeyValue::new(key, "nil"),
+            ValueKind::Array { items, .. } => KeyValue::new(key, array(items)),
             ValueKind::Fault => KeyValue::new(key, "<unreadable>"),
         });
     }
+}
+
+/// A slice as an OTLP array where its elements are of one kind, else its JSONL text.
+fn array(items: &[ValueKind]) -> opentelemetry::Value {
+    use opentelemetry::{Array, StringValue, Value};
+    let all = |f: fn(&ValueKind) -> bool| items.iter().all(f);
+    if all(|v| matches!(v, ValueKind::Int(_))) {
+        let v = items.iter().map(|v| match v {
+            ValueKind::Int(i) => *i,
+            _ => 0,
+        });
+        return Value::Array(Array::I64(v.collect()));
+    }
+    if all(|v| matches!(v, ValueKind::Bool(_))) {
+        let v = items.iter().map(|v| matches!(v, ValueKind::Bool(true)));
+        return Value::Array(Array::Bool(v.collect()));
+    }
+    if all(|v| matches!(v, ValueKind::Float(_))) {
+        let v = items.iter().map(|v| match v {
+            ValueKind::Float(f) => *f,
+            _ => 0.0,
+        });
+        return Value::Array(Array::F64(v.collect()));
+    }
+    if all(|v| matches!(v, ValueKind::Str { .. })) {
+        let v = items.iter().map(|v| match v {
+            ValueKind::Str { text, .. } => StringValue::from(text.clone()),
+            _ => StringValue::from(""),
+        });
+        return Value::Array(Array::String(v.collect()));
+    }
+    let mut out = Vec::new();
+    crate::export::jsonl::write_value(
+        &mut out,
+        &ValueKind::Array {
+            items: items.to_vec(),
+            truncated: false,
+        },
+    );
+    Value::String(String::from_utf8_lossy(&out).into_owned().into())
 }
 
 /// Builds spans from calls and holds them until they are taken for export.
