@@ -11,6 +11,7 @@
 pub mod c;
 pub mod go;
 pub mod plan;
+mod resolver;
 pub mod usdt;
 
 mod dwarf_sections;
