@@ -162,6 +162,7 @@ fn main() -> Result<()> {
         "GP_CFG_WORDS",
         "GP_CFG_ONE_BYTES",
         "GP_CFG_PAIR_BY_THREAD",
+        "GP_EV_AFTER_LOSS",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

@@ -41,7 +41,10 @@ enum gp_event_kind {
 	GP_EV_EXEC = 3,
 	GP_EV_EXIT = 4,
 	GP_EV_LOADER = 5, /* proc_events: a held process changed its list of libraries */
-	GP_EV_FORK = 6,   /* proc_events: a process forked a new one (pid: the child; flags: the
+	GP_EV_FORK = 6,
+	/* A flag in gp_event.kind: a record of this CPU could not be written just before this
+	 * one (the ring was full), so a RETURN may be missing: the reader's nesting restarts. */
+	GP_EV_AFTER_LOSS = 0x8000,   /* proc_events: a process forked a new one (pid: the child; flags: the
 			   * parent's pid) */
 };
 

@@ -122,6 +122,7 @@ struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
 	__u64 nested;  /* this hit's entry found calls of its function in flight on its goroutine */
+	__u64 lost;    /* the last record of this CPU could not be written (GP_EV_AFTER_LOSS) */
 	__u64 cursor;  /* captures.h: a record offset read back from here is one the verifier
 			* no longer tracks, so the paths that computed it converge */
 	__u64 regs[16];
@@ -392,6 +393,8 @@ int gprobe_uprobe(struct x86_regs *r)
 		}
 	}
 
+	if (s->lost)
+		h.kind |= GP_EV_AFTER_LOSS;
 	int err;
 	if (cfg->flags & GP_CFG_WORDS)
 		err = emit_words_n(r, cfg, &h, cfg->n_captures, s);
@@ -401,8 +404,10 @@ int gprobe_uprobe(struct x86_regs *r)
 		err = emit_any(r, cfg, &h, s);
 	if (err) {
 		st->lost++;
+		s->lost = 1;
 		return 0;
 	}
+	s->lost = 0;
 	st->emitted++;
 
 	/* Decided on values read back from maps, not on this hit's own constants (kind, what

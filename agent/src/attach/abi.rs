@@ -28,6 +28,8 @@ pub const PROBE_LOADER: u8 = 3;
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;
 pub const EV_RETURN: u16 = 2;
+/// A flag in `GpEvent::kind`: a record of the same CPU was lost just before this one.
+pub const EV_AFTER_LOSS: u16 = c::GP_EV_AFTER_LOSS as u16;
 pub const EV_EXEC: u32 = 3;
 pub const EV_EXIT: u32 = 4;
 pub const EV_LOADER: u32 = 5;

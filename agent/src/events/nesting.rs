@@ -145,6 +145,14 @@ impl Nesting {
         }
     }
 
+    /// Forgets every open call and inherited span (a record was lost: any of them may be
+    /// stale). Calls then start new traces until their goroutines open calls again.
+    pub fn restart(&mut self) {
+        self.forgotten += self.open.values().map(|s| s.len() as u64).sum::<u64>();
+        self.open.clear();
+        self.inherited.clear();
+    }
+
     /// Process `pid` is gone: its open calls with it.
     pub fn process_exited(&mut self, pid: u32) {
         self.open.retain(|(p, _), _| *p != pid);
@@ -241,6 +249,20 @@ mod tests {
         n.spawned(1, 10, 40);
         n.spawned(1, 40, 50);
         assert_eq!(n.call(1, 50).parent, Some(h2.span_id));
+    }
+
+    #[test]
+    fn after_a_lost_record_no_call_is_the_child_of_a_possibly_stale_one() {
+        let mut n = Nesting::new(16);
+        let a = n.entry(1, 1, 1);
+        n.spawned(1, 1, 2);
+        n.restart(); // a's RETURN may be the record that was lost
+        assert_eq!(n.call(1, 1).parent, None);
+        assert_eq!(n.call(1, 2).parent, None);
+        assert!(n.is_empty());
+        assert_eq!(n.forgotten, 1);
+        let b = n.entry(1, 1, 3);
+        assert_ne!(b.trace_id, a.trace_id);
     }
 
     #[test]

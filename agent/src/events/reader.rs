@@ -4,7 +4,7 @@ use super::{
     decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Pairing, PairingStats,
     ProbeMeta, Resource, ValueKind,
 };
-use crate::attach::abi::{read_event, EV_CALL, EV_ENTRY, EV_RETURN};
+use crate::attach::abi::{read_event, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::stats::Stats;
 use aya::maps::{MapData, RingBuf};
 use std::collections::HashMap;
@@ -127,10 +127,16 @@ impl Processor {
     /// Processes one ring buffer record; returns a call when one completed.
     pub fn process(&mut self, raw: &[u8]) -> Option<CallRecord> {
         self.stats.records += 1;
-        let Some(ev) = read_event(raw) else {
+        let Some(mut ev) = read_event(raw) else {
             self.stats.malformed += 1;
             return None;
         };
+        if ev.kind & EV_AFTER_LOSS != 0 {
+            // A lost record may be a RETURN: open calls could be stale, and a wrong parent
+            // is worse than none.
+            ev.kind &= !EV_AFTER_LOSS;
+            self.nesting.restart();
+        }
         let hdr = std::mem::size_of::<crate::attach::abi::GpEvent>();
         let data = raw.get(hdr..hdr + ev.data_len as usize).unwrap_or(&[]);
         let Some(meta) = self.meta(ev.probe_id) else {
