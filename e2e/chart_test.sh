@@ -235,7 +235,7 @@ for d in docs:
         if not any("status" in (v.get("subresources") or {}) for v in d["spec"]["versions"]):
             sys.exit("probespecs has no status subresource: the operator's RBAC grants probespecs/status")
 EOF
-  for ex in "$chart/examples/probespec.yaml" "$root/examples/http-client/probespec.yaml"; do
+  for ex in "$chart/examples/probespec.yaml" "$root"/examples/*/probespec.yaml; do
     [[ -f "$ex" ]] || continue
     check "${ex#"$root"/} validates against the ProbeSpec CRD schema" "$py" - "$crd" "$ex" <<'EOF'
 import sys, yaml, jsonschema
