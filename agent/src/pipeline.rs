@@ -94,10 +94,12 @@ impl Pipeline {
                     pid,
                     held,
                     filename,
+                    ino,
                 } => Input::Exec {
                     pid,
                     held,
                     filename,
+                    ino,
                     at: Instant::now(),
                 },
                 ProcEvent::Exit(pid) => Input::Exit { pid },

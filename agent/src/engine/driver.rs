@@ -29,11 +29,12 @@ pub enum SpecEvent {
 /// What the engine thread is told.
 #[derive(Debug)]
 pub enum Input {
-    /// A process exec'd (`held`: the exec tracepoint stopped it).
+    /// A process exec'd (`held`: the exec tracepoint stopped it) the file of inode `ino`.
     Exec {
         pid: u32,
         held: bool,
         filename: PathBuf,
+        ino: u64,
         at: Instant,
     },
     Exit {
@@ -152,8 +153,9 @@ fn run<T: Tracer, R: Resolver>(
                 pid,
                 held,
                 filename,
+                ino,
                 at,
-            }) => on_exec(&mut engine, pid, held, filename, at),
+            }) => on_exec(&mut engine, pid, held, filename, ino, at),
             Some(Input::Exit { pid }) => engine.process_exited(pid),
             Some(Input::Spec(ev)) => {
                 if apply_spec_event(&mut engine, ev) {
@@ -200,11 +202,21 @@ fn on_exec<T: Tracer, R: Resolver>(
     pid: u32,
     held: bool,
     filename: PathBuf,
+    ino: u64,
     at: Instant,
 ) {
     // A new program in a traced pid: the old one's probes and calls in flight end here.
     engine.process_exited(pid);
     match inspect(pid, Some(&filename)) {
+        Ok(info) if superseded(held, ino, info.exe_ino) => {
+            // The pid has exec'd again since (a wrapper such as `taskset` or `env` exec'ing
+            // the program): /proc shows the next program, whose own exec event follows.
+            // Taking it now would attach twice, and report the program as not held.
+            tracing::debug!(
+                "pid {pid}: exec of {} superseded by a later exec",
+                filename.display()
+            );
+        }
         Ok(info) => engine.process_seen(info, Origin::Exec { held, at }),
         Err(ProcError::Gone { .. }) => {
             engine.process_exec_gone(pid, &filename);
@@ -219,6 +231,13 @@ fn on_exec<T: Tracer, R: Resolver>(
             }
         }
     }
+}
+
+/// Whether an exec event is older than the program /proc now shows in its pid: the file
+/// /proc shows is not the one exec'd. A held process cannot have exec'd again (it is
+/// stopped at that exec); an inode of 0 is unknown.
+fn superseded(held: bool, event_ino: u64, exe_ino: u64) -> bool {
+    !held && event_ino != 0 && exe_ino != 0 && event_ino != exe_ino
 }
 
 /// Applies a spec change; true when processes should be matched again.
@@ -251,5 +270,25 @@ fn apply_spec_event<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>, ev: SpecE
             }
             any
         }
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use super::superseded;
+
+    #[test]
+    fn an_exec_event_of_another_file_than_the_pid_now_runs_is_superseded() {
+        // `taskset -c 0 ./loop`: the event of taskset's exec, read after loop's exec.
+        assert!(superseded(false, 11, 22));
+        assert!(!superseded(false, 22, 22), "the program /proc shows");
+        assert!(
+            !superseded(true, 11, 22),
+            "a held process has not exec'd again"
+        );
+        assert!(
+            !superseded(false, 0, 22) && !superseded(false, 11, 0),
+            "unknown inodes"
+        );
     }
 }
