@@ -7,7 +7,20 @@ use std::process::Command;
 
 const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_loc", &["kind", "reg", "off"]),
-    ("gp_capture", &["kind", "size", "max_len", "loc"]),
+    (
+        "gp_capture",
+        &[
+            "kind",
+            "size",
+            "max_len",
+            "flags",
+            "n_hops",
+            "max_elems",
+            "loc",
+            "hops",
+            "off",
+        ],
+    ),
     (
         "gp_probe_cfg",
         &[
@@ -141,6 +154,9 @@ fn main() -> Result<()> {
         "GP_MAX_DEPTH",
         "GP_DATA_MASK",
         "GP_SCRATCH",
+        "GP_MAX_HOPS",
+        "GP_MAX_ELEMS",
+        "GP_MAX_ELEM_STR",
         "GP_PATH_MAX",
         "GP_COMM_LEN",
         "GP_CFG_WORDS",

@@ -20,6 +20,9 @@ typedef int32_t __s32;
 #define GP_SCRATCH 16384      /* per-CPU buffer an event is assembled in (per-CPU values max 32 KiB) */
 #define GP_DATA_MASK 0x1fff   /* every capture starts below 8 KiB; with GP_MAX_STR it ends below GP_SCRATCH */
 #define GP_PATH_MAX 256       /* bytes of the executed path carried by an exec event */
+#define GP_MAX_HOPS 8         /* pointers a capture path follows */
+#define GP_MAX_ELEMS 16       /* elements kept of a captured slice */
+#define GP_MAX_ELEM_STR 256   /* bytes kept of each string of a []string or []any */
 #define GP_COMM_LEN 16
 
 /* How a probe configuration behaves when its uprobe fires. */
@@ -27,6 +30,8 @@ enum gp_probe_kind {
 	GP_PROBE_CALL = 0,   /* function entry, no return tracking: one CALL event */
 	GP_PROBE_ENTRY = 1,  /* entry of a latency probe: ENTRY event, remembered for the return */
 	GP_PROBE_RETURN = 2, /* a RET of a latency probe: RETURN event paired to its entry */
+	GP_PROBE_LOADER = 3, /* the dynamic loader's _dl_debug_state: the process is held and a
+			      * GP_EV_LOADER event tells the agent to look at its libraries */
 };
 
 enum gp_event_kind {
@@ -35,14 +40,30 @@ enum gp_event_kind {
 	GP_EV_RETURN = 2,
 	GP_EV_EXEC = 3,
 	GP_EV_EXIT = 4,
+	GP_EV_LOADER = 5, /* proc_events: a held process changed its list of libraries */
+	GP_EV_FORK = 6,   /* proc_events: a process forked a new one (pid: the child; flags: the
+			   * parent's pid) */
 };
 
+/* What a capture reads, and the bytes of its value in a record. agent/src/attach/abi.rs
+ * (GpCapture) documents each kind exactly: where the words are (loc[0]/loc[1], or at the
+ * end of a path with GP_CAPF_PATH), what is read after them, and the record's layout. */
 enum gp_cap_kind {
-	GP_CAP_WORD = 1,  /* up to 8 bytes from loc[0] */
-	GP_CAP_BYTES = 2, /* string / []byte: pointer at loc[0], length at loc[1] (of `size`
-			   * bytes, 0 = 8) */
-	GP_CAP_CSTR = 3,  /* NUL-terminated string at the pointer at loc[0], max_len bytes at most */
+	GP_CAP_WORD = 1,   /* up to 8 bytes from loc[0] */
+	GP_CAP_BYTES = 2,  /* string / []byte: pointer at loc[0], length at loc[1] (of `size`
+			    * bytes, 0 = 8) */
+	GP_CAP_CSTR = 3,   /* NUL-terminated string at the pointer at loc[0], max_len bytes at most */
+	GP_CAP_IFACE = 4,  /* interface: (type or itab, data) words; the type, data, and with
+			    * GP_CAPF_DATA_STR the string header at data and its bytes */
+	GP_CAP_SLICE = 5,  /* slice of scalars: (ptr, len) words; max_elems elements of size bytes */
+	GP_CAP_STRS = 6,   /* []string: (ptr, len) words; max_elems strings of max_len bytes */
+	GP_CAP_IFACES = 7, /* []any, []error: (ptr, len) words; max_elems interfaces */
 };
+
+/* Flags of a capture. */
+#define GP_CAPF_PATH 1     /* the words are in memory at the end of the path loc[0], hops, off */
+#define GP_CAPF_ITAB 2     /* IFACE(S): the first word is an itab: record *(itab + 8), the type */
+#define GP_CAPF_DATA_STR 4 /* IFACE(S): also read the string header at data and its bytes */
 
 enum gp_loc_kind {
 	GP_LOC_NONE = 0,
@@ -61,10 +82,18 @@ struct gp_loc {
 
 struct gp_capture {
 	__u8 kind;
-	__u8 size;     /* GP_CAP_WORD: bytes read (1..8) */
-	__u16 max_len; /* GP_CAP_BYTES: bytes kept at most */
-	__u32 _pad;
+	__u8 size;      /* GP_CAP_WORD: bytes read (1..8); GP_CAP_SLICE: bytes per element */
+	__u16 max_len;  /* bytes kept of each string (BYTES, STRS, DATA_STR) */
+	__u8 flags;     /* GP_CAPF_* */
+	__u8 n_hops;    /* GP_CAPF_PATH: pointers followed (0..GP_MAX_HOPS) */
+	__u8 max_elems; /* SLICE, STRS, IFACES: elements kept (1..GP_MAX_ELEMS) */
+	__u8 _pad;
 	struct gp_loc loc[2];
+	/* GP_CAPF_PATH: v = word(loc[0]); for each hop: nil check, v = *(u64 *)(v + hops[i]);
+	 * nil check; the value is at v + off. */
+	__s32 hops[GP_MAX_HOPS];
+	__s32 off;
+	__u32 _pad2;
 };
 
 struct gp_probe_cfg {
@@ -89,6 +118,8 @@ struct gp_probe_cfg {
 /* Flags of one captured value. */
 #define GP_VAL_TRUNCATED 1 /* a string/bytes value longer than max_len */
 #define GP_VAL_FAULT 2     /* the memory could not be read */
+#define GP_VAL_NIL 4       /* a pointer on a path was nil (set with GP_VAL_FAULT); full_len:
+			    * the hops not taken */
 
 /* Header of every record in the events ring buffer; captured values follow, each a
  * gp_value and `len` bytes, packed. */

@@ -122,8 +122,13 @@ struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
 	__u64 nested;  /* this hit's entry found calls of its function in flight on its goroutine */
+	__u64 cursor;  /* captures.h: a record offset read back from here is one the verifier
+			* no longer tracks, so the paths that computed it converge */
 	__u64 regs[16];
 	__u8 buf[GP_SCRATCH];
+	/* Never part of a record: lets the verifier accept writes at masked offsets below
+	 * GP_SCRATCH of up to one string's bytes (captures.h). */
+	__u8 slack[GP_MAX_STR + 64];
 };
 
 struct {
@@ -144,108 +149,7 @@ struct {
  * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
 volatile const __u64 wakeup_bytes = 0;
 
-/* A general-purpose register by x86 encoding, read straight from pt_regs: one constant-
- * offset load per case. The verifier rejects pt_regs loads at computed offsets, and clang
- * would merge the cases into one such load: the empty asm keeps each load in its case. */
-#define GP_REG_CASE(n, field)                                                                      \
-	case n: {                                                                                  \
-		__u64 v = r->field;                                                                \
-		asm volatile("" : "+r"(v));                                                        \
-		return v;                                                                          \
-	}
-
-static __always_inline __u64 reg_of(const struct x86_regs *r, __u8 reg)
-{
-	switch (reg & 15) {
-	GP_REG_CASE(0, ax)
-	GP_REG_CASE(1, cx)
-	GP_REG_CASE(2, dx)
-	GP_REG_CASE(3, bx)
-	GP_REG_CASE(4, sp)
-	GP_REG_CASE(5, bp)
-	GP_REG_CASE(6, si)
-	GP_REG_CASE(7, di)
-	GP_REG_CASE(8, r8)
-	GP_REG_CASE(9, r9)
-	GP_REG_CASE(10, r10)
-	GP_REG_CASE(11, r11)
-	GP_REG_CASE(12, r12)
-	GP_REG_CASE(13, r13)
-	GP_REG_CASE(14, r14)
-	GP_REG_CASE(15, r15)
-	}
-	return 0;
-}
-
-/* The general-purpose registers by x86 encoding, copied out of pt_regs once per hit, for
- * configurations with string/bytes captures, whose capture loop indexes this copy. */
-static __always_inline void save_regs(__u64 *regs, const struct x86_regs *r)
-{
-	regs[0] = r->ax;
-	regs[1] = r->cx;
-	regs[2] = r->dx;
-	regs[3] = r->bx;
-	regs[4] = r->sp;
-	regs[5] = r->bp;
-	regs[6] = r->si;
-	regs[7] = r->di;
-	regs[8] = r->r8;
-	regs[9] = r->r9;
-	regs[10] = r->r10;
-	regs[11] = r->r11;
-	regs[12] = r->r12;
-	regs[13] = r->r13;
-	regs[14] = r->r14;
-	regs[15] = r->r15;
-}
-
-/* The bytes a memory location's read takes: `size` (1..8; 0 = 8). Exactly that many, so a
- * one-byte USDT operand at the end of a mapping still reads; the decoder masks the rest. */
-static __always_inline __u32 mem_size(__u8 size)
-{
-	return (size == 0 || size > 8) ? 8 : size;
-}
-
-static __always_inline int read_word(const __u64 *regs, const struct gp_loc *l, __u8 size,
-				     __u64 *out)
-{
-	*out = 0;
-	switch (l->kind) {
-	case GP_LOC_REG:
-		*out = regs[l->reg & 15];
-		return 0;
-	case GP_LOC_MEM:
-		return bpf_probe_read_user(out, mem_size(size), (void *)(regs[l->reg & 15] + (long)l->off));
-	case GP_LOC_CONST:
-		*out = (__u64)(long)l->off;
-		return 0;
-	}
-	return -1;
-}
-
-/* read_word for the word-only path: registers from pt_regs, memory straight into `out` (a
- * ring buffer reservation); bpf_probe_read_user zeroes `out` when it fails. */
-static __always_inline int read_word_direct(const struct x86_regs *r, const struct gp_loc *l,
-					    __u8 size, __u64 *out)
-{
-	switch (l->kind) {
-	case GP_LOC_REG:
-		*out = reg_of(r, l->reg);
-		return 0;
-	case GP_LOC_MEM: {
-		__u32 n = mem_size(size);
-		if (n == 8)
-			return bpf_probe_read_user(out, 8, (void *)(reg_of(r, l->reg) + (long)l->off));
-		*out = 0;
-		return bpf_probe_read_user(out, n, (void *)(reg_of(r, l->reg) + (long)l->off));
-	}
-	case GP_LOC_CONST:
-		*out = (__u64)(long)l->off;
-		return 0;
-	}
-	*out = 0;
-	return -1;
-}
+#include "regs.h"
 
 static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 {
@@ -309,112 +213,9 @@ static __always_inline __u64 len_of(__u64 len, __u8 size)
 	return len & ((1ULL << (size * 8)) - 1);
 }
 
-/* Records of configurations whose captures are all words (GP_CFG_WORDS): N values of 8
- * bytes, so the record's size is a constant per N, and it is written in place in the ring
- * buffer (reserve/submit: no copy out of a scratch buffer). Returns -1 when the ring is
- * full. */
-static __always_inline int emit_words(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
-				      const struct hit *h, const __u32 n, __u64 wake)
-{
-	struct gp_event *e = bpf_ringbuf_reserve(&events, sizeof(*e) + n * 16, 0);
-	if (!e)
-		return -1;
-	fill_header(e, h, r, n * 16);
-	/* Not unrolled: nine copies of this function (one per n) stay small. */
-#pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < n; i++) {
-		struct gp_value *v = (struct gp_value *)((__u8 *)(e + 1) + i * 16);
-		v->cap = i;
-		v->len = 8;
-		v->full_len = 0;
-		v->flags = read_word_direct(r, &cfg->caps[i].loc[0], cfg->caps[i].size, (__u64 *)(v + 1))
-				   ? GP_VAL_FAULT
-				   : 0;
-	}
-	bpf_ringbuf_submit(e, wake);
-	return 0;
-}
+#include "inplace.h"
 
-static __always_inline int emit_words_n(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
-					const struct hit *h, __u32 n, struct scratch *s)
-{
-	if (n > GP_MAX_CAPTURES)
-		n = GP_MAX_CAPTURES;
-	__u64 wake = wake_flag(s, sizeof(struct gp_event) + n * 16);
-	switch (n) {
-	case 0: return emit_words(r, cfg, h, 0, wake);
-	case 1: return emit_words(r, cfg, h, 1, wake);
-	case 2: return emit_words(r, cfg, h, 2, wake);
-	case 3: return emit_words(r, cfg, h, 3, wake);
-	case 4: return emit_words(r, cfg, h, 4, wake);
-	case 5: return emit_words(r, cfg, h, 5, wake);
-	case 6: return emit_words(r, cfg, h, 6, wake);
-	case 7: return emit_words(r, cfg, h, 7, wake);
-	default: return emit_words(r, cfg, h, GP_MAX_CAPTURES, wake);
-	}
-}
-
-/* Records of configurations with one capture, a string/bytes (GP_CFG_ONE_BYTES), written
- * in place too: the value's n bytes go at a constant offset, so a reservation of a constant
- * size C is safe once n <= C - 56. The program picks the smallest of the sizes 56 + 2^k
- * (k = 3..12) that holds the value, so at most half of what a record reserves beyond its
- * header is unused, and a value of exactly 8, 16, ..., 4096 bytes fills its record. */
-#define GP_BYTES_REC(n) (sizeof(struct gp_event) + sizeof(struct gp_value) + (n))
-
-static __always_inline int emit_bytes(const struct x86_regs *r, const struct hit *h,
-				      const __u32 size, __u64 wake, __u64 ptr, __u64 len, __u32 n,
-				      __u8 flags)
-{
-	struct gp_event *e = bpf_ringbuf_reserve(&events, size, 0);
-	if (!e)
-		return -1;
-	struct gp_value *v = (struct gp_value *)(e + 1);
-	if (n > size - GP_BYTES_REC(0)) /* the caller chose size >= GP_BYTES_REC(n) */
-		n = size - GP_BYTES_REC(0);
-	if (n && bpf_probe_read_user(v + 1, n, (void *)ptr)) {
-		flags |= GP_VAL_FAULT;
-		n = 0;
-	}
-	v->cap = 0;
-	v->flags = flags;
-	v->len = n;
-	v->full_len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
-	fill_header(e, h, r, sizeof(*v) + ((n + 7) & ~7U));
-	bpf_ringbuf_submit(e, wake);
-	return 0;
-}
-
-static __always_inline int emit_one_bytes(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
-					  const struct hit *h, struct scratch *s)
-{
-	const struct gp_capture *c = &cfg->caps[0];
-	__u64 ptr = 0, len = 0;
-	__u8 flags = 0;
-	if (read_word_direct(r, &c->loc[0], 8, &ptr) | read_word_direct(r, &c->loc[1], 8, &len))
-		flags |= GP_VAL_FAULT;
-	len = len_of(len, c->size);
-	__u32 n = len > c->max_len ? c->max_len : (__u32)len;
-	if (n > GP_MAX_STR)
-		n = GP_MAX_STR;
-	if (len > n)
-		flags |= GP_VAL_TRUNCATED;
-	__u32 size = GP_BYTES_REC(8);
-	if (n > 8)
-		size = GP_BYTES_REC(1U << (64 - __builtin_clzll((__u64)n - 1)));
-	__u64 wake = wake_flag(s, size);
-	switch (size) {
-	case GP_BYTES_REC(8): return emit_bytes(r, h, GP_BYTES_REC(8), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(16): return emit_bytes(r, h, GP_BYTES_REC(16), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(32): return emit_bytes(r, h, GP_BYTES_REC(32), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(64): return emit_bytes(r, h, GP_BYTES_REC(64), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(128): return emit_bytes(r, h, GP_BYTES_REC(128), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(256): return emit_bytes(r, h, GP_BYTES_REC(256), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(512): return emit_bytes(r, h, GP_BYTES_REC(512), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(1024): return emit_bytes(r, h, GP_BYTES_REC(1024), wake, ptr, len, n, flags);
-	case GP_BYTES_REC(2048): return emit_bytes(r, h, GP_BYTES_REC(2048), wake, ptr, len, n, flags);
-	default: return emit_bytes(r, h, GP_BYTES_REC(GP_MAX_STR), wake, ptr, len, n, flags);
-	}
-}
+#include "captures.h"
 
 /* Records with string/bytes captures, whose size depends on the values: assembled in the
  * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
@@ -430,6 +231,11 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			break;
 		const struct gp_capture *c = &cfg->caps[i];
 		off &= GP_DATA_MASK;
+		if ((c->flags & GP_CAPF_PATH) || c->kind >= GP_CAP_IFACE) {
+			/* Field paths and Go's composite kinds: a function verified once. */
+			off = untracked(s, off + gp_capture_value(s, c, off, i));
+			continue;
+		}
 		struct gp_value *v = (struct gp_value *)(s->buf + off);
 		__u8 flags = 0;
 		v->cap = i;
@@ -491,6 +297,28 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 	return bpf_ringbuf_output(&events, s->buf, off, wake_flag(s, off)) ? -1 : 0;
 }
 
+/* The dynamic loader is about to change, or has changed, the process's list of objects
+ * (dlopen, dlclose, and the libraries of its start): stop the process until the agent has
+ * attached the probes of any library that came, so their first calls are seen. A process
+ * whose event is lost is resumed by the agent's hold timeout. */
+static __always_inline int loader_hit(void)
+{
+	struct {
+		__u32 kind;
+		__u32 pid;
+		__u32 flags;
+	} ev = { .kind = GP_EV_LOADER, .pid = bpf_get_current_pid_tgid() >> 32 };
+	__u64 now = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&held, &ev.pid, &now, BPF_ANY) == 0) {
+		if (bpf_send_signal(SIGSTOP) == 0)
+			ev.flags = GP_EXEC_HELD;
+		else
+			bpf_map_delete_elem(&held, &ev.pid);
+	}
+	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
+	return 0;
+}
+
 SEC("uprobe")
 int gprobe_uprobe(struct x86_regs *r)
 {
@@ -498,6 +326,8 @@ int gprobe_uprobe(struct x86_regs *r)
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	if (!cfg)
 		return 0;
+	if (cfg->kind == GP_PROBE_LOADER)
+		return loader_hit();
 	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
 	if (!st)
 		return 0;
@@ -641,6 +471,33 @@ int gprobe_exec(unsigned long long *ctx)
 		}
 	}
 	bpf_ringbuf_output(&proc_events, ev, sizeof(*ev), 0);
+	return 0;
+}
+
+struct task_struct {
+	int pid;
+	int tgid;
+	void *mm;
+} __attribute__((preserve_access_index));
+
+/* A process forked (not a thread): the agent attaches to the child of a traced process,
+ * which runs the same program (postgres backends, nginx workers) and which the kernel's
+ * per-process uprobes do not cover. */
+SEC("tp_btf/sched_process_fork")
+int gprobe_fork(unsigned long long *ctx)
+{
+	struct task_struct *parent = (struct task_struct *)ctx[0];
+	struct task_struct *child = (struct task_struct *)ctx[1];
+	if (child->pid != child->tgid)
+		return 0; /* a thread */
+	if (child->mm == parent->mm)
+		return 0; /* vfork (posix_spawn, os/exec): it runs no code of its own until it execs */
+	struct {
+		__u32 kind;
+		__u32 pid;
+		__u32 ppid;
+	} ev = { .kind = GP_EV_FORK, .pid = child->tgid, .ppid = parent->tgid };
+	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
 	return 0;
 }
 

@@ -139,6 +139,19 @@ pub enum Command {
         #[arg(long)]
         verbose: bool,
     },
+    /// List the struct layouts a Go binary describes (field offsets and types; stripped
+    /// binaries too), to write field paths in `capture`.
+    Types {
+        /// The binary to read.
+        #[arg(required_unless_present = "pid", conflicts_with = "pid")]
+        binary: Option<PathBuf>,
+        /// Read the executable of this running process instead.
+        #[arg(long)]
+        pid: Option<u32>,
+        /// Only types whose name matches this regular expression (e.g. '^main\.').
+        #[arg(long, value_name = "RE")]
+        filter: Option<String>,
+    },
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod pipeline;
 pub mod resolve;
 pub mod stats;
 pub mod symbols;
+pub mod types;
 pub mod util;
 
 // The plan moved into the resolve stage; `crate::plan` keeps its callers compiling.

@@ -97,6 +97,21 @@ fn run(command: Command) -> Result<ExitCode> {
             };
             Ok(ExitCode::SUCCESS)
         }
+        Command::Types {
+            binary,
+            pid,
+            filter,
+        } => {
+            let path = match (binary, pid) {
+                (Some(b), _) => b,
+                (None, Some(p)) => format!("/proc/{p}/exe").into(),
+                (None, None) => unreachable!("clap requires one"),
+            };
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            gprobe_agent::types::list(&path, filter.as_deref(), &mut out)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Agent {
             node_name,
             cri_socket,

@@ -103,6 +103,12 @@ impl Pipeline {
                     at: Instant::now(),
                 },
                 ProcEvent::Exit(pid) => Input::Exit { pid },
+                ProcEvent::Loader { pid, held } => Input::Loader { pid, held },
+                ProcEvent::Fork { pid, ppid } => Input::Fork {
+                    pid,
+                    ppid,
+                    at: Instant::now(),
+                },
             };
             feed.send(input).is_ok()
         }));

@@ -9,6 +9,7 @@ return: what that piece costs alone on this machine.
 """
 
 import os
+import re
 import subprocess
 
 ENTRY = 'SEC("uprobe")\nint gprobe_uprobe(struct x86_regs *r)\n{\n'
@@ -129,12 +130,27 @@ VARIANTS = [
 UNCHECKED = ["minimal"] + [v[0] for v in VARIANTS if v[0].startswith("only-")]
 
 
+def expand_includes(text):
+    """`text` with the program's own headers (#include "x.h" of agent-ebpf/src) pasted in:
+    patches may touch them, and the variant is compiled from another folder."""
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "agent-ebpf", "src")
+
+    def paste(m):
+        path = os.path.join(src, m.group(1))
+        if not os.path.exists(path):
+            return m.group(0)  # gprobe.h: from the include folder
+        with open(path) as f:
+            return f.read()
+    return re.sub(r'^#include "([a-z_]+\.h)"$', paste, text, flags=re.M)
+
+
 def source(original, patches):
     """The variant's source: `original` with each (old, new) text replaced exactly once; a
     (None, PATH) entry first replaces the whole source by the file at PATH (a candidate
     program, measured against the shipped one), (None, "git:REV") by the program as commit
     REV had it."""
-    out = original
+    out = expand_includes(original)
     for old, new in patches:
         if old is None:
             if new.startswith("git:"):

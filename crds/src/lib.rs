@@ -6,6 +6,7 @@ mod attachment;
 pub mod csig;
 pub mod ctype;
 pub mod glob;
+pub mod gopath;
 pub mod signature;
 mod spec;
 mod validate;

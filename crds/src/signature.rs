@@ -5,18 +5,30 @@
 //! (`func(a, b int)`), unnamed parameters (`func(int64) float64`), variadics, and the
 //! method form `func (c *Client) Get(url string) (*Response, error)` whose receiver becomes
 //! the first parameter (as the Go register ABI passes it).
+//!
+//! Named types may be package-qualified by name (`http.Request`) or by import path
+//! (`net/http.Request`, `github.com/org/repo/pkg.T`), and instantiated (`main.List[int]`).
+//! A generic function is written as its source declares it, `func Sum[T Number](xs []T) T`
+//! (the name is optional): the agent binds `T` to the instantiation it probes.
 
-use std::fmt;
 use thiserror::Error;
+
+#[path = "signature_text.rs"]
+mod text;
+use text::{tokenize, Tok};
 
 /// A Go type as written in a signature. Named types are kept by name: only the agent, with
 /// the binary at hand, can tell what an unknown named type is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TypeExpr {
-    /// `int`, `string`, `error`, `http.Header`, `Client`, ...
+    /// `int`, `string`, `error`, `http.Header`, `Client`, `main.List[int]`, ...
     Named {
+        /// The qualifier as written: a package name (`http`) or an import path
+        /// (`net/http`).
         package: Option<String>,
         name: String,
+        /// Type arguments of an instantiated generic type (`[int]` of `List[int]`).
+        args: Vec<TypeExpr>,
     },
     Pointer(Box<TypeExpr>),
     Slice(Box<TypeExpr>),
@@ -24,41 +36,10 @@ pub enum TypeExpr {
     Map(Box<TypeExpr>, Box<TypeExpr>),
     Chan(Box<TypeExpr>),
     Func,
-    /// `interface{...}`; `any` and `error` stay `Named`.
+    /// `interface{...}` with methods or constraints; `interface{}` is `Named` `any`, and
+    /// `any` and `error` stay `Named`.
     Interface,
     Struct(Vec<Param>),
-}
-
-impl fmt::Display for TypeExpr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TypeExpr::Named {
-                package: Some(p),
-                name,
-            } => write!(f, "{p}.{name}"),
-            TypeExpr::Named {
-                package: None,
-                name,
-            } => write!(f, "{name}"),
-            TypeExpr::Pointer(t) => write!(f, "*{t}"),
-            TypeExpr::Slice(t) => write!(f, "[]{t}"),
-            TypeExpr::Array(n, t) => write!(f, "[{n}]{t}"),
-            TypeExpr::Map(k, v) => write!(f, "map[{k}]{v}"),
-            TypeExpr::Chan(t) => write!(f, "chan {t}"),
-            TypeExpr::Func => write!(f, "func(...)"),
-            TypeExpr::Interface => write!(f, "interface{{...}}"),
-            TypeExpr::Struct(fields) => {
-                write!(f, "struct{{")?;
-                for (i, p) in fields.iter().enumerate() {
-                    if i > 0 {
-                        write!(f, "; ")?;
-                    }
-                    write!(f, "{} {}", p.name, p.ty)?;
-                }
-                write!(f, "}}")
-            }
-        }
-    }
 }
 
 /// One parameter or result. `name` is what `capture` uses: the declared name, or
@@ -73,6 +54,9 @@ pub struct Param {
 pub struct Signature {
     pub params: Vec<Param>,
     pub results: Vec<Param>,
+    /// Type parameters of a generic function (`T` of `func Sum[T Number](xs []T) T`), and
+    /// those a method's receiver declares (`func (l *List[T]) Len() int`), in order.
+    pub type_params: Vec<String>,
 }
 
 /// Where a capture name points.
@@ -111,88 +95,12 @@ impl Signature {
     }
 }
 
-impl fmt::Display for Signature {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |ps: &[Param]| {
-            ps.iter()
-                .map(|p| format!("{} {}", p.name, p.ty))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        write!(f, "func({})", list(&self.params))?;
-        match self.results.len() {
-            0 => Ok(()),
-            _ => write!(f, " ({})", list(&self.results)),
-        }
-    }
-}
-
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("invalid signature {signature:?} at column {column}: {message} (expected Go syntax such as \"func(c *Client, url string) (*Response, error)\")")]
 pub struct SignatureError {
     pub signature: String,
     pub column: usize,
     pub message: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Tok {
-    Ident(String),
-    Num(u64),
-    Punct(&'static str),
-}
-
-fn tokenize(src: &str) -> Result<Vec<(Tok, usize)>, (usize, String)> {
-    const PUNCTS: [&str; 13] = [
-        "...", "<-", "(", ")", "[", "]", "{", "}", "*", ",", ".", ";", "\n",
-    ];
-    let mut out = Vec::new();
-    let bytes = src.as_bytes();
-    let mut i = 0;
-    'outer: while i < bytes.len() {
-        let c = src[i..].chars().next().unwrap_or(' ');
-        if c == '\n' {
-            out.push((Tok::Punct(";"), i + 1));
-            i += 1;
-            continue;
-        }
-        if c.is_whitespace() {
-            i += c.len_utf8();
-            continue;
-        }
-        if c.is_alphabetic() || c == '_' {
-            let start = i;
-            while let Some(ch) = src[i..].chars().next() {
-                if ch.is_alphanumeric() || ch == '_' {
-                    i += ch.len_utf8();
-                } else {
-                    break;
-                }
-            }
-            out.push((Tok::Ident(src[start..i].to_string()), start + 1));
-            continue;
-        }
-        if c.is_ascii_digit() {
-            let start = i;
-            while i < bytes.len() && bytes[i].is_ascii_digit() {
-                i += 1;
-            }
-            let n = src[start..i]
-                .parse()
-                .map_err(|_| (start + 1, "number too large".to_string()))?;
-            out.push((Tok::Num(n), start + 1));
-            continue;
-        }
-        for p in PUNCTS {
-            if src[i..].starts_with(p) {
-                out.push((Tok::Punct(p), i + 1));
-                i += p.len();
-                continue 'outer;
-            }
-        }
-        return Err((i + 1, format!("unexpected character {c:?}")));
-    }
-    Ok(out)
 }
 
 struct Parser<'a> {
@@ -264,12 +172,43 @@ impl<'a> Parser<'a> {
             Some(k) if k == "func" => {}
             _ => return self.err("a signature starts with \"func\""),
         }
+        // The declaration form: func Name[T C](params) results (name and type
+        // parameters optional).
+        if let Some(Tok::Ident(_)) = self.peek() {
+            if matches!(self.peek_at(1), Some(Tok::Punct("(" | "["))) {
+                self.pos += 1;
+            }
+        }
+        let mut type_params = Vec::new();
+        if self.is_punct("[") {
+            type_params = self.type_params()?;
+        }
         let mut params = self.param_list()?;
         // Method form: func (recv T) Name(params) results
         if let Some(Tok::Ident(_)) = self.peek() {
             if matches!(self.peek_at(1), Some(Tok::Punct("("))) {
                 if params.len() != 1 {
                     return self.err("a method has exactly one receiver");
+                }
+                // A generic type's receiver declares its type parameters:
+                // func (l *List[T]) Len() int.
+                let recv = match &params[0].ty {
+                    TypeExpr::Pointer(t) => &**t,
+                    t => t,
+                };
+                if let TypeExpr::Named { args, .. } = recv {
+                    for a in args {
+                        if let TypeExpr::Named {
+                            package: None,
+                            name,
+                            args,
+                        } = a
+                        {
+                            if args.is_empty() {
+                                type_params.push(name.clone());
+                            }
+                        }
+                    }
                 }
                 self.pos += 1;
                 let mut rest = self.param_list()?;
@@ -306,6 +245,7 @@ impl<'a> Parser<'a> {
         let sig = Signature {
             params: name_all(params, "p"),
             results: name_all(results, "r"),
+            type_params,
         };
         let mut seen = std::collections::HashSet::new();
         for p in sig.params.iter().chain(sig.results.iter()) {
@@ -362,15 +302,10 @@ impl<'a> Parser<'a> {
         } else {
             for e in entries {
                 let ty = match e {
-                    Entry::NameOrType(name, pkg) => match pkg {
-                        Some(p) => TypeExpr::Named {
-                            package: Some(p),
-                            name,
-                        },
-                        None => TypeExpr::Named {
-                            package: None,
-                            name,
-                        },
+                    Entry::NameOrType(name, package) => TypeExpr::Named {
+                        package,
+                        name,
+                        args: Vec::new(),
                     },
                     Entry::Type(t) => t,
                     Entry::Named(..) => unreachable!("checked by any_named"),
@@ -394,10 +329,30 @@ impl<'a> Parser<'a> {
                     let Some(name) = self.ident() else {
                         return self.err("expected a type name after '.'");
                     };
+                    if self.is_punct("[") {
+                        let args = self.type_args()?;
+                        return Ok(Entry::Type(TypeExpr::Named {
+                            package: Some(first),
+                            name,
+                            args,
+                        }));
+                    }
                     return Ok(Entry::NameOrType(name, Some(first)));
                 }
                 if self.is_punct(",") || self.is_punct(")") || self.is_punct(";") {
                     return Ok(Entry::NameOrType(first, None));
+                }
+                // `List[int]` alone (an instantiated type) rather than a name followed by
+                // a slice or array type (`xs []int`, `a [4]int`), as Go's parser decides.
+                if self.is_punct("[")
+                    && !matches!(self.peek_at(1), Some(Tok::Punct("]")) | Some(Tok::Num(_)))
+                {
+                    let args = self.type_args()?;
+                    return Ok(Entry::Type(TypeExpr::Named {
+                        package: None,
+                        name: first,
+                        args,
+                    }));
                 }
                 if self.eat("...") {
                     let t = self.type_expr()?;
@@ -466,25 +421,83 @@ impl<'a> Parser<'a> {
                 Ok(TypeExpr::Func)
             }
             "interface" => {
+                let start = self.pos;
                 self.skip_braces()?;
+                // `interface{}` is `any`: the decoder needs to know an empty interface
+                // (its first word is a type, not an itab).
+                if self.pos == start + 2 {
+                    return Ok(TypeExpr::Named {
+                        package: None,
+                        name: "any".into(),
+                        args: Vec::new(),
+                    });
+                }
                 Ok(TypeExpr::Interface)
             }
             "struct" => self.struct_body(),
             _ => {
-                if self.eat(".") {
+                let (package, name) = if self.eat(".") {
                     let Some(name) = self.ident() else {
                         return self.err("expected a type name after '.'");
                     };
-                    return Ok(TypeExpr::Named {
-                        package: Some(id),
-                        name,
-                    });
-                }
+                    (Some(id), name)
+                } else {
+                    (None, id)
+                };
+                let args = if self.is_punct("[") {
+                    self.type_args()?
+                } else {
+                    Vec::new()
+                };
                 Ok(TypeExpr::Named {
-                    package: None,
-                    name: id,
+                    package,
+                    name,
+                    args,
                 })
             }
+        }
+    }
+
+    /// `[A, B]` after a generic type's name.
+    fn type_args(&mut self) -> Result<Vec<TypeExpr>, SignatureError> {
+        self.expect("[")?;
+        let mut args = vec![self.type_expr()?];
+        while self.eat(",") {
+            args.push(self.type_expr()?);
+        }
+        self.expect("]")?;
+        Ok(args)
+    }
+
+    /// `[T any, K comparable, V int64 | float64]` after a function's name: the names, in
+    /// order. Constraints are skipped: the probed instantiation says what T is.
+    fn type_params(&mut self) -> Result<Vec<String>, SignatureError> {
+        self.expect("[")?;
+        let mut names = Vec::new();
+        loop {
+            let Some(name) = self.ident() else {
+                return self.err("expected a type parameter name");
+            };
+            names.push(name);
+            // A constraint runs to the next ',' or ']' outside brackets and braces; a
+            // name directly followed by ',' shares the next constraint (`[K, V any]`).
+            let mut depth = 0usize;
+            loop {
+                match self.peek() {
+                    None => return self.err("unclosed '['"),
+                    Some(Tok::Punct("[" | "{" | "(")) => depth += 1,
+                    Some(Tok::Punct("}" | ")")) => depth = depth.saturating_sub(1),
+                    Some(Tok::Punct("]")) if depth == 0 => break,
+                    Some(Tok::Punct("]")) => depth -= 1,
+                    Some(Tok::Punct(",")) if depth == 0 => break,
+                    _ => {}
+                }
+                self.pos += 1;
+            }
+            if self.eat("]") {
+                return Ok(names);
+            }
+            self.expect(",")?;
         }
     }
 

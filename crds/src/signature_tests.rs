@@ -1,9 +1,20 @@
+//! Tests of the Go signature parser.
+
 use super::*;
 
 fn named(n: &str) -> TypeExpr {
     TypeExpr::Named {
         package: None,
         name: n.to_string(),
+        args: Vec::new(),
+    }
+}
+
+fn qualified(p: &str, n: &str) -> TypeExpr {
+    TypeExpr::Named {
+        package: Some(p.to_string()),
+        name: n.to_string(),
+        args: Vec::new(),
     }
 }
 
@@ -41,13 +52,7 @@ fn unnamed_grouped_variadic_and_method_forms() {
     assert_eq!(s.results[1].name, "r1");
 
     let s = parse_signature("func(ctx context.Context, m map[string][]int, f func(int) error, ch <-chan struct{}, x interface{ Foo() }, arr [4]uint8)").unwrap();
-    assert_eq!(
-        s.params[0].ty,
-        TypeExpr::Named {
-            package: Some("context".into()),
-            name: "Context".into()
-        }
-    );
+    assert_eq!(s.params[0].ty, qualified("context", "Context"));
     assert!(matches!(s.params[1].ty, TypeExpr::Map(..)));
     assert_eq!(s.params[2].ty, TypeExpr::Func);
     assert!(matches!(s.params[3].ty, TypeExpr::Chan(..)));
@@ -73,4 +78,63 @@ fn errors_point_at_the_problem() {
     assert!(e.message.contains("declared twice"), "{e}");
     let e = parse_signature("func(a int) $").unwrap_err();
     assert_eq!(e.column, 13);
+}
+
+#[test]
+fn named_types_by_package_name_or_import_path() {
+    let s = parse_signature("func(w http.ResponseWriter, r *net/http.Request, n gopkg.in/yaml.v3.Node, c *k8s.io/client-go/rest.Config) error").unwrap();
+    assert_eq!(s.params[0].ty, qualified("http", "ResponseWriter"));
+    assert_eq!(
+        s.params[1].ty,
+        TypeExpr::Pointer(Box::new(qualified("net/http", "Request")))
+    );
+    assert_eq!(s.params[2].ty, qualified("gopkg.in/yaml.v3", "Node"));
+    assert_eq!(s.params[3].ty.to_string(), "*k8s.io/client-go/rest.Config");
+    // Unnamed parameters qualified by a path.
+    let s = parse_signature("func(*main.order, net/url.Values) error").unwrap();
+    assert_eq!(s.params[1].ty, qualified("net/url", "Values"));
+    let e = parse_signature("func(r *net/http)").unwrap_err();
+    assert!(e.message.contains("expected"), "{e}");
+}
+
+#[test]
+fn generic_functions_and_types() {
+    let s = parse_signature("func Sum[T Number](xs []T) T").unwrap();
+    assert_eq!(s.type_params, ["T"]);
+    assert_eq!(s.params[0].ty, TypeExpr::Slice(Box::new(named("T"))));
+    assert_eq!(s.results[0].ty, named("T"));
+    let s = parse_signature("func Map[K comparable, V ~int64 | ~float64, W interface{ ~int }](m map[K]V, f func(V) W) []W").unwrap();
+    assert_eq!(s.type_params, ["K", "V", "W"]);
+    let s = parse_signature("func[A, B any](a A, b B) (A, B)").unwrap();
+    assert_eq!(s.type_params, ["A", "B"]);
+    assert_eq!(s.results[1].name, "r1");
+    // A name without type parameters, and instantiated types.
+    let s = parse_signature("func Add(a, b int64) int64").unwrap();
+    assert!(s.type_params.is_empty());
+    let s = parse_signature("func(l *main.List[int], p Pair[string, []byte], xs []int, a [4]int)")
+        .unwrap();
+    assert_eq!(s.params[0].ty.to_string(), "*main.List[int]");
+    assert_eq!(
+        s.params[1].ty.to_string(),
+        "Pair[string,[]uint8]".replace("uint8", "byte")
+    );
+    assert_eq!(s.params[3].ty, TypeExpr::Array(4, Box::new(named("int"))));
+    let s = parse_signature("func(main.Box[int]) int").unwrap();
+    assert_eq!(s.params[0].ty.to_string(), "main.Box[int]");
+    // A method of a generic type: the receiver declares T.
+    let s = parse_signature("func (l *List[T]) Push(v T) int").unwrap();
+    assert_eq!(s.type_params, ["T"]);
+    assert_eq!(s.params.len(), 2);
+    let e = parse_signature("func F[T any(x T)").unwrap_err();
+    assert!(
+        e.message.contains("unclosed") || e.message.contains("expected"),
+        "{e}"
+    );
+}
+
+#[test]
+fn empty_interface_is_any() {
+    let s = parse_signature("func(a interface{}, b interface{ Error() string }, c any)").unwrap();
+    assert_eq!(s.params[0].ty, named("any"));
+    assert_eq!(s.params[1].ty, TypeExpr::Interface);
 }

@@ -142,6 +142,35 @@ pub struct Probe {
     /// On by default; `false` keeps captured values verbatim.
     #[serde(default = "default_true", skip_serializing_if = "is_true")]
     pub redact: bool,
+    /// OTLP metrics cut by captured values: `gprobe.calls` and `gprobe.call.duration` get
+    /// one series per distinct combination of these values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<ProbeMetrics>,
+}
+
+/// Captured values as attributes of a probe's metrics.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProbeMetrics {
+    /// Names from `capture` (at most 4), e.g. `[method, path]`: each becomes the attribute
+    /// `gprobe.args.NAME` (a parameter) or `gprobe.returns.NAME` (a result).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub labels: Vec<String>,
+    /// Distinct label combinations kept per probe (default 100, at most 10000); the calls
+    /// of further ones are counted under the value `other` for every label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_series: Option<u32>,
+}
+
+impl ProbeMetrics {
+    pub const DEFAULT_MAX_SERIES: u32 = 100;
+
+    /// `max_series` or its default.
+    pub fn max_series(&self) -> u32 {
+        self.max_series.unwrap_or(Self::DEFAULT_MAX_SERIES)
+    }
 }
 
 fn default_true() -> bool {
@@ -176,6 +205,7 @@ impl Default for Probe {
             capture: Vec::new(),
             latency: false,
             redact: true,
+            metrics: None,
         }
     }
 }

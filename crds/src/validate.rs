@@ -296,6 +296,34 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 );
             }
         }
+        if let Some(m) = &p.metrics {
+            if m.labels.len() > 4 {
+                probe_issue(
+                    ".metrics.labels".into(),
+                    format!(
+                        "lists {} labels; at most 4 (each multiplies the series)",
+                        m.labels.len()
+                    ),
+                );
+            }
+            for (j, l) in m.labels.iter().enumerate() {
+                if !p.capture.contains(l) {
+                    probe_issue(
+                        format!(".metrics.labels[{j}]"),
+                        format!(
+                            "{l:?} is not captured: add it to capture, or name one of {:?}",
+                            p.capture
+                        ),
+                    );
+                }
+            }
+            if m.max_series.is_some_and(|n| n == 0 || n > 10_000) {
+                probe_issue(
+                    ".metrics.maxSeries".into(),
+                    "is out of range: use 1..=10000".into(),
+                );
+            }
+        }
         if p.latency && p.usdt.is_some() {
             probe_issue(
                 ".latency".into(),
@@ -325,15 +353,10 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
             match parse_signature(sig_text) {
                 Err(e) => probe_issue(".signature".into(), e.to_string()),
                 Ok(sig) => {
+                    // Names, field paths (`r.URL.Path`) and `len(...)` (gopath.rs).
                     for (j, c) in p.capture.iter().enumerate() {
-                        if sig.lookup(c).is_none() {
-                            probe_issue(
-                                format!(".capture[{j}]"),
-                                format!(
-                                    "{c:?} is not a parameter or result of {sig_text:?}; known names: {}",
-                                    sig.capture_names().join(", ")
-                                ),
-                            );
+                        if let Err(m) = sig.check_capture(c, sig_text) {
+                            probe_issue(format!(".capture[{j}]"), m);
                         }
                     }
                 }

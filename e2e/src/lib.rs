@@ -1,7 +1,7 @@
 //! gprobe's end-to-end tests share this library (the tests are in `tests/`, one binary per
 //! topic):
 //!
-//! - [`go`]: builds Go programs with the Go toolchains of this machine;
+//! - [`go`]: builds Go programs with the Go toolchains of this machine; [`cc`]: C ones;
 //! - [`harness`]: runs `gprobe run` against them and collects its records, log and summary
 //!   (the `gprobe` under test comes from `$GPROBE_BIN` or is built by cargo once per process);
 //! - [`spec`]: typed ProbeSpec builders that serialize to the YAML gprobe reads;
@@ -11,6 +11,7 @@
 //! - [`cri`] (feature `cri`): real pods on a private containerd, over CRI.
 
 mod binaries;
+pub mod cc;
 pub mod go;
 pub mod harness;
 pub mod procmem;

@@ -72,3 +72,39 @@ pub fn byte_at_file_offset(pid: u32, offset: u64) -> u8 {
 
 /// The x86 breakpoint instruction a uprobe writes.
 pub const INT3: u8 = 0xcc;
+
+/// The file offset of the data symbol `name` of `bin` (from `nm` and the section headers
+/// of `readelf`: the section holding its address, from the file's bytes).
+pub fn data_symbol_file_offset(bin: &Path, name: &str) -> u64 {
+    let run = |cmd: &str, args: &[&str]| {
+        let out = std::process::Command::new(cmd)
+            .args(args)
+            .arg(bin)
+            .output()
+            .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let addr = run("nm", &[])
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("{name} is not in the symbol table of {}", bin.display()));
+    run("readelf", &["-SW"])
+        .lines()
+        .filter_map(|l| l.split_once(']').map(|(_, rest)| rest))
+        .find_map(|rest| {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            if f.len() < 5 || f[1] == "NOBITS" {
+                return None;
+            }
+            let (a, o, s) = (
+                u64::from_str_radix(f[2], 16).ok()?,
+                u64::from_str_radix(f[3], 16).ok()?,
+                u64::from_str_radix(f[4], 16).ok()?,
+            );
+            (a != 0 && addr >= a && addr < a + s).then_some(o + addr - a)
+        })
+        .unwrap_or_else(|| panic!("{name} ({addr:#x}) is in no section of {}", bin.display()))
+}

@@ -60,7 +60,7 @@ fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// BPF links the agent holds (its uprobes, plus two tracepoints): fds in /proc/PID/fd.
+/// BPF links the agent holds (its uprobes, plus three tracepoints): fds in /proc/PID/fd.
 fn perf_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|rd| {
@@ -249,12 +249,12 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
         perf_fds(agent_pid) == fds_one
     });
     // Deleting the ProbeSpec detaches its probes everywhere (the spec folder is re-read
-    // every second). Two links remain: the exec and exit tracepoints.
+    // every second). Three links remain: the exec, exit and fork tracepoints.
     std::fs::remove_file(specs.join("shop.yaml")).unwrap();
     wait_until(
         "the deleted spec's uprobes detached",
         Duration::from_secs(5),
-        || perf_fds(agent_pid) == 2,
+        || perf_fds(agent_pid) == 3,
     );
     let stderr = agent.stop();
     assert!(

@@ -78,7 +78,7 @@ fn every_fetched_url_appears_exactly_once_on_go119_and_go127_stripped_or_not() {
             );
             for r in &recs {
                 assert_eq!(r["probe"], "urls");
-                assert_eq!(r["returns"]["err"], "nil");
+                assert_eq!(r["returns"]["err"], serde_json::Value::Null);
                 assert!(r["duration_ns"].as_u64().unwrap() > 0);
                 assert_eq!(
                     r["resource"]["process.executable.path"],

@@ -132,7 +132,7 @@ fn check(protocol: &str) {
                                 }
                             }
                         }
-                        ("gprobe.call.duration", Some(Data::Histogram(h))) => {
+                        ("gprobe.call.duration", Some(Data::ExponentialHistogram(h))) => {
                             hist_count = h.data_points.last().map(|p| p.count);
                         }
                         ("gprobe.events.lost", Some(Data::Sum(_))) => lost_seen = true,
@@ -169,4 +169,59 @@ fn spans_and_metrics_reach_an_otlp_http_protobuf_receiver() {
     if can_trace("otlp http") {
         check("http/protobuf");
     }
+}
+
+/// The spans of nested calls and of a goroutine a call started reach the receiver as
+/// trees: each child's parent span id is its parent call's span, in the parent's trace.
+#[test]
+fn nested_calls_and_their_goroutines_reach_the_receiver_as_span_trees() {
+    if !can_trace("nested_calls_and_their_goroutines_reach_the_receiver_as_span_trees") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (rec, endpoint) = grpc_receiver(&rt);
+    let bin = program("e2e/testdata/nest", GoVersion::Go127, false);
+    let _guard = serial();
+    let spec = SpecBuilder::new("nest")
+        .executable(&bin)
+        .events_per_second(0)
+        .probe(ProbeBuilder::new("main.handle").capture(["id"]).latency())
+        .probe(ProbeBuilder::new("main.step").capture(["id"]).latency())
+        .probe(ProbeBuilder::new("main.bg").capture(["id"]).latency())
+        .yaml();
+    let g = Gprobe::start(&spec, &["--otlp-endpoint", &endpoint]);
+    run_program(&bin, &["-requests", "10", "-workers", "3"]);
+    let run = g.stop();
+    assert!(run.status.success(), "{}", run.stderr);
+
+    use gprobe_e2e::otlp_receiver::{attr, spans};
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+    let spans: Vec<_> = spans(&rec).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(spans.len(), 10 + 20 + 10, "every call's span arrived");
+    let id = |s: &opentelemetry_proto::tonic::trace::v1::Span| match attr(
+        &s.attributes,
+        "gprobe.args.id",
+    ) {
+        Some(AnyValue::IntValue(i)) => *i,
+        other => panic!("no gprobe.args.id in {s:?}: {other:?}"),
+    };
+    let by_span: std::collections::HashMap<&[u8], &_> =
+        spans.iter().map(|s| (s.span_id.as_slice(), s)).collect();
+    let mut roots = BTreeSet::new();
+    for s in &spans {
+        if s.name == "main.handle" {
+            assert!(s.parent_span_id.is_empty(), "a handle is a root: {s:?}");
+            roots.insert(id(s));
+            continue;
+        }
+        let p = by_span[s.parent_span_id.as_slice()];
+        assert_eq!(p.name, "main.handle", "{} under {}", s.name, p.name);
+        assert_eq!(id(p), id(s));
+        assert_eq!(p.trace_id, s.trace_id);
+    }
+    assert_eq!(roots, (1..=10).collect());
 }

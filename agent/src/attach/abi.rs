@@ -6,20 +6,32 @@
 mod c {
     include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
 }
-pub use c::{GP_COMM_LEN, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_PROBES, GP_MAX_STR, GP_PATH_MAX};
+pub use c::{
+    GP_COMM_LEN, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_ELEMS, GP_MAX_ELEM_STR, GP_MAX_HOPS,
+    GP_MAX_PROBES, GP_MAX_STR, GP_PATH_MAX, GP_SCRATCH,
+};
 
 /// Bytes a probe's header and captures may fill (the BPF cursor mask).
 pub const GP_DATA_LIMIT: usize = c::GP_DATA_MASK + 1;
+/// Bytes one captured value may take, its `gp_value` header included: every value starts
+/// below [`GP_DATA_LIMIT`] and must end inside the per-CPU scratch buffer.
+pub const GP_MAX_VALUE: usize = c::GP_SCRATCH - GP_DATA_LIMIT;
 
 pub const PROBE_CALL: u8 = 0;
 pub const PROBE_ENTRY: u8 = 1;
 pub const PROBE_RETURN: u8 = 2;
+/// The dynamic loader's `_dl_debug_state` (called around every change of the list of
+/// loaded objects): the BPF program stops the process (SIGSTOP, `held`) and reports
+/// `EV_LOADER`, so probes on a library dlopen'd later attach before its first call.
+pub const PROBE_LOADER: u8 = 3;
 
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;
 pub const EV_RETURN: u16 = 2;
 pub const EV_EXEC: u32 = 3;
 pub const EV_EXIT: u32 = 4;
+pub const EV_LOADER: u32 = 5;
+pub const EV_FORK: u32 = 6;
 
 /// `GpProbeCfg::flags`: every capture is a word, so each record of the configuration has
 /// one size (48 + 16 per capture) and the program writes it in place in the ring buffer.
@@ -28,15 +40,39 @@ pub const CFG_WORDS: u8 = c::GP_CFG_WORDS as u8;
 /// of a few sizes; `data_len` says how much of it the value fills.
 pub const CFG_ONE_BYTES: u8 = c::GP_CFG_ONE_BYTES as u8;
 
-pub const CAP_WORD: u8 = 1;
-pub const CAP_BYTES: u8 = 2;
-/// A NUL-terminated C string at the pointer at loc[0], at most max_len bytes (without the
-/// NUL); TRUNCATED when no NUL came within them. (gprobe.h: GP_CAP_CSTR, to be added.)
-pub const CAP_CSTR: u8 = 3;
-
 /// `GpProbeCfg::flags`: pair entries and returns by thread id instead of by goroutine
 /// (R14): C functions and USDT probes, where R14 is any value.
 pub const CFG_PAIR_BY_THREAD: u8 = c::GP_CFG_PAIR_BY_THREAD as u8;
+
+// Capture kinds (`GpCapture::kind`). The values of a record and how BPF reads them are
+// described at [`GpCapture`].
+pub const CAP_WORD: u8 = 1;
+pub const CAP_BYTES: u8 = 2;
+/// A NUL-terminated C string at the pointer at loc[0], at most max_len bytes (without the
+/// NUL); TRUNCATED when no NUL came within them.
+pub const CAP_CSTR: u8 = 3;
+pub const CAP_IFACE: u8 = 4;
+pub const CAP_SLICE: u8 = 5;
+pub const CAP_STRS: u8 = 6;
+pub const CAP_IFACES: u8 = 7;
+
+// Capture flags (`GpCapture::flags`).
+/// The value is in memory at the end of a path (base `loc[0]`, `hops`, `off`), not in
+/// `loc[0]`/`loc[1]`.
+pub const CAPF_PATH: u8 = 1;
+/// IFACE, IFACES: the interface is non-empty: its first word is an itab; read the dynamic
+/// type at itab + 8 (`ITab.Type`, at 8 in Go 1.18 to 1.27) and record that instead.
+pub const CAPF_ITAB: u8 = 2;
+/// IFACE, IFACES: also read the string header at the data pointer (`data + 0`) and up to
+/// `max_len` of its bytes, whatever the dynamic type (the decoder keeps it for error types
+/// whose first field is the message, [`crate::resolve::go::types::ERROR_TYPES_WITH_MESSAGE`]).
+pub const CAPF_DATA_STR: u8 = 4;
+
+/// Where a map's element count is in the map header its value points to: `hmap.count`
+/// (Go 1.18-1.23) and the swiss map's `Map.used` (Go 1.24-1.27) are both the first word.
+pub const MAP_COUNT_OFFSET: i32 = 0;
+/// Where a channel's element count is: `hchan.qcount`, the first word (Go 1.18-1.27).
+pub const CHAN_COUNT_OFFSET: i32 = 0;
 
 pub const LOC_NONE: u8 = 0;
 pub const LOC_REG: u8 = 1;
@@ -67,6 +103,10 @@ pub const EXEC_HELD: u32 = 1;
 
 pub const VAL_TRUNCATED: u8 = 1;
 pub const VAL_FAULT: u8 = 2;
+/// A pointer on the way of a path was nil; set together with VAL_FAULT (a decoder that
+/// knows only FAULT shows null either way). No bytes follow; `full_len` is the number of
+/// hops not taken (see [`GpCapture`]).
+pub const VAL_NIL: u8 = 4;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,14 +117,98 @@ pub struct GpLoc {
     pub off: i32,
 }
 
+/// One value to capture: where it is, and what to read there.
+///
+/// # Where the value is
+/// Without `CAPF_PATH` the value's words are `loc[0]` and `loc[1]` (a register, the 8
+/// bytes at register + off, or a constant), as for flat arguments: WORD reads `loc[0]`;
+/// the two-word kinds read their first word from `loc[0]` and their second from `loc[1]`.
+///
+/// With `CAPF_PATH` the value is in memory at the end of a field path (`r.URL.Path`):
+/// ```text
+/// v = word(loc[0])                        // the base: a register's value, or the 8
+///                                         // bytes at register + off (LOC_MEM)
+/// for i in 0..n_hops:                     // each hop follows one pointer
+///     if v == 0: emit NIL; done
+///     v = *(u64 *)(v + hops[i])           // unreadable: emit FAULT; done
+/// if v == 0: emit NIL; done
+/// a = v + off                             // the value's address
+/// ```
+/// and the kind's words are read at `a` (first word at `a`, second at `a + 8`; WORD
+/// reads exactly `size` bytes at `a`). Stack-resident arguments are paths from the
+/// register RSP (its value, LOC_REG) with `off` their stack offset.
+///
+/// # What is read (after the words), and the value's bytes in the record
+/// Every value is a [`GpValue`] header (`cap`, `flags`, `len` bytes that follow,
+/// `full_len`) and `len` bytes padded to 8. FAULT and NIL values have `len` 0; a NIL
+/// value's `full_len` is the number of hops not taken when the nil pointer was met (0:
+/// the pointer after the last hop, e.g. the map of `len(o.Meta)`, was nil).
+/// - `CAP_WORD`: `size` (1..8) bytes of the word, zero-extended to 8: `len` 8.
+/// - `CAP_BYTES` (string, []byte): words (ptr, len); `min(len, max_len)` bytes at ptr;
+///   `full_len` = len, TRUNCATED when longer.
+/// - `CAP_IFACE` (interface, error): words (tab, data). `tab` 0 is a nil interface:
+///   16 zero bytes. With `CAPF_ITAB` (non-empty interfaces), `type = *(u64 *)(tab + 8)`,
+///   else `type = tab`. Bytes: `type` (u64), `data` (u64); with `CAPF_DATA_STR` and
+///   `data != 0`, then the string header at `data` (sptr = the u64 at `data`, slen = the
+///   u64 at `data + 8`): `slen` (u64) and `min(slen, max_len)` bytes at sptr (`full_len` =
+///   slen, TRUNCATED when longer); `len` is 16 when that header or those bytes cannot be
+///   read.
+/// - `CAP_SLICE` (slice of scalars): words (ptr, len); `n = min(len, max_elems)` elements
+///   of `size` bytes, contiguous at ptr (`n * size` bytes); `full_len` = len (elements),
+///   TRUNCATED when len > n.
+/// - `CAP_STRS` ([]string): words (ptr, len); `n = min(len, max_elems)` string headers at
+///   ptr (16 bytes each: ptr, len); for each, an element record: u32 its full length, u16
+///   bytes kept `k = min(len, max_len)`, u8 flags (FAULT, TRUNCATED), u8 0, then `k` bytes
+///   padded to 8. `full_len` = len (elements), TRUNCATED when len > n.
+/// - `CAP_IFACES` ([]any, []error): words (ptr, len); `n = min(len, max_elems)` interfaces
+///   at ptr (16 bytes each: tab, data); for each an element record: u64 type (as IFACE:
+///   through the itab with `CAPF_ITAB`; 0 when nil), u64 data, u64 `w0` and u64 `w1` (the
+///   words at data and data + 8, each 0 where unreadable: a boxed integer or bool is
+///   `w0`), u16 bytes kept `k`, u8 flags, 5 bytes 0, then with `CAPF_DATA_STR` `k =
+///   min(w1, max_len)` bytes at `w0` (0 when unreadable: a boxed string is (w0, w1)),
+///   padded to 8. `full_len` = len (elements), TRUNCATED when len > n.
+///
+/// [`GpCapture::max_record`] is the most bytes a value of the capture takes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpCapture {
     pub kind: u8,
+    /// WORD: bytes read (1..8). SLICE: bytes per element (1, 2, 4, 8).
     pub size: u8,
+    /// BYTES, IFACE/IFACES with DATA_STR, STRS: bytes kept of each string.
     pub max_len: u16,
-    pub _pad: u32,
+    /// `CAPF_*`.
+    pub flags: u8,
+    /// PATH: pointers followed (0..=GP_MAX_HOPS).
+    pub n_hops: u8,
+    /// SLICE, STRS, IFACES: elements kept (1..=GP_MAX_ELEMS).
+    pub max_elems: u8,
+    pub _pad: u8,
     pub loc: [GpLoc; 2],
+    /// PATH: the offset added before each dereference.
+    pub hops: [i32; GP_MAX_HOPS],
+    /// PATH: the value's offset from the last pointer (or from the base).
+    pub off: i32,
+    pub _pad2: u32,
+}
+
+impl GpCapture {
+    /// The most bytes a value of this capture takes in a record, its header included.
+    pub fn max_record(&self) -> usize {
+        let pad = |n: usize| n.div_ceil(8) * 8;
+        let hdr = std::mem::size_of::<GpValue>();
+        let (max_len, elems) = (self.max_len as usize, self.max_elems as usize);
+        let data_str = self.flags & CAPF_DATA_STR != 0;
+        hdr + match self.kind {
+            CAP_WORD => 8,
+            CAP_IFACE => 16 + if data_str { 8 + pad(max_len) } else { 0 },
+            CAP_SLICE => pad(elems * self.size as usize),
+            CAP_STRS => elems * (8 + pad(max_len)),
+            CAP_IFACES => elems * (40 + if data_str { pad(max_len) } else { 0 }),
+            // BYTES and kinds that read one string.
+            _ => pad(max_len.max(8)),
+        }
+    }
 }
 
 #[repr(C)]
@@ -165,7 +289,9 @@ macro_rules! check_layout {
 
 check_layout!(GpLoc, SIZEOF_GP_LOC, kind => OFFSETOF_GP_LOC_KIND, reg => OFFSETOF_GP_LOC_REG, off => OFFSETOF_GP_LOC_OFF);
 check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, size => OFFSETOF_GP_CAPTURE_SIZE,
-    max_len => OFFSETOF_GP_CAPTURE_MAX_LEN, loc => OFFSETOF_GP_CAPTURE_LOC);
+    max_len => OFFSETOF_GP_CAPTURE_MAX_LEN, flags => OFFSETOF_GP_CAPTURE_FLAGS, n_hops => OFFSETOF_GP_CAPTURE_N_HOPS,
+    max_elems => OFFSETOF_GP_CAPTURE_MAX_ELEMS, loc => OFFSETOF_GP_CAPTURE_LOC, hops => OFFSETOF_GP_CAPTURE_HOPS,
+    off => OFFSETOF_GP_CAPTURE_OFF);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
     flags => OFFSETOF_GP_PROBE_CFG_FLAGS, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);

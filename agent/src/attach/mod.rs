@@ -100,6 +100,8 @@ pub struct BpfTracer {
     free_ids: VecDeque<u32>,
     pool: DetachPool<Link>,
     cpus: usize,
+    /// The dynamic loader hook's configuration, once one process needed it.
+    loader_cfg: Option<CfgId>,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
@@ -150,15 +152,16 @@ impl BpfTracer {
         for (prog, tp) in [
             ("gprobe_exec", "sched_process_exec"),
             ("gprobe_exit", "sched_process_exit"),
+            ("gprobe_fork", "sched_process_fork"),
         ] {
             let p: &mut BtfTracePoint = ebpf
                 .program_mut(prog)
                 .and_then(|p| p.try_into().ok())
                 .expect("BPF object has its tracepoint programs");
-            let program = if prog == "gprobe_exec" {
-                "gprobe_exec"
-            } else {
-                "gprobe_exit"
+            let program = match prog {
+                "gprobe_exec" => "gprobe_exec",
+                "gprobe_fork" => "gprobe_fork",
+                _ => "gprobe_exit",
             };
             let wrap = |e| LoadError::Program {
                 program,
@@ -199,6 +202,7 @@ impl BpfTracer {
             free_ids: (0..GP_MAX_PROBES as u32).collect(),
             pool: DetachPool::new(),
             cpus,
+            loader_cfg: None,
         };
         Ok((tracer, rings))
     }
@@ -281,6 +285,18 @@ impl Tracer for BpfTracer {
             extra_entries: ids[1..groups.len()].to_vec(),
             ret: ret.map(|_| ids[groups.len()]),
         })
+    }
+
+    fn loader_config(&mut self) -> Result<CfgId, TraceError> {
+        if let Some(id) = self.loader_cfg {
+            return Ok(id);
+        }
+        let id = self.add_config(&GpProbeCfg {
+            kind: abi::PROBE_LOADER,
+            ..Default::default()
+        })?;
+        self.loader_cfg = Some(id);
+        Ok(id)
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {

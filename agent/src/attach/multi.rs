@@ -13,6 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_BTF_LOAD: libc::c_long = 18;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
@@ -51,6 +52,30 @@ fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
     Some(data.fd().as_fd())
 }
 
+/// Fixes up the object's BTF as aya does and loads it into the kernel; `None` where there
+/// is none or the kernel refuses it (the program then loads without it).
+fn btf_fd(obj: &mut aya_obj::Object) -> Option<OwnedFd> {
+    // Every BTF feature: this loader is only used where uprobe_multi exists (Linux 6.6+),
+    // which has them all.
+    let features = aya_obj::btf::BtfFeatures::new(true, true, true, true, true, true, true, true);
+    let bytes = obj.fixup_and_sanitize_btf(&features).ok()??.to_bytes();
+    // union bpf_attr, BTF_LOAD: btf, btf_log_buf, btf_size, btf_log_size, btf_log_level.
+    let mut attr = [0u8; 32];
+    attr[0..8].copy_from_slice(&(bytes.as_ptr() as u64).to_ne_bytes());
+    attr[16..20].copy_from_slice(&(bytes.len() as u32).to_ne_bytes());
+    // SAFETY: a zero-initialized bpf_attr of the size passed; `bytes` outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_BTF_LOAD,
+            attr.as_ptr(),
+            attr.len() as u32,
+        )
+    };
+    // SAFETY: a new fd we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 impl MultiProgram {
     /// Loads program `name` of `object` with the uprobe_multi attach type, its map
     /// references resolved to the maps `ebpf` created (call before taking maps out of it).
@@ -71,6 +96,9 @@ impl MultiProgram {
                 .ok_or_else(|| MultiError::NoMap(n.clone()))?;
             maps.push((n.as_str(), fd, def));
         }
+        // The program's BTF, as aya gives the kernel for the perf-event program: with it,
+        // the verifier checks each global function once instead of at every call.
+        let btf = btf_fd(&mut obj);
         let text_sections = obj.functions.keys().map(|(s, _)| *s).collect();
         obj.relocate_maps(maps.into_iter(), &text_sections)
             .map_err(|e| MultiError::Relocate(e.to_string()))?;
@@ -80,12 +108,16 @@ impl MultiProgram {
             .programs
             .get(name)
             .ok_or_else(|| MultiError::NoProgram(name.into()))?;
-        let insns = &obj.functions[&prog.function_key()].instructions;
+        let fun = &obj.functions[&prog.function_key()];
+        let insns = &fun.instructions;
+        let func_info = fun.func_info.func_info_bytes();
+        let func_info_cnt = fun.func_info.num_info;
+        let func_info_rec_size = fun.func_info_rec_size as u32;
         let license = obj.license.clone();
         let mut pname = [0u8; 16];
         let short = &name.as_bytes()[..name.len().min(15)];
         pname[..short.len()].copy_from_slice(short);
-        let load = |log: Option<&mut Vec<u8>>| -> i64 {
+        let load = |log: Option<&mut Vec<u8>>, btf: Option<BorrowedFd<'_>>| -> i64 {
             // union bpf_attr, prog_load: prog_type, insn_cnt, insns, license, log_level,
             // log_size, log_buf, kern_version, prog_flags, prog_name[16], prog_ifindex,
             // expected_attach_type.
@@ -101,6 +133,13 @@ impl MultiProgram {
             }
             attr[48..64].copy_from_slice(&pname);
             attr[68..72].copy_from_slice(&BPF_TRACE_UPROBE_MULTI.to_ne_bytes());
+            // prog_btf_fd, func_info_rec_size, func_info, func_info_cnt.
+            if let (Some(fd), true) = (btf, func_info_cnt > 0) {
+                attr[72..76].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+                attr[76..80].copy_from_slice(&func_info_rec_size.to_ne_bytes());
+                attr[80..88].copy_from_slice(&(func_info.as_ptr() as u64).to_ne_bytes());
+                attr[88..92].copy_from_slice(&func_info_cnt.to_ne_bytes());
+            }
             // SAFETY: a zero-initialized bpf_attr of the size passed; the instructions,
             // license and log buffer it points to outlive the call.
             unsafe {
@@ -112,12 +151,17 @@ impl MultiProgram {
                 )
             }
         };
-        let fd = load(None);
+        let btf = btf.as_ref().map(|f| f.as_fd());
+        let mut fd = load(None, btf);
+        if fd < 0 && btf.is_some() {
+            // Without BTF the same program verifies too, only more slowly.
+            fd = load(None, None);
+        }
         if fd < 0 {
             let err = std::io::Error::last_os_error();
             // Again with the verifier's log, for the message.
             let mut log = vec![0u8; 4 << 20];
-            let _ = load(Some(&mut log));
+            let _ = load(Some(&mut log), None);
             let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
             let text = String::from_utf8_lossy(&log[..end]);
             let tail: Vec<&str> = text.lines().rev().take(5).collect();

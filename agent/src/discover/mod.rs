@@ -7,7 +7,7 @@ pub mod procs;
 
 pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
-use crate::attach::abi::{EV_EXEC, EV_EXIT, EXEC_HELD, GP_PATH_MAX};
+use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER, EXEC_HELD, GP_PATH_MAX};
 use aya::maps::{MapData, RingBuf};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -27,6 +27,17 @@ pub enum ProcEvent {
         ino: u64,
     },
     Exit(u32),
+    /// The dynamic loader of `pid` changed its list of objects (`held`: the process is
+    /// stopped until whoever handles this resumes it).
+    Loader {
+        pid: u32,
+        held: bool,
+    },
+    /// Process `ppid` forked `pid` (a process, not a thread).
+    Fork {
+        pid: u32,
+        ppid: u32,
+    },
 }
 
 /// Decodes one record of the process ring buffer.
@@ -35,6 +46,14 @@ pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
     let (kind, pid) = (u32_at(0)?, u32_at(4)?);
     match kind {
         EV_EXIT => Some(ProcEvent::Exit(pid)),
+        EV_FORK => Some(ProcEvent::Fork {
+            pid,
+            ppid: u32_at(8)?,
+        }),
+        EV_LOADER => Some(ProcEvent::Loader {
+            pid,
+            held: u32_at(8)? & EXEC_HELD != 0,
+        }),
         EV_EXEC => {
             let flags = u32_at(8)?;
             let ino = u64::from_ne_bytes(item.get(16..24)?.try_into().ok()?);
@@ -80,7 +99,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exec_and_exit_records_decode() {
+    fn exec_exit_and_loader_records_decode() {
         let mut rec = vec![0u8; 24 + GP_PATH_MAX];
         rec[0..4].copy_from_slice(&EV_EXEC.to_ne_bytes());
         rec[4..8].copy_from_slice(&42u32.to_ne_bytes());
@@ -101,5 +120,18 @@ mod tests {
         exit[4..8].copy_from_slice(&7u32.to_ne_bytes());
         assert_eq!(decode_proc_event(&exit), Some(ProcEvent::Exit(7)));
         assert_eq!(decode_proc_event(&exit[..6]), None);
+        let mut loader = vec![0u8; 12];
+        loader[0..4].copy_from_slice(&EV_LOADER.to_ne_bytes());
+        loader[4..8].copy_from_slice(&9u32.to_ne_bytes());
+        loader[8..12].copy_from_slice(&EXEC_HELD.to_ne_bytes());
+        assert_eq!(
+            decode_proc_event(&loader),
+            Some(ProcEvent::Loader { pid: 9, held: true })
+        );
+        loader[0..4].copy_from_slice(&EV_FORK.to_ne_bytes());
+        assert_eq!(
+            decode_proc_event(&loader),
+            Some(ProcEvent::Fork { pid: 9, ppid: 1 })
+        );
     }
 }

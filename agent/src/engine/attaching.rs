@@ -27,7 +27,7 @@ pub(super) struct Target {
 
 /// The uprobes of a plan, each with the configuration it runs: every entry site (a
 /// USDT probe's with its semaphore), then the return sites (uretprobes for C).
-fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
+pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
     let mut v = Vec::new();
     let entry_cfgs = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
     for ((offsets, _), id) in plan.entry_groups().into_iter().zip(entry_cfgs) {
@@ -99,7 +99,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for &sid in specs {
             let n = self.specs.get(&sid).map_or(0, |s| s.probes.len());
             for pi in 0..n {
-                for t in self.targets_of(info, sid, pi) {
+                let targets = self.targets_of(info, sid, pi);
+                if targets.is_empty() {
+                    self.library_not_loaded(info, sid, pi);
+                }
+                for t in targets {
                     if done.contains(&(sid, pi, t.key)) {
                         continue;
                     }
@@ -143,6 +147,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let out = self.attach_specs(&info, &specs);
         if out.gone {
             self.untrack(pid);
+        } else {
+            self.watch_loader(pid);
         }
     }
 
@@ -230,6 +236,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     .tracer
                     .add_probe(&plan, spec.spec.spec.limits.events_per_second)
                     .map_err(|e| Arc::new(ProbeError::Trace(e)))?;
+                let types = plan.type_names.clone().map(|names| {
+                    Arc::new(crate::events::DynTypes::new(names, &target.attach_path))
+                });
                 let meta = |caps: &[crate::plan::CapturePlan]| {
                     Arc::new(ProbeMeta {
                         key: sp.key.clone(),
@@ -241,6 +250,17 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                             .iter()
                             .map(|c| (Arc::from(c.name.as_str()), c.decode))
                             .collect(),
+                        types: types.clone(),
+                        metrics: sp
+                            .probe
+                            .metrics
+                            .as_ref()
+                            .filter(|m| !m.labels.is_empty())
+                            .map(|m| crate::events::MetricLabels {
+                                labels: m.labels.iter().map(|l| Arc::from(l.as_str())).collect(),
+                                max_series: m.max_series() as usize,
+                            }),
+                        internal: None,
                     })
                 };
                 // Every entry group reads the same names with the same decoders.
@@ -255,6 +275,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 Ok(Planned {
                     sites: sites(&plan, &cfg),
                     cfg,
+                    types,
                 })
             });
             if let Err(e) = &outcome {
@@ -288,6 +309,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let outcome = match bin.probes.get(&(sid, pi)) {
             Some(Ok(planned)) => {
                 let n = planned.sites.len();
+                // The load bias is read now, while the process surely runs (a short-lived
+                // PIE process may be gone when its records are decoded).
+                if let Some(t) = &planned.types {
+                    t.for_pid(pid);
+                }
                 self.tracer
                     .attach(pid, &bin.attach_path, &planned.sites)
                     .map(|l| (l, n))
@@ -346,6 +372,7 @@ mod tests {
             uretprobe: false,
             ref_ctr_offset: 0,
             pair_by_thread: false,
+            type_names: None,
         }
     }
 

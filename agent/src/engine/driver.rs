@@ -40,6 +40,18 @@ pub enum Input {
     Exit {
         pid: u32,
     },
+    /// The dynamic loader of a watched process changed its list of objects (`held`: the
+    /// process is stopped until the engine has looked).
+    Loader {
+        pid: u32,
+        held: bool,
+    },
+    /// Process `ppid` forked `pid`.
+    Fork {
+        pid: u32,
+        ppid: u32,
+        at: Instant,
+    },
     Spec(SpecEvent),
     Containers(Vec<Container>),
     /// Resume held processes, detach everything (waiting for the kernel until `deadline`),
@@ -157,6 +169,16 @@ fn run<T: Tracer, R: Resolver>(
                 at,
             }) => on_exec(&mut engine, pid, held, filename, ino, at),
             Some(Input::Exit { pid }) => engine.process_exited(pid),
+            Some(Input::Loader { pid, held }) => {
+                engine.loader_event(pid, held, libraries_of(pid));
+            }
+            // Only the children of traced processes: they run the same program.
+            Some(Input::Fork { pid, ppid, at }) if engine.is_tracked(ppid) => {
+                if let Ok(info) = inspect(pid, None) {
+                    engine.process_seen(info, Origin::Fork { at });
+                }
+            }
+            Some(Input::Fork { .. }) => {}
             Some(Input::Spec(ev)) => {
                 if apply_spec_event(&mut engine, ev) {
                     scan(&mut engine);
@@ -205,29 +227,39 @@ fn on_exec<T: Tracer, R: Resolver>(
     ino: u64,
     at: Instant,
 ) {
-    // A new program in a traced pid: the old one's probes and calls in flight end here.
-    engine.process_exited(pid);
-    match inspect(pid, Some(&filename)) {
-        Ok(info) if superseded(held, ino, info.exe_ino) => {
+    let inspected = inspect(pid, Some(&filename));
+    if let Ok(info) = &inspected {
+        if superseded(held, ino, info.exe_ino) {
             // The pid has exec'd again since (a wrapper such as `taskset` or `env` exec'ing
             // the program): /proc shows the next program, whose own exec event follows.
-            // Taking it now would attach twice, and report the program as not held.
+            // Taking it now would report that program as not held at exec.
             tracing::debug!(
                 "pid {pid}: exec of {} superseded by a later exec",
                 filename.display()
             );
+            return;
         }
+        if engine.traces_image(info) {
+            if held {
+                engine.resume_held(pid);
+            }
+            return;
+        }
+    }
+    // A new program in a traced pid: the old one's probes and calls in flight end here.
+    engine.process_exited(pid);
+    match inspected {
         Ok(info) => engine.process_seen(info, Origin::Exec { held, at }),
         Err(ProcError::Gone { .. }) => {
             engine.process_exec_gone(pid, &filename);
             if held {
-                engine.resume_gone(pid);
+                engine.resume_held(pid);
             }
         }
         Err(e) => {
             tracing::debug!("{e}");
             if held {
-                engine.resume_gone(pid);
+                engine.resume_held(pid);
             }
         }
     }

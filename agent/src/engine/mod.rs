@@ -10,6 +10,10 @@
 mod attaching;
 pub mod driver;
 pub mod error;
+mod loader;
+mod newproc;
+use loader::LibraryGlob;
+pub use tracer::monotonic_ns;
 mod procs;
 pub mod resource;
 pub mod select;
@@ -67,6 +71,8 @@ pub enum Origin {
     Running,
     /// Just exec'd; `held` when the exec tracepoint stopped it before its first instruction.
     Exec { held: bool, at: Instant },
+    /// Forked by a traced process (not held: it ran on until attached).
+    Fork { at: Instant },
 }
 
 /// Why a spec was not taken.
@@ -79,32 +85,6 @@ pub enum SpecRejected {
     },
     #[error("{key}: a ProbeSpec of this name is already loaded; names must be unique (is the same file given twice?)")]
     Duplicate { key: SpecKey },
-}
-
-/// Which shared objects a probe's `library` glob names: a path glob when it holds a `/`,
-/// else a glob on the file name.
-#[derive(Debug, Clone)]
-struct LibraryGlob {
-    glob: gprobe_crds::glob::Glob,
-    by_name: bool,
-}
-
-impl LibraryGlob {
-    fn new(pattern: &str) -> Option<Self> {
-        Some(Self {
-            glob: gprobe_crds::glob::Glob::new(pattern).ok()?,
-            by_name: !pattern.contains('/'),
-        })
-    }
-
-    fn matches(&self, path: &std::path::Path) -> bool {
-        if self.by_name {
-            path.file_name()
-                .is_some_and(|n| self.glob.matches(&n.to_string_lossy()))
-        } else {
-            self.glob.matches(&path.to_string_lossy())
-        }
-    }
 }
 
 struct SpecProbe {
@@ -128,6 +108,8 @@ struct SpecState {
 struct Planned {
     cfg: ProbeConfig,
     sites: Vec<Site>,
+    /// The file's type names, where the probe shows dynamic types (see attach_one).
+    types: Option<Arc<crate::events::DynTypes>>,
 }
 
 /// A file probes are planned in: an executable or a shared library.
@@ -158,6 +140,10 @@ struct ProcState<L> {
     links: Vec<Attachment<L>>,
     /// The files it has probes planned in (its executable, libraries).
     files: BTreeSet<FileKey>,
+    /// The uprobe on its dynamic loader (processes with library probes: `loader.rs`).
+    loader: Option<L>,
+    /// The probe on runtime.newproc1 (Go processes with latency probes: `newproc.rs`).
+    newproc: Option<L>,
 }
 
 /// Tunables, with defaults that suit both modes.
@@ -195,6 +181,12 @@ pub struct Engine<T: Tracer, R: Resolver> {
     retired: HashMap<ProbeKey, KernelCounts>,
     /// Processes that exited: the reader flushes their calls still in flight.
     exits: Option<std::sync::mpsc::Sender<u32>>,
+    /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
+    loader_hooks: HashMap<FileKey, Option<u64>>,
+    /// Library probes said to wait for their library (`loader.rs`: once each).
+    libraries_missing_said: std::collections::HashSet<(SpecId, usize)>,
+    /// runtime.newproc1's probe per executable (None: it has none, or it is not Go).
+    newproc: HashMap<FileKey, Option<newproc::NewprocPlan>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
@@ -227,6 +219,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             stats,
             retired: HashMap::new(),
             exits: None,
+            loader_hooks: HashMap::new(),
+            libraries_missing_said: Default::default(),
+            newproc: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
             dirty: true,
@@ -389,8 +384,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
     }
 
-    /// A process held at exec that is gone: forget the hold.
-    pub fn resume_gone(&mut self, pid: u32) {
+    /// Lets a process held at exec run on (or forgets the hold of one that is gone).
+    pub fn resume_held(&mut self, pid: u32) {
         self.tracer.resume(pid);
     }
 
@@ -535,9 +530,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let stale = self.opts.hold_timeout.as_nanos() as u64;
         let mono = monotonic_ns();
         for (pid, since) in self.tracer.held() {
-            if mono.saturating_sub(since) >= stale && !self.procs.contains_key(&pid) {
+            if mono.saturating_sub(since) >= stale {
+                // Every hold the engine heard of is resumed as soon as it is handled: this
+                // one's event was lost (a full process ring buffer).
                 tracing::warn!(
-                    "pid {pid} was held at exec but its event never arrived; resuming it"
+                    "pid {pid} was held (at exec or by its dynamic loader) but its event never arrived; resuming it"
                 );
                 self.tracer.resume(pid);
             }
@@ -561,6 +558,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 
     /// Frees a binary's configurations; their counters are kept.
     fn retire_binary(&mut self, key: FileKey) {
+        self.retire_newproc(key);
         let Some(bin) = self.binaries.remove(&key) else {
             return;
         };
@@ -592,15 +590,4 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.tracer.keep_holding(0);
         self.tracer.wait_detached(deadline)
     }
-}
-
-/// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass it and nothing else.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -29,6 +29,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.procs.contains_key(&pid)
     }
 
+    /// Whether `pid` is traced running the image `info` describes already: an exec event
+    /// that arrived after the startup scan had found the process, or a re-exec of the same
+    /// file, whose uprobes stay (they follow the process into its new memory map).
+    pub fn traces_image(&self, info: &ProcInfo) -> bool {
+        self.procs
+            .get(&info.pid)
+            .is_some_and(|p| p.info.key == info.key && p.info.start_time == info.start_time)
+    }
+
     /// A process to consider: selects it (or not), attaches the probes of every spec that
     /// selects it, resumes it if it was held at exec, and counts it.
     pub fn process_seen(&mut self, info: ProcInfo, origin: Origin) {
@@ -73,12 +82,18 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     specs: BTreeSet::new(),
                     links: Vec::new(),
                     files: BTreeSet::new(),
+                    loader: None,
+                    newproc: None,
                 },
             );
         }
         let out = self.attach_specs(&info, &todo);
         if let Some(p) = self.procs.get_mut(&pid) {
             p.specs.extend(todo.iter().copied());
+        }
+        if !out.gone {
+            self.watch_loader(pid);
+            self.watch_newproc(pid);
         }
         let (attached, first_error, gone) = (out.count, out.first_error, out.gone);
         // Probes on libraries not loaded yet attach when they are: not a failure.
@@ -108,6 +123,14 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 self.missed(&names, &info, format!("no probe could be attached: {e}"))
             }
             (_, 0, None) => self.missed(&names, &info, "no probe could be attached".into()),
+            (Origin::Fork { at }, _, _) => self.missed(
+                &names,
+                &info,
+                format!(
+                    "forked by a traced process and attached {} ms later: a forked process cannot be held, so its first calls were not seen",
+                    at.elapsed().as_millis()
+                ),
+            ),
             (Origin::Exec { held: false, at }, _, _) => self.missed(
                 &names,
                 &info,
@@ -185,6 +208,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         };
         self.dirty = true;
+        for l in [p.loader, p.newproc].into_iter().flatten() {
+            self.tracer.detach(l);
+        }
         for a in p.links {
             if let Ok((links, _)) = a.outcome {
                 self.tracer.detach(links);

@@ -72,6 +72,10 @@ pub trait Tracer {
     /// at zero.
     fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError>;
 
+    /// The configuration of the dynamic loader hook (`PROBE_LOADER`: stop the process and
+    /// report it), created on first use and shared by every process.
+    fn loader_config(&mut self) -> Result<CfgId, TraceError>;
+
     /// Frees a probe's configurations once no process has links to them.
     fn remove_probe(&mut self, cfg: ProbeConfig);
 
@@ -130,4 +134,22 @@ pub trait Resolver {
         shown: &Path,
         probes: &[PlanRequest<'_>],
     ) -> Vec<Result<ProbePlan, Arc<ProbeError>>>;
+
+    /// The file offset of `_dl_debug_state` in the dynamic loader at `path`, if it has one.
+    fn loader_hook(&mut self, path: &Path) -> Option<u64>;
+
+    /// gprobe's own probe on `runtime.newproc1` in the Go executable at `path` (entry:
+    /// `callergp`; return: `r0`, the new goroutine), if it is Go and has the function.
+    fn newproc_plan(&mut self, path: &Path) -> Option<ProbePlan>;
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass it and nothing else.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

@@ -1,7 +1,10 @@
-//! Captured bytes to typed values.
+//! Captured bytes to typed values. The records of each capture kind are specified at
+//! `GpCapture` (attach/abi.rs); composite ones (interfaces, slices) are in `composite.rs`.
 
+use super::composite;
+use super::dyntypes::TypeLookup;
 use super::redact;
-use crate::attach::abi::{values, VAL_FAULT, VAL_TRUNCATED};
+use crate::attach::abi::{values, VAL_FAULT, VAL_NIL, VAL_TRUNCATED};
 use crate::plan::Decode;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -14,13 +17,22 @@ pub enum ValueKind {
     Float(f64),
     Pointer(u64),
     /// A string or []byte (lossily UTF-8); `truncated` when longer than maxStringBytes.
+    /// Also an error's message, and an interface's dynamic type name.
     Str {
         text: String,
         truncated: bool,
     },
-    /// An interface: nil or not.
+    /// An interface whose dynamic type has no known name (or, `nil`, a nil one where the
+    /// capture could only tell nil from non-nil).
     Interface {
         nil: bool,
+    },
+    /// A nil pointer, interface or error, or a path through a nil pointer.
+    Null,
+    /// The first elements of a slice; `truncated` when it had more.
+    Array {
+        items: Vec<ValueKind>,
+        truncated: bool,
     },
     /// The value's memory could not be read.
     Fault,
@@ -32,61 +44,109 @@ pub struct Value {
     pub kind: ValueKind,
 }
 
-fn word(bytes: &[u8]) -> u64 {
+pub(super) fn word(bytes: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = bytes.len().min(8);
     b[..n].copy_from_slice(&bytes[..n]);
     u64::from_le_bytes(b)
 }
 
-/// One captured value. Strings and byte slices go through [`redact`] when `redact` is set
-/// (the probe's `redact`, true unless the spec says `redact: false`).
-pub fn decode_one(decode: Decode, flags: u8, bytes: &[u8], redact: bool) -> ValueKind {
+/// An integer of `size` bytes at the low end of `w`, sign-extended when `signed`.
+pub(super) fn int(w: u64, size: u8, signed: bool) -> ValueKind {
+    let bits = (size as u32 * 8).clamp(8, 64);
+    let v = if bits >= 64 {
+        w
+    } else {
+        w & ((1u64 << bits) - 1)
+    };
+    if signed {
+        let shift = 64 - bits;
+        ValueKind::Int(((v << shift) as i64) >> shift)
+    } else {
+        ValueKind::Uint(v)
+    }
+}
+
+pub(super) fn float(w: u64, size: u8) -> ValueKind {
+    if size == 4 {
+        ValueKind::Float(f32::from_bits(w as u32) as f64)
+    } else {
+        ValueKind::Float(f64::from_bits(w))
+    }
+}
+
+/// Bytes as a string, redacted when `redact`.
+pub(super) fn text(bytes: &[u8], truncated: bool, redact: bool) -> ValueKind {
+    let text = String::from_utf8_lossy(bytes);
+    let text = match redact.then(|| redact::redact(&text, truncated)) {
+        Some(Cow::Owned(redacted)) => redacted,
+        _ => text.into_owned(),
+    };
+    ValueKind::Str { text, truncated }
+}
+
+/// What a value needs besides its bytes: whether strings are redacted (the probe's
+/// `redact`, true unless the spec says `redact: false`), and the process's type names.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DecodeCtx<'a> {
+    pub redact: bool,
+    pub types: Option<TypeLookup<'a>>,
+}
+
+impl DecodeCtx<'_> {
+    pub fn type_name(&self, addr: u64) -> Option<&str> {
+        self.types.as_ref()?.name(addr)
+    }
+}
+
+/// One captured value: its record's flags, `full_len` and bytes.
+pub fn decode_one(
+    decode: Decode,
+    flags: u8,
+    full_len: u32,
+    bytes: &[u8],
+    ctx: &DecodeCtx<'_>,
+) -> ValueKind {
     if flags & VAL_FAULT != 0 {
-        return ValueKind::Fault;
+        // A nil map or channel at the end of the path of `len(...)` (no hop left) has
+        // length 0; a nil pointer before it makes the value null, as any nil on a path.
+        return match decode {
+            Decode::Len { nil_is_zero: true } if flags & VAL_NIL != 0 && full_len == 0 => {
+                ValueKind::Int(0)
+            }
+            _ if flags & VAL_NIL != 0 => ValueKind::Null,
+            _ => ValueKind::Fault,
+        };
     }
     let w = word(bytes);
     match decode {
         Decode::Bool => ValueKind::Bool(w & 0xff != 0),
-        Decode::Int { size, signed } => {
-            let bits = size as u32 * 8;
-            let v = if bits >= 64 {
-                w
-            } else {
-                w & ((1u64 << bits) - 1)
-            };
-            if signed {
-                let shift = 64 - bits;
-                ValueKind::Int(((v << shift) as i64) >> shift)
-            } else {
-                ValueKind::Uint(v)
-            }
-        }
-        Decode::Float { size: 4 } => ValueKind::Float(f32::from_bits(w as u32) as f64),
-        Decode::Float { .. } => ValueKind::Float(f64::from_bits(w)),
+        Decode::Int { size, signed } => int(w, size, signed),
+        Decode::Float { size } => float(w, size),
         Decode::Pointer => ValueKind::Pointer(w),
-        Decode::Interface => ValueKind::Interface { nil: w == 0 },
-        Decode::Str | Decode::Bytes => {
-            let truncated = flags & VAL_TRUNCATED != 0;
-            let text = String::from_utf8_lossy(bytes);
-            let text = match redact.then(|| redact::redact(&text, truncated)) {
-                Some(Cow::Owned(redacted)) => redacted,
-                _ => text.into_owned(),
-            };
-            ValueKind::Str { text, truncated }
+        Decode::Len { .. } => ValueKind::Int(w as i64),
+        Decode::Interface | Decode::Error => {
+            composite::interface(decode == Decode::Error, flags, bytes, ctx)
         }
+        Decode::Slice { elem } => composite::slice(elem, flags, bytes),
+        Decode::Strings => composite::strings(flags, bytes, ctx),
+        Decode::Interfaces { errors } => composite::interfaces(errors, flags, bytes, ctx),
+        Decode::Str | Decode::Bytes => text(bytes, flags & VAL_TRUNCATED != 0, ctx.redact),
     }
 }
 
-/// Decodes a record's values with the configuration's decoders; `redact` as in
-/// [`decode_one`].
-pub fn decode_values(data: &[u8], captures: &[(Arc<str>, Decode)], redact: bool) -> Vec<Value> {
+/// Decodes a record's values with the configuration's decoders.
+pub fn decode_values(
+    data: &[u8],
+    captures: &[(Arc<str>, Decode)],
+    ctx: &DecodeCtx<'_>,
+) -> Vec<Value> {
     let mut out = Vec::with_capacity(captures.len());
     for raw in values(data) {
         if let Some((name, decode)) = captures.get(raw.cap as usize) {
             out.push(Value {
                 name: name.clone(),
-                kind: decode_one(*decode, raw.flags, raw.bytes, redact),
+                kind: decode_one(*decode, raw.flags, raw.full_len, raw.bytes, ctx),
             });
         }
     }
@@ -96,6 +156,13 @@ pub fn decode_values(data: &[u8], captures: &[(Arc<str>, Decode)], redact: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ctx(redact: bool) -> DecodeCtx<'static> {
+        DecodeCtx {
+            redact,
+            types: None,
+        }
+    }
 
     #[test]
     fn integers_are_masked_and_sign_extended() {
@@ -107,8 +174,9 @@ mod tests {
                     signed: true
                 },
                 0,
+                0,
                 &b,
-                false
+                &ctx(false)
             ),
             ValueKind::Int(-5)
         );
@@ -121,8 +189,9 @@ mod tests {
                     signed: true
                 },
                 0,
+                0,
                 &b,
-                false
+                &ctx(false)
             ),
             ValueKind::Int(-1)
         );
@@ -133,17 +202,18 @@ mod tests {
                     signed: false
                 },
                 0,
+                0,
                 &b,
-                false
+                &ctx(false)
             ),
             ValueKind::Uint(0xdeff)
         );
         assert_eq!(
-            decode_one(Decode::Bool, 0, &b, false),
+            decode_one(Decode::Bool, 0, 0, &b, &ctx(false)),
             ValueKind::Bool(true)
         );
         assert_eq!(
-            decode_one(Decode::Bool, 0, &0x100u64.to_le_bytes(), false),
+            decode_one(Decode::Bool, 0, 0, &0x100u64.to_le_bytes(), &ctx(false)),
             ValueKind::Bool(false)
         );
     }
@@ -154,8 +224,9 @@ mod tests {
             decode_one(
                 Decode::Float { size: 8 },
                 0,
+                0,
                 &2.5f64.to_bits().to_le_bytes(),
-                false
+                &ctx(false)
             ),
             ValueKind::Float(2.5)
         );
@@ -163,28 +234,29 @@ mod tests {
             decode_one(
                 Decode::Float { size: 4 },
                 0,
+                0,
                 &(1.5f32.to_bits() as u64).to_le_bytes(),
-                false
+                &ctx(false)
             ),
             ValueKind::Float(1.5)
         );
         assert_eq!(
-            decode_one(Decode::Str, VAL_TRUNCATED, b"http://x", false),
+            decode_one(Decode::Str, VAL_TRUNCATED, 0, b"http://x", &ctx(false)),
             ValueKind::Str {
                 text: "http://x".into(),
                 truncated: true
             }
         );
         assert_eq!(
-            decode_one(Decode::Interface, 0, &0u64.to_le_bytes(), false),
-            ValueKind::Interface { nil: true }
+            decode_one(Decode::Interface, 0, 0, &0u64.to_le_bytes(), &ctx(false)),
+            ValueKind::Null
         );
         assert_eq!(
-            decode_one(Decode::Interface, 0, &8u64.to_le_bytes(), false),
+            decode_one(Decode::Interface, 0, 0, &8u64.to_le_bytes(), &ctx(false)),
             ValueKind::Interface { nil: false }
         );
         assert_eq!(
-            decode_one(Decode::Pointer, VAL_FAULT, &[], false),
+            decode_one(Decode::Pointer, VAL_FAULT, 0, &[], &ctx(false)),
             ValueKind::Fault
         );
     }
@@ -206,7 +278,7 @@ mod tests {
                 },
             ),
         ];
-        let v = decode_values(&data, &caps, true);
+        let v = decode_values(&data, &caps, &ctx(true));
         assert_eq!(v.len(), 2);
         assert_eq!(
             v[0].kind,
@@ -224,14 +296,14 @@ mod tests {
         let red = "https://REDACTED@api.example/pay?card=1&token=REDACTED";
         for decode in [Decode::Str, Decode::Bytes] {
             assert_eq!(
-                decode_one(decode, 0, url, true),
+                decode_one(decode, 0, 0, url, &ctx(true)),
                 ValueKind::Str {
                     text: red.into(),
                     truncated: false
                 }
             );
             assert_eq!(
-                decode_one(decode, 0, url, false),
+                decode_one(decode, 0, 0, url, &ctx(false)),
                 ValueKind::Str {
                     text: String::from_utf8_lossy(url).into_owned(),
                     truncated: false
@@ -240,7 +312,13 @@ mod tests {
         }
         // A value cut inside the password is redacted too.
         assert_eq!(
-            decode_one(Decode::Str, VAL_TRUNCATED, b"https://shop:hunt", true),
+            decode_one(
+                Decode::Str,
+                VAL_TRUNCATED,
+                0,
+                b"https://shop:hunt",
+                &ctx(true)
+            ),
             ValueKind::Str {
                 text: "https://REDACTED".into(),
                 truncated: true
@@ -251,16 +329,78 @@ mod tests {
         data.extend_from_slice(b"a=1&password=x\0\0");
         let caps: Vec<(Arc<str>, Decode)> = vec![("q".into(), Decode::Str)];
         assert_eq!(
-            decode_values(&data, &caps, true)[0].kind,
+            decode_values(&data, &caps, &ctx(true))[0].kind,
             ValueKind::Str {
                 text: "a=1&password=REDACTED".into(),
                 truncated: false
             }
         );
         assert_eq!(
-            decode_values(&data, &caps, false)[0].kind,
+            decode_values(&data, &caps, &ctx(false))[0].kind,
             ValueKind::Str {
                 text: "a=1&password=x".into(),
+                truncated: false
+            }
+        );
+    }
+
+    #[test]
+    fn nil_on_a_path_is_null_and_a_nil_map_has_length_zero() {
+        let nil = VAL_FAULT | VAL_NIL;
+        let len = |nil_is_zero| Decode::Len { nil_is_zero };
+        assert_eq!(
+            decode_one(len(true), nil, 0, &[], &ctx(false)),
+            ValueKind::Int(0)
+        );
+        // A nil pointer before the map (a hop not taken): no length at all.
+        assert_eq!(
+            decode_one(len(true), nil, 1, &[], &ctx(false)),
+            ValueKind::Null
+        );
+        assert_eq!(
+            decode_one(len(false), nil, 0, &[], &ctx(false)),
+            ValueKind::Null
+        );
+        assert_eq!(
+            decode_one(Decode::Str, nil, 2, &[], &ctx(false)),
+            ValueKind::Null
+        );
+        assert_eq!(
+            decode_one(Decode::Str, VAL_FAULT, 0, &[], &ctx(false)),
+            ValueKind::Fault
+        );
+    }
+
+    #[test]
+    fn slices_and_string_slices_are_arrays_of_their_first_elements() {
+        let mut b = Vec::new();
+        for x in [1i32, -2, 3] {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        let elem = crate::plan::Elem::Int {
+            size: 4,
+            signed: true,
+        };
+        assert_eq!(
+            decode_one(Decode::Slice { elem }, VAL_TRUNCATED, 20, &b, &ctx(false)),
+            ValueKind::Array {
+                items: vec![ValueKind::Int(1), ValueKind::Int(-2), ValueKind::Int(3)],
+                truncated: true
+            }
+        );
+        // []string: "ab", then an unreadable element, then "" (element records).
+        let mut b = vec![2, 0, 0, 0, 2, 0, 0, 0];
+        b.extend_from_slice(b"ab\0\0\0\0\0\0");
+        b.extend_from_slice(&[0, 0, 0, 0, 0, 0, VAL_FAULT, 0]);
+        b.extend_from_slice(&[0; 8]);
+        let s = |t: &str| ValueKind::Str {
+            text: t.into(),
+            truncated: false,
+        };
+        assert_eq!(
+            decode_one(Decode::Strings, 0, 3, &b, &ctx(false)),
+            ValueKind::Array {
+                items: vec![s("ab"), ValueKind::Fault, s("")],
                 truncated: false
             }
         );

@@ -1,12 +1,17 @@
 //! Ring buffer records to calls: decoding captured values, pairing entries with returns,
 //! and counting what could not be paired.
 
+mod composite;
 mod decode;
+mod dyntypes;
+mod nesting;
 mod pairing;
 pub mod reader;
 pub mod redact;
 
-pub use decode::{decode_values, Value, ValueKind};
+pub use decode::{decode_values, DecodeCtx, Value, ValueKind};
+pub use dyntypes::{DynTypes, TypeLookup};
+pub use nesting::{Nesting, SpanIds};
 pub use pairing::{Pairing, PairingStats};
 
 use crate::plan::Decode;
@@ -26,6 +31,27 @@ pub struct ProbeMeta {
     pub redact: bool,
     /// Decoders by capture index, for this configuration's captures.
     pub captures: Vec<(Arc<str>, Decode)>,
+    /// The binary's type names, where a capture shows a dynamic type.
+    pub types: Option<Arc<DynTypes>>,
+    /// `metrics.labels`: captured values that cut the probe's metrics.
+    pub metrics: Option<MetricLabels>,
+    /// One of gprobe's own probes: its records feed the reader, never the output.
+    pub internal: Option<InternalProbe>,
+}
+
+/// gprobe's own probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InternalProbe {
+    /// `runtime.newproc1`: entry `callergp`, return `r0` (the new goroutine).
+    Newproc,
+}
+
+/// A probe's `metrics`: the captures that label its calls and durations, and how many
+/// combinations of them are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricLabels {
+    pub labels: Vec<Arc<str>>,
+    pub max_series: usize,
 }
 
 impl ProbeMeta {
@@ -43,6 +69,9 @@ impl ProbeMeta {
             latency,
             redact: true,
             captures: Vec::new(),
+            types: None,
+            metrics: None,
+            internal: None,
         }
     }
 }
@@ -79,6 +108,8 @@ pub struct CallRecord {
     pub resource: Arc<Resource>,
     /// The call had not returned when gprobe stopped.
     pub unfinished: bool,
+    /// Its span: a child of the probed call open on the same goroutine when it started.
+    pub span: SpanIds,
 }
 
 /// Converts BPF timestamps (CLOCK_MONOTONIC) to Unix time.

@@ -1,6 +1,9 @@
 //! Reads the events ring buffer: turns records into calls and hands them on in batches.
 
-use super::{decode_values, CallRecord, Clock, Pairing, PairingStats, ProbeMeta, Resource};
+use super::{
+    decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Pairing, PairingStats,
+    ProbeMeta, Resource, ValueKind,
+};
 use crate::attach::abi::{read_event, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::stats::Stats;
 use aya::maps::{MapData, RingBuf};
@@ -65,6 +68,7 @@ pub struct Processor {
     registry: Arc<Registry>,
     clock: Clock,
     pairing: Pairing,
+    nesting: Nesting,
     pub stats: ReaderStats,
     counts: Option<Stats>,
     // Per-batch caches: avoid a lock per record.
@@ -78,6 +82,7 @@ impl Processor {
             registry,
             clock,
             pairing: Pairing::new(max_in_flight),
+            nesting: Nesting::new(max_in_flight),
             stats: ReaderStats::default(),
             counts: None,
             probe_cache: HashMap::new(),
@@ -132,9 +137,20 @@ impl Processor {
             self.stats.unknown_probe += 1;
             return None;
         };
-        let values = decode_values(data, &meta.captures, meta.redact);
+        let ctx = DecodeCtx {
+            redact: meta.redact,
+            types: meta.types.as_ref().map(|t| t.for_pid(ev.pid)),
+        };
+        let values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
+                let span = if meta.internal.is_some() {
+                    Default::default()
+                } else if ev.kind == EV_CALL {
+                    self.nesting.call(ev.pid, ev.goroutine)
+                } else {
+                    self.nesting.entry(ev.pid, ev.goroutine, ev.call_id)
+                };
                 let rec = CallRecord {
                     probe: meta,
                     pid: ev.pid,
@@ -145,20 +161,35 @@ impl Processor {
                     returns: None,
                     resource: self.resource(ev.pid),
                     unfinished: false,
+                    span,
                 };
                 if ev.kind == EV_CALL {
                     return Some(rec);
                 }
                 if let (Some(old), Some(st)) = (self.pairing.entry(ev.call_id, rec), &self.counts) {
-                    st.add_abandoned(&old.probe.key, 1);
+                    if old.probe.internal.is_none() {
+                        st.add_abandoned(&old.probe.key, 1);
+                    }
                 }
                 self.stats.pairing = self.pairing.stats;
                 None
             }
             EV_RETURN => {
+                self.nesting.ret(ev.pid, ev.goroutine, ev.call_id);
                 let r = self.pairing.ret(ev.call_id, ev.duration_ns, values);
                 self.stats.pairing = self.pairing.stats;
-                r
+                match r {
+                    Some(rec) if rec.probe.internal == Some(InternalProbe::Newproc) => {
+                        if let (Some(parent), Some(child)) = (
+                            word(rec.args.first()),
+                            word(rec.returns.as_ref().and_then(|r| r.first())),
+                        ) {
+                            self.nesting.spawned(rec.pid, parent, child);
+                        }
+                        None
+                    }
+                    r => r,
+                }
             }
             _ => {
                 self.stats.malformed += 1;
@@ -168,8 +199,9 @@ impl Processor {
     }
 
     pub fn finish(&mut self) -> Vec<CallRecord> {
-        let out = self.pairing.drain_unfinished();
+        let mut out = self.pairing.drain_unfinished();
         self.stats.pairing = self.pairing.stats;
+        out.retain(|r| r.probe.internal.is_none());
         self.count_unfinished(&out);
         out
     }
@@ -177,7 +209,9 @@ impl Processor {
     /// Process `pid` exited: its calls in flight, reported unfinished now. Its resource is
     /// forgotten (its records were all read before this is called).
     pub fn process_exited(&mut self, pid: u32) -> Vec<CallRecord> {
-        let out = self.pairing.drain_pid(pid);
+        let mut out = self.pairing.drain_pid(pid);
+        out.retain(|r| r.probe.internal.is_none());
+        self.nesting.process_exited(pid);
         self.count_unfinished(&out);
         self.registry.set_process(pid, None);
         self.proc_cache.remove(&pid);
@@ -190,6 +224,16 @@ impl Processor {
                 st.add_unfinished(&r.probe.key, 1);
             }
         }
+    }
+}
+
+/// A captured pointer or integer as a word (runtime.newproc1's goroutines).
+fn word(v: Option<&super::Value>) -> Option<u64> {
+    match v?.kind {
+        ValueKind::Pointer(p) => Some(p),
+        ValueKind::Uint(u) => Some(u),
+        ValueKind::Int(i) => Some(i as u64),
+        _ => None,
     }
 }
 

@@ -8,6 +8,11 @@ fn string(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
+/// One value as JSON.
+pub(crate) fn write_value(out: &mut Vec<u8>, v: &ValueKind) {
+    value(out, v)
+}
+
 fn value(out: &mut Vec<u8>, v: &ValueKind) {
     match v {
         ValueKind::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
@@ -25,10 +30,20 @@ fn value(out: &mut Vec<u8>, v: &ValueKind) {
             let _ = write!(out, "\"{p:#x}\"");
         }
         ValueKind::Str { text, .. } => string(out, text),
-        ValueKind::Interface { nil } => {
-            out.extend_from_slice(if *nil { b"\"nil\"" } else { b"\"non-nil\"" })
+        ValueKind::Interface { nil: false } => out.extend_from_slice(b"\"non-nil\""),
+        ValueKind::Interface { nil: true } | ValueKind::Null | ValueKind::Fault => {
+            out.extend_from_slice(b"null")
         }
-        ValueKind::Fault => out.extend_from_slice(b"null"),
+        ValueKind::Array { items, .. } => {
+            out.push(b'[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                value(out, v);
+            }
+            out.push(b']');
+        }
     }
 }
 
@@ -56,6 +71,16 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
         ",\"pid\":{},\"tid\":{},\"start_time_unix_nano\":{}",
         rec.pid, rec.tid, rec.start_time_unix_nano
     );
+    if rec.span.span_id != 0 {
+        let _ = write!(
+            out,
+            ",\"trace_id\":\"{:032x}\",\"span_id\":\"{:016x}\"",
+            rec.span.trace_id, rec.span.span_id
+        );
+        if let Some(p) = rec.span.parent {
+            let _ = write!(out, ",\"parent_span_id\":\"{p:016x}\"");
+        }
+    }
     if let Some(d) = rec.duration_ns {
         let _ = write!(out, ",\"duration_ns\":{d}");
     }
@@ -73,6 +98,9 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
             matches!(
                 v.kind,
                 ValueKind::Str {
+                    truncated: true,
+                    ..
+                } | ValueKind::Array {
                     truncated: true,
                     ..
                 }
@@ -138,6 +166,11 @@ mod tests {
                 attributes: vec![("process.executable.path", "/app/shop".into())],
             }),
             unfinished: false,
+            span: crate::events::SpanIds {
+                trace_id: 0x4bf92f3577b34da6a3ce929d0e0e4736,
+                span_id: 0x00f067aa0ba902b7,
+                parent: Some(0x0a),
+            },
         };
         let mut out = Vec::new();
         write_record(&rec, &mut out);
@@ -147,6 +180,9 @@ mod tests {
         assert_eq!(v["probe"], "http-client-urls");
         assert_eq!(v["symbol"], "net/http.(*Client).Get");
         assert_eq!(v["pid"], 4242);
+        assert_eq!(v["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(v["span_id"], "00f067aa0ba902b7");
+        assert_eq!(v["parent_span_id"], "000000000000000a");
         assert_eq!(v["tid"], 4250);
         assert_eq!(v["start_time_unix_nano"], 1763770000000000000u64);
         assert_eq!(v["duration_ns"], 183000);
@@ -155,5 +191,57 @@ mod tests {
         assert_eq!(v["truncated"][0], "url");
         assert_eq!(v["resource"]["process.executable.path"], "/app/shop");
         assert!(v.get("unfinished").is_none());
+    }
+
+    #[test]
+    fn nil_is_null_and_slices_are_arrays_listed_when_cut() {
+        let s = |t: &str| ValueKind::Str {
+            text: t.into(),
+            truncated: false,
+        };
+        let mut out = Vec::new();
+        let vals = [
+            ValueKind::Null,
+            ValueKind::Interface { nil: true },
+            ValueKind::Array {
+                items: vec![
+                    s("a"),
+                    ValueKind::Int(-1),
+                    ValueKind::Bool(true),
+                    ValueKind::Null,
+                ],
+                truncated: true,
+            },
+        ];
+        for (i, v) in vals.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write_value(&mut out, v);
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"null,null,["a",-1,true,null]"#
+        );
+        let rec = CallRecord {
+            probe: Arc::new(ProbeMeta::simple("p", "main.f", false)),
+            pid: 1,
+            tid: 1,
+            start_time_unix_nano: 0,
+            duration_ns: None,
+            args: vec![Value {
+                name: "o.Tags".into(),
+                kind: vals[2].clone(),
+            }],
+            returns: None,
+            resource: Arc::new(Resource::default()),
+            unfinished: false,
+            span: crate::events::SpanIds::default(),
+        };
+        let mut out = Vec::new();
+        write_record(&rec, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["args"]["o.Tags"][0], "a");
+        assert_eq!(v["truncated"][0], "o.Tags");
     }
 }

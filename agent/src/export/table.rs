@@ -27,7 +27,11 @@ pub fn write_header(out: &mut Vec<u8>) {
 }
 
 fn fmt_value(v: &Value) -> String {
-    let s = match &v.kind {
+    format!("{}={}", v.name, show(&v.kind))
+}
+
+fn show(kind: &ValueKind) -> String {
+    match kind {
         ValueKind::Bool(b) => b.to_string(),
         ValueKind::Int(i) => i.to_string(),
         ValueKind::Uint(u) => u.to_string(),
@@ -37,9 +41,17 @@ fn fmt_value(v: &Value) -> String {
             format!("{text:?}{}", if *truncated { "…" } else { "" })
         }
         ValueKind::Interface { nil } => (if *nil { "nil" } else { "non-nil" }).to_string(),
+        ValueKind::Null => "nil".to_string(),
+        ValueKind::Array { items, truncated } => {
+            let items: Vec<String> = items.iter().map(show).collect();
+            format!(
+                "[{}{}]",
+                items.join(" "),
+                if *truncated { " …" } else { "" }
+            )
+        }
         ValueKind::Fault => "<unreadable>".to_string(),
-    };
-    format!("{}={}", v.name, s)
+    }
 }
 
 /// `s` in at most `n` characters, cut at the end with `…`.
@@ -165,6 +177,7 @@ mod tests {
             }]),
             resource: Arc::new(Resource::default()),
             unfinished: false,
+            span: Default::default(),
         }
     }
 

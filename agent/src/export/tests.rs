@@ -18,6 +18,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
@@ -82,6 +83,7 @@ fn calls(probe: &Arc<ProbeMeta>, pid: u32, n: usize) -> Vec<CallRecord> {
             }]),
             resource: resource.clone(),
             unfinished: false,
+            span: Default::default(),
         })
         .collect()
 }
@@ -403,7 +405,7 @@ async fn spans_are_flushed_by_the_timer_without_new_calls_and_metrics_come_from_
     );
 
     // The final metrics: counts from Stats, durations from the output thread.
-    let mut seen = std::collections::BTreeMap::new();
+    let mut seen = BTreeMap::new();
     while let Ok(req) = metrics.try_recv() {
         for m in req
             .resource_metrics
@@ -420,7 +422,7 @@ async fn spans_are_flushed_by_the_timer_without_new_calls_and_metrics_come_from_
                         _ => 0,
                     })
                     .sum(),
-                Some(Data::Histogram(h)) => h.data_points.iter().map(|p| p.count).sum(),
+                Some(Data::ExponentialHistogram(h)) => h.data_points.iter().map(|p| p.count).sum(),
                 _ => 0,
             };
             seen.insert(m.name.clone(), v);
@@ -433,4 +435,110 @@ async fn spans_are_flushed_by_the_timer_without_new_calls_and_metrics_come_from_
     assert_eq!(seen.get("gprobe.processes.matched"), Some(&1), "{seen:?}");
     assert_eq!(seen.get("gprobe.processes.traced"), Some(&1), "{seen:?}");
     assert_eq!(seen.get("gprobe.processes.missed"), Some(&0), "{seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_cut_by_captured_values_up_to_the_series_cap_then_other() {
+    let (endpoint, (_traces, mut metrics)) = receiver().await;
+    let stats = Stats::new();
+    let (out, _) = Lines::new();
+    let (tx, handle) = start(
+        ExportOptions::new(Format::Jsonl, Some(otlp_cfg(endpoint))),
+        Box::new(out),
+        stats.clone(),
+    )
+    .unwrap();
+    let mut meta = ProbeMeta::simple("shop", "main.handle", true);
+    meta.metrics = Some(crate::events::MetricLabels {
+        labels: vec!["method".into(), "err".into()],
+        max_series: 2,
+    });
+    let p = Arc::new(meta);
+    let mut batch = Vec::new();
+    for (i, method) in ["GET", "POST", "GET", "PUT", "DELETE", "GET"]
+        .iter()
+        .enumerate()
+    {
+        let mut c = calls(&p, 7, 1).remove(0);
+        c.duration_ns = Some(1000 * (i as u64 + 1));
+        c.args = vec![Value {
+            name: "method".into(),
+            kind: ValueKind::Str {
+                text: method.to_string(),
+                truncated: false,
+            },
+        }];
+        batch.push(c);
+    }
+    tx.send(batch).await.unwrap();
+    drop(tx);
+    handle.finish(Instant::now() + Duration::from_secs(5)).await;
+
+    // (method, err) -> (calls, durations) as the receiver got them.
+    let mut calls_by: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut durations_by: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut overflow = 0;
+    while let Ok(req) = metrics.try_recv() {
+        for m in req
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+        {
+            let label = |attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str| {
+                attrs
+                    .iter()
+                    .find(|a| a.key == k)
+                    .and_then(|a| a.value.as_ref())
+                    .and_then(|v| v.value.as_ref())
+                    .map(|v| match v {
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                            s,
+                        ) => s.clone(),
+                        other => format!("{other:?}"),
+                    })
+                    .unwrap_or_default()
+            };
+            let key = |attrs: &[_]| {
+                (
+                    label(attrs, "gprobe.args.method"),
+                    label(attrs, "gprobe.returns.err"),
+                )
+            };
+            match (m.name.as_str(), &m.data) {
+                ("gprobe.calls", Some(Data::Sum(s))) => {
+                    for p in &s.data_points {
+                        if let Some(Number::AsInt(v)) = p.value {
+                            calls_by.insert(key(&p.attributes), v as u64);
+                        }
+                    }
+                }
+                ("gprobe.call.duration", Some(Data::ExponentialHistogram(h))) => {
+                    for p in &h.data_points {
+                        durations_by.insert(key(&p.attributes), p.count);
+                    }
+                }
+                ("gprobe.metrics.overflow", Some(Data::Sum(s))) => {
+                    for p in &s.data_points {
+                        if let Some(Number::AsInt(v)) = p.value {
+                            overflow = v;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let k = |m: &str, e: &str| (m.to_string(), e.to_string());
+    let want = BTreeMap::from([
+        (k("GET", "nil"), 3),
+        (k("POST", "nil"), 1),
+        (k("other", "other"), 2),
+    ]);
+    assert_eq!(
+        calls_by, want,
+        "two series kept, PUT and DELETE under other"
+    );
+    assert_eq!(durations_by, want);
+    assert_eq!(overflow, 2);
 }

@@ -8,6 +8,7 @@ use gprobe_crds::csig::CSignatureError;
 use gprobe_crds::signature::SignatureError;
 
 use super::go::abi::TypeError;
+use super::go::types::PathError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -148,6 +149,20 @@ pub enum PlanError {
         symbol: String,
         bytes: usize,
         limit: usize,
+    },
+    /// A field path or `len(...)` that the binary's types do not allow.
+    #[error("{symbol}: cannot capture {capture:?}: {source}")]
+    Path {
+        symbol: String,
+        capture: String,
+        #[source]
+        source: Box<PathError>,
+    },
+    #[error("{symbol}: invalid capture: {source}")]
+    CaptureSyntax {
+        symbol: String,
+        #[source]
+        source: gprobe_crds::gopath::GoCaptureError,
     },
     #[error("{symbol}: {source}")]
     CSignatureSyntax {
@@ -292,7 +307,7 @@ pub enum Uncapturable {
 impl Uncapturable {
     fn explain(self, type_name: &str) -> String {
         match self {
-            Uncapturable::Slice => format!("slices other than []byte cannot be captured ({type_name}); capture a []byte, string, or scalar parameter"),
+            Uncapturable::Slice => format!("slices of integers, floats, bools, strings, pointers and interfaces can be captured, not {type_name}; capture len(...) of it"),
             Uncapturable::Complex => format!("complex numbers ({type_name}) live in SSE registers, which uprobes cannot read"),
             Uncapturable::Aggregate => format!("{type_name} values cannot be captured; capture a scalar, string, []byte, pointer or interface parameter"),
         }

@@ -11,6 +11,7 @@
 pub mod c;
 pub mod go;
 pub mod plan;
+mod resolver;
 pub mod usdt;
 
 mod dwarf_sections;
@@ -93,6 +94,9 @@ pub struct Binary {
     by_name: OnceLock<Vec<u32>>,
     dwarf: OnceLock<DwarfCache>,
     inlined: OnceLock<Result<InlineIndex, String>>,
+    /// Go types: DWARF's by name, and every runtime type descriptor (`go/types/`).
+    dwarf_types: OnceLock<Result<go::types::DwarfIndex, String>>,
+    descs: OnceLock<go::types::DescIndex>,
     /// Folders for separate debug files, when not the usual ones (`c/mod.rs`).
     debug_roots: Option<Vec<PathBuf>>,
     c_dwarf: OnceLock<Result<Option<c::dwarf::CDwarf>, String>>,
@@ -127,6 +131,8 @@ impl Binary {
             by_name: OnceLock::new(),
             dwarf: OnceLock::new(),
             inlined: OnceLock::new(),
+            dwarf_types: OnceLock::new(),
+            descs: OnceLock::new(),
             debug_roots: None,
             c_dwarf: OnceLock::new(),
             usdt: OnceLock::new(),
@@ -266,6 +272,22 @@ impl Binary {
         let name = |i: u32| self.elf.name_bytes(funcs[i as usize].name_off);
         let pos = idx.partition_point(|&i| name(i) < want);
         let Some(&i) = idx.get(pos).filter(|&&i| name(i) == want) else {
+            // Go 1.18-1.20 name every instantiation of a generic function `F[...]` in the
+            // pclntab; the symbol table (when kept) has `F[go.shape.int64_0]`.
+            if self.is_go() && symbol.contains('[') {
+                if let Some(raw) = self
+                    .elf
+                    .symbol_addrs(want)
+                    .into_iter()
+                    .find_map(|a| self.raw_at(a))
+                {
+                    return Ok(FuncInfo {
+                        name: symbol.to_string(),
+                        addr: raw.addr,
+                        size: raw.size,
+                    });
+                }
+            }
             return Err(ResolveError::NotFound {
                 path: self.path().to_path_buf(),
                 symbol: symbol.to_string(),

@@ -39,7 +39,9 @@
 
 use std::fmt;
 
-use crate::attach::abi::{self, GpCapture, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES};
+use crate::attach::abi::{
+    self, GpCapture, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES, GP_MAX_VALUE,
+};
 use crate::resolve::error::go_package;
 pub use crate::resolve::error::{PlanError, Uncapturable};
 use crate::resolve::{c, go, usdt, Binary, FuncInfo, ResolveError, TargetKind};
@@ -60,8 +62,49 @@ pub enum Decode {
     Pointer,
     Str,
     Bytes,
-    /// `error` and other interfaces: nil or not, from the type word.
+    /// An interface other than `error` (`GP_CAP_IFACE`, or a `GP_CAP_WORD` of its first
+    /// word): null when nil, else the dynamic type's name (`TypeNames`).
     Interface,
+    /// An `error` (`GP_CAP_IFACE` with `CAPF_DATA_STR`): null when nil; the message for
+    /// the dynamic types of `ERROR_TYPES_WITH_MESSAGE`; else the dynamic type's name.
+    Error,
+    /// `len(x)` (`GP_CAP_WORD`): an int; a nil map or channel on the way (`VAL_NIL`) has
+    /// length 0, a nil pointer before it makes the value null.
+    Len {
+        /// True when NIL means a nil map or channel (the last hop is the map pointer).
+        nil_is_zero: bool,
+    },
+    /// A slice of scalars (`GP_CAP_SLICE`): an array of its first elements.
+    Slice {
+        elem: Elem,
+    },
+    /// A `[]string` (`GP_CAP_STRS`): an array of its first strings.
+    Strings,
+    /// A slice of interfaces (`GP_CAP_IFACES`): an array of its first elements, each a
+    /// string, integer or bool where the dynamic type is one, else its name (or, for
+    /// `errors`, as [`Decode::Error`]).
+    Interfaces {
+        errors: bool,
+    },
+}
+
+impl Decode {
+    /// Whether a value shows a dynamic type's name (and so needs the binary's type names).
+    pub fn shows_type(&self) -> bool {
+        matches!(
+            self,
+            Decode::Interface | Decode::Error | Decode::Interfaces { .. }
+        )
+    }
+}
+
+/// How the elements of a captured slice of scalars read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    Bool,
+    Int { size: u8, signed: bool },
+    Float { size: u8 },
+    Pointer,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +126,7 @@ pub struct EntrySite {
 
 /// Everything needed to attach one probe to one binary. All offsets are file offsets of
 /// the binary the plan was made for (what uprobes and the reference counter take).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProbePlan {
     /// The symbol, or `usdt:provider:name` for a USDT probe (as `Probe::point()`).
     pub symbol: String,
@@ -123,12 +166,16 @@ pub struct ProbePlan {
     /// Carried to BPF as `CFG_PAIR_BY_THREAD` in the configuration's flags
     /// ([`ProbePlan::configs`]).
     pub pair_by_thread: bool,
+    /// The names of the binary's Go types, for captures that show a dynamic type
+    /// (interfaces, errors, `[]any`); `None` when no capture needs them.
+    pub type_names: Option<go::types::TypeNames>,
 }
 
 /// Where the parameter and result types of a plan came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SignatureSource {
     /// The probe captures nothing: no types needed.
+    #[default]
     None,
     /// The probe's `signature:`.
     Signature,
@@ -343,9 +390,12 @@ impl ProbePlan {
 /// The flags that let the BPF program write a configuration's records in place in the ring
 /// buffer: captures all words (one record size), or a single string/bytes (a few sizes).
 fn record_shape(caps: &[CapturePlan]) -> u8 {
+    // The fast paths read flat locations only: a field path (CAPF_PATH) is walked by the
+    // general writer (emit_any), like the kinds they do not know.
+    let flat = |c: &CapturePlan, kind: u8| c.bpf.kind == kind && c.bpf.flags & abi::CAPF_PATH == 0;
     match caps {
-        [c] if c.bpf.kind == abi::CAP_BYTES => abi::CFG_ONE_BYTES,
-        _ if caps.iter().all(|c| c.bpf.kind == abi::CAP_WORD) => abi::CFG_WORDS,
+        [c] if flat(c, abi::CAP_BYTES) => abi::CFG_ONE_BYTES,
+        _ if caps.iter().all(|c| flat(c, abi::CAP_WORD)) => abi::CFG_WORDS,
         _ => 0,
     }
 }
@@ -371,17 +421,19 @@ fn check_sizes<'a>(
                 max: GP_MAX_CAPTURES,
             });
         }
-        // Every capture must start inside the BPF cursor bound (see gprobe.h).
+        // Every capture must start inside the BPF cursor bound and end inside the
+        // scratch buffer (see gprobe.h and GpCapture::max_record).
         let mut start = std::mem::size_of::<abi::GpEvent>();
         for c in list.iter() {
-            if start >= GP_DATA_LIMIT {
+            let bytes = c.bpf.max_record();
+            if start >= GP_DATA_LIMIT || bytes > GP_MAX_VALUE {
                 return Err(PlanError::TooLarge {
                     symbol: symbol.to_string(),
-                    bytes: start,
+                    bytes: start + bytes,
                     limit: GP_DATA_LIMIT,
                 });
             }
-            start += 8 + (c.bpf.max_len as usize).max(8).div_ceil(8) * 8;
+            start += bytes;
         }
     }
     Ok(())
@@ -432,6 +484,12 @@ fn plan_go(
     let mut warnings = Vec::new();
     let caps = go::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
     let needs_return = probe.latency || !caps.ret.is_empty();
+    let type_names = caps
+        .entry
+        .iter()
+        .chain(&caps.ret)
+        .any(|c| c.decode.shows_type())
+        .then(|| go::types::TypeNames::of(bin));
     if needs_return && sites.ret_offsets.is_empty() {
         return Err(PlanError::NoReturn { symbol });
     }
@@ -451,6 +509,7 @@ fn plan_go(
         uretprobe: false,
         ref_ctr_offset: 0,
         pair_by_thread: false,
+        type_names,
     })
 }
 
@@ -482,122 +541,12 @@ fn plan_c(
         uretprobe: true,
         ref_ctr_offset: 0,
         pair_by_thread: true,
+        type_names: None,
     })
 }
 
-/// Binary resolution as the engine asks for it: opens the file once per batch of probes.
-#[derive(Debug, Default)]
-pub struct BinaryResolver;
-
-impl crate::engine::Resolver for BinaryResolver {
-    fn plan(
-        &mut self,
-        path: &std::path::Path,
-        shown: &std::path::Path,
-        probes: &[crate::engine::PlanRequest<'_>],
-    ) -> Vec<Result<ProbePlan, std::sync::Arc<crate::engine::ProbeError>>> {
-        use crate::engine::ProbeError;
-        use std::sync::Arc;
-        match Binary::open_as(path, shown) {
-            Err(e) => {
-                let e = Arc::new(ProbeError::Binary(e));
-                probes.iter().map(|_| Err(e.clone())).collect()
-            }
-            Ok(bin) => probes
-                .iter()
-                .map(|r| {
-                    plan_probe(&bin, r.probe, r.limits.max_string_bytes)
-                        .map_err(|e| Arc::new(ProbeError::Plan(e)))
-                })
-                .collect(),
-        }
-    }
-}
+pub use super::resolver::BinaryResolver;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn capture(name: &str, kind: u8) -> CapturePlan {
-        CapturePlan {
-            name: name.to_string(),
-            decode: if kind == abi::CAP_WORD {
-                Decode::Int {
-                    size: 8,
-                    signed: true,
-                }
-            } else {
-                Decode::Str
-            },
-            bpf: GpCapture {
-                kind,
-                size: 8,
-                max_len: if kind == abi::CAP_WORD { 0 } else { 64 },
-                ..Default::default()
-            },
-        }
-    }
-
-    fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbePlan {
-        ProbePlan {
-            symbol: "main.f".into(),
-            entry_offset: 0x1000,
-            ret_offsets: if latency { vec![0x1010] } else { vec![] },
-            entry_captures: entry,
-            return_captures: ret,
-            signature_source: SignatureSource::Signature,
-            warnings: vec![],
-            extra_entry_sites: vec![],
-            uretprobe: false,
-            ref_ctr_offset: 0,
-            pair_by_thread: false,
-        }
-    }
-
-    #[test]
-    fn configurations_are_flagged_by_the_shape_of_their_records() {
-        // Words only (and no capture at all): one record size per configuration.
-        let (e, r) = plan(vec![capture("n", abi::CAP_WORD)], vec![], true).configs(7, 100);
-        let r = r.expect("a return configuration");
-        assert_eq!((e.kind, e.func_id, e.n_captures), (abi::PROBE_ENTRY, 7, 1));
-        assert_eq!(e.flags, abi::CFG_WORDS);
-        assert_eq!(
-            (r.kind, r.n_captures, r.rate_limit),
-            (abi::PROBE_RETURN, 0, 0)
-        );
-        assert_eq!(r.flags, abi::CFG_WORDS);
-        // One string alone.
-        let (e, _) = plan(vec![capture("s", abi::CAP_BYTES)], vec![], false).configs(1, 0);
-        assert_eq!((e.n_captures, e.flags), (1, abi::CFG_ONE_BYTES));
-        // A C string is read up to its NUL: not a one-bytes record.
-        let (e, _) = plan(vec![capture("s", abi::CAP_CSTR)], vec![], false).configs(1, 0);
-        assert_eq!((e.n_captures, e.flags), (1, 0));
-        // A string with other values: records are assembled by size.
-        let (e, r) = plan(
-            vec![capture("n", abi::CAP_WORD), capture("s", abi::CAP_BYTES)],
-            vec![],
-            false,
-        )
-        .configs(3, 0);
-        assert!(r.is_none());
-        assert_eq!((e.kind, e.n_captures, e.flags), (abi::PROBE_CALL, 2, 0));
-        assert_eq!(e.caps[1].kind, abi::CAP_BYTES);
-    }
-
-    #[test]
-    fn c_and_usdt_configurations_pair_by_thread() {
-        let mut p = plan(vec![capture("n", abi::CAP_WORD)], vec![], true);
-        p.pair_by_thread = true;
-        let (e, r) = p.configs(1, 0);
-        assert_eq!(e.flags, abi::CFG_WORDS | abi::CFG_PAIR_BY_THREAD);
-        assert_eq!(
-            r.expect("a return configuration").flags,
-            abi::CFG_WORDS | abi::CFG_PAIR_BY_THREAD
-        );
-        // Distinct bits: pairing never reads as a record shape.
-        assert_eq!(
-            abi::CFG_PAIR_BY_THREAD & (abi::CFG_WORDS | abi::CFG_ONE_BYTES),
-            0
-        );
-    }
-}
+#[path = "plan_tests.rs"]
+mod tests;

@@ -112,7 +112,7 @@ fn symbols_and_entry_offsets_match_binutils() {
             (e.kind, r.unwrap().kind),
             (abi::PROBE_ENTRY, abi::PROBE_RETURN)
         );
-        assert_eq!(e._pad, abi::CFG_PAIR_BY_THREAD);
+        assert_eq!(e.flags & abi::CFG_PAIR_BY_THREAD, abi::CFG_PAIR_BY_THREAD);
         // Without latency or results: one CALL probe, no return site.
         let p = plan(&b, &probe("sub", None, &[], false));
         assert!(p.ret_offsets.is_empty() && !p.has_return());

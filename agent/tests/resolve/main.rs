@@ -13,8 +13,10 @@ mod functions;
 mod kubectl;
 mod listing;
 mod native;
+mod paths;
 mod plan;
 mod sites;
+mod types;
 mod usdt;
 
 use std::collections::{BTreeMap, HashMap};
@@ -76,6 +78,20 @@ pub fn sig_pie_stripped(v: GoVersion) -> PathBuf {
         &["-buildmode=pie", "-ldflags=-s -w"],
         false,
     )
+}
+
+/// The values program (e2e/testdata/resolve/values) as `kind`: "full", "stripped" (-s -w),
+/// "pie", "pie-stripped", "external" (cgo, -linkmode=external).
+pub fn values_bin(v: GoVersion, kind: &str) -> PathBuf {
+    let (flags, cgo): (&[&str], bool) = match kind {
+        "full" => (&[], false),
+        "stripped" => (&["-ldflags=-s -w"], false),
+        "pie" => (&["-buildmode=pie"], false),
+        "pie-stripped" => (&["-buildmode=pie", "-ldflags=-s -w"], false),
+        "external" => (&["-ldflags=-linkmode=external"], true),
+        _ => panic!("unknown build kind {kind}"),
+    };
+    build(v, "values", kind, flags, cgo)
 }
 
 pub fn http_bin(v: GoVersion) -> PathBuf {

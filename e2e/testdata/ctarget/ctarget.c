@@ -66,7 +66,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (delay)
 		usleep(delay * 1000);
-	static const char *names[] = {"ada", "grace", "linus", "a name longer than sixteen bytes"};
+	static const char *names[] = {"ada", "grace", "linus", "a_name_longer_than_sixteen_bytes"};
 	for (int i = 0; i < n; i++) {
 		int r = sub(100, i);
 		printf("sub a=100 b=%d r=%d\n", i, r);

@@ -4,23 +4,27 @@
 //!
 //! | metric                       | kind                 | attributes                          |
 //! |------------------------------|----------------------|-------------------------------------|
-//! | `gprobe.calls`               | observable counter   | `gprobe.probe`, `code.function`     |
-//! | `gprobe.call.duration` (s)   | histogram            | `gprobe.probe`, `code.function`     |
+//! | `gprobe.calls`               | counter              | `gprobe.probe`, `code.function`, labels |
+//! | `gprobe.call.duration` (s)   | exponential histogram | `gprobe.probe`, `code.function`, labels |
+//! | `gprobe.metrics.overflow`    | observable counter   | the probe's                         |
 //! | `gprobe.events.lost`         | observable counter   | the probe's, and `reason`           |
 //! | `gprobe.spans.dropped`       | observable counter   |                                     |
 //! | `gprobe.processes.matched`, `.traced`, `.missed` | observable counters |            |
 //!
-//! `reason` is `ring_buffer_full`, `rate_limited`, `too_deep` or `return_lost`.
+//! `reason` is `ring_buffer_full`, `rate_limited`, `too_deep` or `return_lost`. The labels
+//! are a probe's `metrics.labels`: the captured values as `gprobe.args.NAME` /
+//! `gprobe.returns.NAME`, at most `maxSeries` combinations per probe, further ones counted
+//! under `other` (and in `gprobe.metrics.overflow`).
 
 use super::spans::{probe_attributes, PerProbe};
-use crate::events::CallRecord;
+use crate::events::{CallRecord, Value, ValueKind};
 use crate::stats::{ProbeStats, Stats};
-use opentelemetry::metrics::{Histogram, Meter, MeterProvider as _};
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
-use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use opentelemetry_sdk::metrics::{Aggregation, Instrument, SdkMeterProvider, Stream};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Per probe counts summed by (spec, symbol): the metrics' attribute set. Two probes of
 /// one spec on one symbol would otherwise report the same series twice.
@@ -46,17 +50,6 @@ fn attrs(spec: &Arc<str>, symbol: &Arc<str>) -> [KeyValue; 2] {
 
 /// Registers the observable instruments, all reading `stats`.
 pub(crate) fn observe(meter: &Meter, stats: &Stats) {
-    let st = stats.clone();
-    meter
-        .u64_observable_counter("gprobe.calls")
-        .with_description("Calls of traced functions delivered, per probe and symbol")
-        .with_unit("{call}")
-        .with_callback(move |obs| {
-            for ((spec, symbol), p) in by_symbol(&st) {
-                obs.observe(p.delivered, &attrs(&spec, &symbol));
-            }
-        })
-        .build();
     let st = stats.clone();
     meter
         .u64_observable_counter("gprobe.events.lost")
@@ -121,15 +114,95 @@ pub(crate) fn observe(meter: &Meter, stats: &Stats) {
     }
 }
 
-/// Records `gprobe.call.duration` for every call with a duration.
-pub struct DurationRecorder {
-    histogram: Histogram<f64>,
-    attrs: PerProbe<[KeyValue; 2]>,
+/// Calls counted under `other`, per (spec, symbol): shared by the recorder and the
+/// observable counter that reports them.
+type OverflowCounts = Arc<Mutex<BTreeMap<(Arc<str>, Arc<str>), Arc<AtomicU64>>>>;
+
+/// What one probe's calls are counted under: its attributes and the label combinations
+/// seen so far.
+struct ProbeSeries {
+    base: [KeyValue; 2],
+    seen: HashSet<Vec<String>>,
+    overflow: Arc<AtomicU64>,
 }
 
-impl DurationRecorder {
+/// Records `gprobe.calls` and `gprobe.call.duration` for every delivered call, with the
+/// probe's metric labels.
+pub struct CallRecorder {
+    calls: Counter<u64>,
+    histogram: Histogram<f64>,
+    probes: PerProbe<ProbeSeries>,
+    /// Overflowed calls per (spec, symbol), read by `gprobe.metrics.overflow`.
+    overflow: OverflowCounts,
+}
+
+/// A captured value as a metric attribute's value.
+fn label_value(kind: &ValueKind) -> String {
+    match kind {
+        ValueKind::Bool(b) => b.to_string(),
+        ValueKind::Int(i) => i.to_string(),
+        ValueKind::Uint(u) => u.to_string(),
+        ValueKind::Float(f) => f.to_string(),
+        ValueKind::Pointer(p) => format!("{p:#x}"),
+        ValueKind::Str { text, .. } => text.to_string(),
+        ValueKind::Interface { nil } => (if *nil { "nil" } else { "non-nil" }).to_string(),
+        ValueKind::Null => "nil".to_string(),
+        // A slice as its JSONL text: a label is one string.
+        ValueKind::Array { .. } => {
+            let mut out = Vec::new();
+            crate::export::jsonl::write_value(&mut out, kind);
+            String::from_utf8_lossy(&out).into_owned()
+        }
+        ValueKind::Fault => "<unreadable>".to_string(),
+    }
+}
+
+/// The label attributes of one call: each label's value, found among the arguments
+/// (`gprobe.args.NAME`) or results (`gprobe.returns.NAME`); empty where the call has none
+/// (an unfinished call's results).
+fn labels_of(rec: &CallRecord, labels: &[Arc<str>]) -> Vec<(String, String)> {
+    labels
+        .iter()
+        .map(|l| {
+            let find = |vals: &[Value]| {
+                vals.iter()
+                    .find(|v| *v.name == **l)
+                    .map(|v| label_value(&v.kind))
+            };
+            if let Some(v) = find(&rec.args) {
+                (format!("gprobe.args.{l}"), v)
+            } else if let Some(v) = rec.returns.as_deref().and_then(find) {
+                (format!("gprobe.returns.{l}"), v)
+            } else {
+                (format!("gprobe.args.{l}"), String::new())
+            }
+        })
+        .collect()
+}
+
+impl CallRecorder {
     pub(crate) fn new(meter: &Meter) -> Self {
+        let overflow: OverflowCounts = Arc::default();
+        let ov = overflow.clone();
+        meter
+            .u64_observable_counter("gprobe.metrics.overflow")
+            .with_description(
+                "Calls counted under the label value `other`: their probe already had \
+                 metrics.maxSeries label combinations",
+            )
+            .with_unit("{call}")
+            .with_callback(move |obs| {
+                for ((spec, symbol), n) in ov.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    obs.observe(n.load(Ordering::Relaxed), &attrs(spec, symbol));
+                }
+            })
+            .build();
         Self {
+            calls: meter
+                .u64_counter("gprobe.calls")
+                .with_description("Calls of traced functions delivered, per probe and symbol")
+                .with_unit("{call}")
+                .build(),
             histogram: meter
                 .f64_histogram("gprobe.call.duration")
                 .with_description(
@@ -137,19 +210,64 @@ impl DurationRecorder {
                 )
                 .with_unit("s")
                 .build(),
-            attrs: PerProbe::default(),
+            probes: PerProbe::default(),
+            overflow,
         }
     }
 
     pub fn record(&mut self, batch: &[CallRecord]) {
-        self.attrs.prune();
+        self.probes.prune();
+        let mut attrs = Vec::new();
         for rec in batch {
+            let overflow = &self.overflow;
+            let ps = self.probes.get(&rec.probe, || ProbeSeries {
+                base: probe_attributes(&rec.probe),
+                seen: HashSet::new(),
+                overflow: overflow
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry((rec.probe.spec.clone(), rec.probe.symbol.clone()))
+                    .or_default()
+                    .clone(),
+            });
+            attrs.clear();
+            attrs.extend_from_slice(&ps.base);
+            if let Some(m) = &rec.probe.metrics {
+                let labels = labels_of(rec, &m.labels);
+                let values: Vec<String> = labels.iter().map(|(_, v)| v.clone()).collect();
+                let known = ps.seen.contains(&values);
+                if known || ps.seen.len() < m.max_series {
+                    if !known {
+                        ps.seen.insert(values);
+                    }
+                    attrs.extend(labels.into_iter().map(|(k, v)| KeyValue::new(k, v)));
+                } else {
+                    ps.overflow.fetch_add(1, Ordering::Relaxed);
+                    attrs.extend(labels.into_iter().map(|(k, _)| KeyValue::new(k, "other")));
+                }
+            }
+            self.calls.add(1, &attrs);
             if let Some(d) = rec.duration_ns {
-                let attrs = self.attrs.get(&rec.probe, || probe_attributes(&rec.probe));
-                self.histogram.record(d as f64 / 1e9, attrs);
+                self.histogram.record(d as f64 / 1e9, &attrs);
             }
         }
     }
+}
+
+/// `gprobe.call.duration` as an exponential histogram (fine buckets at every scale, no
+/// boundaries to choose); the SDK's default would be fixed buckets.
+pub(crate) fn exponential_durations(i: &Instrument) -> Option<Stream> {
+    if i.name() != "gprobe.call.duration" {
+        return None;
+    }
+    Stream::builder()
+        .with_aggregation(Aggregation::Base2ExponentialHistogram {
+            max_size: 160,
+            max_scale: 20,
+            record_min_max: true,
+        })
+        .build()
+        .ok()
 }
 
 /// The meter provider, shut down within a deadline by [`Metrics::shutdown`].

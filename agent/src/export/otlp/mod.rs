@@ -12,7 +12,7 @@ mod queue;
 mod spans;
 mod task;
 
-pub use metrics::DurationRecorder;
+pub use metrics::CallRecorder;
 pub use queue::{QueueLevel, SpanQueue};
 pub use spans::SpanBuilder;
 
@@ -279,7 +279,7 @@ fn exporters(
 /// The output thread's side of OTLP: records durations, queues calls for spans.
 pub struct OtlpSink {
     queue: SpanQueue,
-    durations: DurationRecorder,
+    durations: CallRecorder,
 }
 
 impl OtlpSink {
@@ -330,11 +330,12 @@ pub fn start(cfg: &OtlpConfig, stats: Stats) -> Result<(OtlpSink, OtlpHandle), O
                 .build(),
         )
         .with_resource(resource)
+        .with_view(metrics::exponential_durations)
         .build();
     let metrics = metrics::Metrics::new(provider);
     let meter = metrics.meter().expect("provider just built");
     metrics::observe(&meter, &stats);
-    let durations = DurationRecorder::new(&meter);
+    let durations = CallRecorder::new(&meter);
     let queue_spans = cfg.queue_spans.max(1);
     let held = queue::Held::new(queue_spans);
     let (queue, rx) = SpanQueue::new(held.clone(), stats.clone());

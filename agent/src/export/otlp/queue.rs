@@ -132,6 +132,7 @@ mod tests {
                 returns: None,
                 resource: Arc::new(Resource::default()),
                 unfinished: false,
+                span: Default::default(),
             })
             .collect()
     }

@@ -114,9 +114,51 @@ fn push_values(
             ValueKind::Interface { nil } => {
                 KeyValue::new(key, if *nil { "nil" } else { "non-nil" })
             }
+            ValueKind::Null => KeyValue::new(key, "nil"),
+            ValueKind::Array { items, .. } => KeyValue::new(key, array(items)),
             ValueKind::Fault => KeyValue::new(key, "<unreadable>"),
         });
     }
+}
+
+/// A slice as an OTLP array where its elements are of one kind, else its JSONL text.
+fn array(items: &[ValueKind]) -> opentelemetry::Value {
+    use opentelemetry::{Array, StringValue, Value};
+    let all = |f: fn(&ValueKind) -> bool| items.iter().all(f);
+    if all(|v| matches!(v, ValueKind::Int(_))) {
+        let v = items.iter().map(|v| match v {
+            ValueKind::Int(i) => *i,
+            _ => 0,
+        });
+        return Value::Array(Array::I64(v.collect()));
+    }
+    if all(|v| matches!(v, ValueKind::Bool(_))) {
+        let v = items.iter().map(|v| matches!(v, ValueKind::Bool(true)));
+        return Value::Array(Array::Bool(v.collect()));
+    }
+    if all(|v| matches!(v, ValueKind::Float(_))) {
+        let v = items.iter().map(|v| match v {
+            ValueKind::Float(f) => *f,
+            _ => 0.0,
+        });
+        return Value::Array(Array::F64(v.collect()));
+    }
+    if all(|v| matches!(v, ValueKind::Str { .. })) {
+        let v = items.iter().map(|v| match v {
+            ValueKind::Str { text, .. } => StringValue::from(text.clone()),
+            _ => StringValue::from(""),
+        });
+        return Value::Array(Array::String(v.collect()));
+    }
+    let mut out = Vec::new();
+    crate::export::jsonl::write_value(
+        &mut out,
+        &ValueKind::Array {
+            items: items.to_vec(),
+            truncated: false,
+        },
+    );
+    Value::String(String::from_utf8_lossy(&out).into_owned().into())
 }
 
 /// Builds spans from calls and holds them until they are taken for export.
@@ -207,9 +249,21 @@ impl SpanBuilder {
                 attributes.push(KeyValue::new("gprobe.unfinished", true));
             }
             let name = pa.name;
-            let trace_id =
-                TraceId::from(((self.next_u64() as u128) << 64) | self.next_u64() as u128);
-            let span_id = SpanId::from(self.next_u64());
+            // The reader gives every call its ids (nesting); records made elsewhere
+            // (tests, benchmarks) may have none: a root of its own then.
+            let (trace_id, span_id, parent) = if rec.span.span_id != 0 {
+                (
+                    TraceId::from(rec.span.trace_id),
+                    SpanId::from(rec.span.span_id),
+                    rec.span.parent.map_or(SpanId::INVALID, SpanId::from),
+                )
+            } else {
+                (
+                    TraceId::from(((self.next_u64() as u128) << 64) | self.next_u64() as u128),
+                    SpanId::from(self.next_u64()),
+                    SpanId::INVALID,
+                )
+            };
             let start = UNIX_EPOCH + Duration::from_nanos(rec.start_time_unix_nano);
             let end = start + Duration::from_nanos(rec.duration_ns.unwrap_or(0));
             let span = SpanData {
@@ -220,7 +274,7 @@ impl SpanBuilder {
                     false,
                     TraceState::default(),
                 ),
-                parent_span_id: SpanId::INVALID,
+                parent_span_id: parent,
                 parent_span_is_remote: false,
                 span_kind: SpanKind::Internal,
                 name: Cow::Borrowed(name),
@@ -276,6 +330,7 @@ mod tests {
             returns,
             resource: Arc::new(Resource::default()),
             unfinished: false,
+            span: Default::default(),
         }
     }
 
@@ -288,6 +343,27 @@ mod tests {
 
     fn meta(spec: &str, symbol: &str) -> Arc<ProbeMeta> {
         Arc::new(ProbeMeta::simple(spec, symbol, true))
+    }
+
+    #[test]
+    fn spans_keep_the_ids_the_reader_gave_their_calls() {
+        let mut ex = SpanBuilder::new();
+        let m = meta("s", "main.step");
+        let mut child = call(&m, vec![], Some(vec![]));
+        child.span = crate::events::SpanIds {
+            trace_id: 0xabc,
+            span_id: 0x2,
+            parent: Some(0x1),
+        };
+        let root = call(&m, vec![], Some(vec![]));
+        ex.record(&[child, root]);
+        let spans: Vec<SpanData> = ex.take(10).into_iter().flat_map(|(_, s)| s).collect();
+        assert_eq!(spans[0].span_context.trace_id(), TraceId::from(0xabc_u128));
+        assert_eq!(spans[0].span_context.span_id(), SpanId::from(2_u64));
+        assert_eq!(spans[0].parent_span_id, SpanId::from(1_u64));
+        // A record without ids (not from the reader): a root of its own trace.
+        assert_eq!(spans[1].parent_span_id, SpanId::INVALID);
+        assert_ne!(spans[1].span_context.trace_id(), TraceId::INVALID);
     }
 
     #[test]

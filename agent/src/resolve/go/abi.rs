@@ -175,13 +175,22 @@ pub fn layout(params: &[GoType], results: &[GoType]) -> Layout {
 pub enum TypeError {
     #[error("unknown type {0}: write its underlying type (e.g. int64 for a named integer, *T or a map/chan/func as they are), or omit the signature where the binary has DWARF")]
     Unknown(String),
+    /// A named type the binary does not describe (or describes ambiguously).
+    #[error(transparent)]
+    Binary(Box<super::types::TypeError>),
+}
+
+impl From<super::types::TypeError> for TypeError {
+    fn from(e: super::types::TypeError) -> Self {
+        TypeError::Binary(Box::new(e))
+    }
 }
 
 /// Maps a signature type to its layout. Named types other than the predeclared ones and a
 /// few well-known standard-library types are not knowable without DWARF.
 pub fn type_of(t: &TypeExpr) -> Result<GoType, TypeError> {
     Ok(match t {
-        TypeExpr::Named { package, name } => match (package.as_deref(), name.as_str()) {
+        TypeExpr::Named { package, name, .. } => match (package.as_deref(), name.as_str()) {
             (None, "bool") => GoType::Bool,
             (None, "int" | "int64") => GoType::Int {
                 size: 8,
@@ -239,7 +248,7 @@ pub fn type_of(t: &TypeExpr) -> Result<GoType, TypeError> {
             GoType::Pointer
         }
         TypeExpr::Slice(elem) => GoType::Slice {
-            bytes: matches!(&**elem, TypeExpr::Named { package: None, name } if name == "byte" || name == "uint8"),
+            bytes: matches!(&**elem, TypeExpr::Named { package: None, name, .. } if name == "byte" || name == "uint8"),
         },
         TypeExpr::Interface => GoType::Interface,
         TypeExpr::Array(n, elem) => GoType::new_array(*n, type_of(elem)?),

@@ -30,6 +30,9 @@ pub struct DwarfParam {
 pub struct DwarfSignature {
     pub params: Vec<DwarfParam>,
     pub results: Vec<DwarfParam>,
+    /// DWARF lists a `.dict` parameter: a generic instantiation's dictionary pointer,
+    /// passed before the declared parameters (Go 1.21+ lists it, Go 1.19 does not).
+    pub dictionary: bool,
 }
 
 pub(super) use crate::resolve::dwarf_sections::R;
@@ -123,13 +126,18 @@ pub(super) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    fn new(cache: &'a DwarfCache, elf: &'a ElfFile) -> Self {
+    pub(super) fn new(cache: &'a DwarfCache, elf: &'a ElfFile) -> Self {
         Ctx {
             dwarf: cache.dwarf(elf),
             unit_starts: &cache.units,
             units: HashMap::new(),
             types: HashMap::new(),
         }
+    }
+
+    /// The loaded DWARF, for walks over every unit.
+    pub(super) fn gimli(&self) -> &gimli::Dwarf<R<'a>> {
+        &self.dwarf
     }
 
     /// The unit holding .debug_info offset `off`, and the entry's offset in it.
@@ -200,8 +208,15 @@ impl<'a> Ctx<'a> {
         let mut sig = DwarfSignature {
             params: Vec::new(),
             results: Vec::new(),
+            dictionary: false,
         };
         for (name, is_result, ty, _) in raw {
+            // The dictionary of a generic function's instantiation: not a declared
+            // parameter; the planner adds the word it takes (go/types/generic.rs).
+            if !is_result && name.as_deref() == Some(".dict") {
+                sig.dictionary = true;
+                continue;
+            }
             let ty = ty.ok_or_else(|| {
                 format!(
                     "parameter {} has no type",

@@ -158,6 +158,15 @@ impl<'a> Ctx<'a> {
                 _ => return Err(format!("{} is not a type gprobe can decode", type_desc())),
             },
         };
+        // A generic function's parameters have types `.param0`, `.param1`...: typedefs of
+        // the instantiated type, whose name is the one to show.
+        let name = match name {
+            Some(n) if is_typedef && n.starts_with(".param") => target
+                .map(|t| self.go_type(t, depth + 1))
+                .transpose()?
+                .map(|t| t.0),
+            n => n,
+        };
         let type_name = name.unwrap_or_else(|| ty.to_string());
         self.types.insert(off, (type_name.clone(), ty.clone()));
         Ok((type_name, ty))

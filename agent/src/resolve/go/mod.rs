@@ -1,9 +1,11 @@
 //! Go binaries: the function table (pclntab) and the module data that places it, the Go
 //! version, DWARF signatures, inline trees, the stack-growth check, the register ABI and
-//! the planning of captures under it.
+//! the planning of captures under it; `types/`: Go types from DWARF or the runtime type
+//! descriptors, field paths, generic instantiations, and the names of dynamic types.
 
 pub mod abi;
 pub mod gotype;
+pub mod types;
 
 pub(crate) mod buildinfo;
 pub(crate) mod dwarf;
@@ -250,6 +252,11 @@ impl GoInfo {
         let lay = abi::layout(&types(&sig.params), &types(&sig.results));
         let words = |t: &gotype::GoType| t.size().next_multiple_of(8);
         let mut max: u64 = lay.params.iter().map(|p| words(&p.ty)).sum();
+        // A shape instantiation's dictionary pointer, which DWARF does not list as a
+        // parameter (go/types/generic.rs).
+        if types::generic::takes_dictionary(&String::from_utf8_lossy(elf.name_bytes(f.name_off))) {
+            max += 8;
+        }
         max += lay
             .results
             .iter()

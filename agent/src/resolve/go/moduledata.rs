@@ -6,7 +6,11 @@
 //! Layout (amd64, Go 1.18 to 1.27): `pcHeader *pcHeader` at 0, then the slices
 //! funcnametab (8), cutab (32), filetab (56), pctab (80), pclntable (104), ftab (128),
 //! then findfunctab (152), minpc (160), maxpc (168), text (176), etext (184). Later fields
-//! moved between releases (see [`GOFUNC_OFFSETS`]).
+//! moved between releases (see [`GOFUNC_OFFSETS`]), among them where the runtime type
+//! descriptors are (`types`, `etypes`) and how they are listed: `typelinks` (offsets of
+//! the types from `types`) and `itablinks` (pointers to the itabs) up to Go 1.26, a
+//! contiguous run of descriptors and itabs in Go 1.27 (`typedesclen`, `itaboffset`,
+//! `itabsize`).
 
 use super::pclntab::Pclntab;
 use crate::resolve::elf::{u64_at, ElfFile};
@@ -20,6 +24,36 @@ pub(crate) struct ModuleData {
     pub text: u64,
     /// Where funcdata offsets count from (`go:func.*`), when recognized.
     pub gofunc: Option<u64>,
+    /// Where the runtime type descriptors are, when recognized.
+    pub types: Option<TypeSection>,
+}
+
+/// The runtime type descriptors of a module (link-time addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TypeSection {
+    /// `runtime.types`: the base of every nameOff and typeOff.
+    pub types: u64,
+    pub etypes: u64,
+    pub links: TypeLinks,
+}
+
+/// How a module lists its descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TypeLinks {
+    /// Go 1.18 to 1.26: `typelinks []int32` (offsets from `types` of the types reflect
+    /// can look up) and `itablinks []*itab`, each as (address of the array, length).
+    Tables {
+        typelinks: (u64, u64),
+        itablinks: (u64, u64),
+    },
+    /// Go 1.27: descriptors from `types + 8` on, the typelinked ones in the first
+    /// `typedesclen` bytes, then the others; the itabs in `[types + itaboffset,
+    /// types + itaboffset + itabsize)`.
+    Contiguous {
+        typedesclen: u64,
+        itaboffset: u64,
+        itabsize: u64,
+    },
 }
 
 const OFF_FUNCNAMETAB: u64 = 8;
@@ -35,8 +69,11 @@ const OFF_ETEXT: u64 = 184;
 /// length or a slice capacity, which is not an address of the file.
 const GOFUNC_OFFSETS: [u64; 3] = [344, 320, 304];
 
-/// The bytes read of a candidate: up to the last gofunc offset.
-const WINDOW: u64 = 352;
+/// The bytes read of a candidate: up to the end of `itablinks` in Go 1.20-1.26.
+const WINDOW: u64 = 400;
+
+/// Where `types` is, by the gofunc offset that matched (the same order).
+const TYPES_OFFSETS: [u64; 3] = [296, 296, 280];
 
 /// Words of the module data as the loaded program sees them: a word with an
 /// R_X86_64_RELATIVE relocation holds its addend (the link-time address) once loaded,
@@ -131,15 +168,61 @@ fn validate(elf: &ElfFile, p: &Pclntab, pcln_vaddr: u64, addr: u64) -> Option<Mo
     {
         return None;
     }
-    let gofunc = GOFUNC_OFFSETS.iter().find_map(|&off| {
+    let layout = GOFUNC_OFFSETS.iter().position(|&off| {
         let (rodata, gofunc) = (w.at(off - 8), w.at(off));
-        (rodata != 0
+        rodata != 0
             && rodata <= gofunc
             && elf.file_offset(rodata).is_some()
-            && elf.file_offset(gofunc).is_some())
-        .then_some(gofunc)
+            && elf.file_offset(gofunc).is_some()
     });
-    Some(ModuleData { addr, text, gofunc })
+    let gofunc = layout.map(|i| w.at(GOFUNC_OFFSETS[i]));
+    let types = layout.and_then(|i| type_section(elf, &w, i));
+    Some(ModuleData {
+        addr,
+        text,
+        gofunc,
+        types,
+    })
+}
+
+/// The type descriptors' place under the layout `i` of [`GOFUNC_OFFSETS`], if its fields
+/// are consistent (inside the file, lengths equal to capacities).
+fn type_section(elf: &ElfFile, w: &Window, i: usize) -> Option<TypeSection> {
+    let t = TYPES_OFFSETS[i];
+    let types = w.at(t);
+    elf.file_offset(types)?;
+    let links = if i == 0 {
+        let etypes = w.at(t + 16);
+        let (ioff, isize) = (w.at(t + 24), w.at(t + 32));
+        if ioff > etypes.checked_sub(types)? || isize > etypes - types - ioff {
+            return None;
+        }
+        let typedesclen = w.at(t + 8);
+        (typedesclen <= ioff).then_some(TypeLinks::Contiguous {
+            typedesclen,
+            itaboffset: ioff,
+            itabsize: isize,
+        })?
+    } else {
+        // textsectmap (a slice) follows gofunc; typelinks and itablinks follow it.
+        let slice = |off: u64| -> Option<(u64, u64)> {
+            let (ptr, len, cap) = (w.at(off), w.at(off + 8), w.at(off + 16));
+            (len == cap && (len == 0 || elf.file_offset(ptr).is_some())).then_some((ptr, len))
+        };
+        let gofunc = GOFUNC_OFFSETS[i];
+        TypeLinks::Tables {
+            typelinks: slice(gofunc + 32)?,
+            itablinks: slice(gofunc + 56)?,
+        }
+    };
+    let etypes = w.at(if i == 0 { t + 16 } else { t + 8 });
+    (etypes >= types && elf.file_offset(etypes.saturating_sub(1)).is_some()).then_some(
+        TypeSection {
+            types,
+            etypes,
+            links,
+        },
+    )
 }
 
 /// The word at `addr` as the loaded program sees it (relocation addend first).

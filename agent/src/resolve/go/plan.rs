@@ -1,24 +1,28 @@
 //! Capture planning for Go functions: parameter and result types from the probe's
 //! signature or DWARF (DWARF wins where they disagree), their places under the register
-//! ABI, and the BPF read of each captured value.
+//! ABI, and the BPF read of each captured value (`types/path.rs`: names, field paths and
+//! lengths alike).
 
-use gprobe_crds::signature::{parse_signature, Signature, ValueRef};
+use gprobe_crds::gopath::parse_go_capture;
+use gprobe_crds::signature::{parse_signature, Signature, TypeExpr, ValueRef};
 use gprobe_crds::Probe;
 
-use super::abi::{layout, signature_types, Layout, Loc, Placed};
+use super::abi::{layout, Layout};
 use super::gotype::GoType;
-use crate::attach::abi::{self, GpCapture, GpLoc};
-use crate::resolve::error::{PlanError, Uncapturable};
-use crate::resolve::plan::{
-    CapturePlan, Captures, Decode, PlanWarning, SignatureDifference, SignatureSource,
-};
+use super::types::{generic, path, TypeRef, TypeStore};
+use crate::resolve::error::{go_package, PlanError};
+use crate::resolve::plan::{Captures, PlanWarning, SignatureDifference, SignatureSource};
 use crate::resolve::{Binary, DwarfSignature, FuncInfo};
 
 /// Names and types of a function's parameters and results, and where they came from.
 struct Typed {
     params: Vec<String>,
     results: Vec<String>,
+    /// Where each parameter and result is (a generic instantiation's dictionary left out).
     layout: Layout,
+    /// The type of each parameter and result, for field paths.
+    param_types: Vec<TypeRef>,
+    result_types: Vec<TypeRef>,
     /// Names of the probe's signature that DWARF does not use, each bound to the position
     /// it has in the signature (when DWARF overrode the signature).
     aliases: Vec<(String, ValueRef)>,
@@ -73,24 +77,37 @@ pub(crate) fn plan_captures(
     if probe.capture.is_empty() {
         return Ok(Captures::default());
     }
-    let typed = types(bin, func, probe, warnings)?;
+    let mut store = TypeStore::new(bin, go_package(&func.name));
+    let typed = types(bin, &mut store, func, probe, warnings)?;
     let mut caps = Captures {
         source: Some(typed.source),
         ..Default::default()
     };
-    for name in &probe.capture {
-        let (placed, is_result) = match typed.lookup(name) {
-            Some(ValueRef::Param(i)) => (&typed.layout.params[i], false),
-            Some(ValueRef::Result(i)) => (&typed.layout.results[i], true),
+    for entry in &probe.capture {
+        let cap = parse_go_capture(entry).map_err(|source| PlanError::CaptureSyntax {
+            symbol: symbol.clone(),
+            source,
+        })?;
+        let (placed, ty, is_result) = match typed.lookup(&cap.root) {
+            Some(ValueRef::Param(i)) => (&typed.layout.params[i], typed.param_types[i], false),
+            Some(ValueRef::Result(i)) => (&typed.layout.results[i], typed.result_types[i], true),
             None => {
                 return Err(PlanError::UnknownCapture {
                     symbol: symbol.clone(),
-                    name: name.clone(),
+                    name: entry.clone(),
                     known: typed.known(),
                 })
             }
         };
-        let plan = capture_plan(symbol, name, placed, max_string_bytes)?;
+        let plan = path::plan_capture(
+            &mut store,
+            symbol,
+            entry,
+            &cap,
+            placed,
+            ty,
+            max_string_bytes,
+        )?;
         if is_result {
             caps.ret.push(plan);
         } else {
@@ -100,18 +117,33 @@ pub(crate) fn plan_captures(
     Ok(caps)
 }
 
+/// Lays out parameters and results; a generic instantiation takes its dictionary pointer
+/// first (RAX), before the declared parameters, which the layout leaves out.
+fn abi_layout(dictionary: bool, params: &[GoType], results: &[GoType]) -> Layout {
+    if !dictionary {
+        return layout(params, results);
+    }
+    let mut with_dict = vec![GoType::Pointer];
+    with_dict.extend_from_slice(params);
+    let mut lay = layout(&with_dict, results);
+    lay.params.remove(0);
+    lay
+}
+
 /// The parameter and result types: the probe's signature, else DWARF; where both exist
 /// and lay out differently, DWARF (the compiler's own record) and a warning.
 fn types(
     bin: &Binary,
+    store: &mut TypeStore<'_>,
     func: &FuncInfo,
     probe: &Probe,
     warnings: &mut Vec<PlanWarning>,
 ) -> Result<Typed, PlanError> {
     let symbol = &probe.symbol;
+    let dict = generic::takes_dictionary(&func.name);
     let Some(text) = &probe.signature else {
         return match bin.dwarf_signature(func)? {
-            Some(d) => Ok(from_dwarf(&d, Vec::new())),
+            Some(d) => Ok(from_dwarf(store, dict || d.dictionary, &d, Vec::new())),
             None => Err(PlanError::NoSignature {
                 symbol: symbol.clone(),
                 path: bin.path().to_path_buf(),
@@ -122,12 +154,29 @@ fn types(
         symbol: symbol.clone(),
         source,
     })?;
-    let (tp, tr) = signature_types(&sig).map_err(|(param, source)| PlanError::SignatureType {
-        symbol: symbol.clone(),
-        param,
-        source,
-    })?;
-    let lay = layout(&tp, &tr);
+    store.bind_type_params(&sig.type_params, &func.name);
+    let refs = |store: &mut TypeStore<'_>, ps: &[gprobe_crds::signature::Param]| {
+        ps.iter()
+            .map(|p| store.expr_type(&p.ty))
+            .collect::<Vec<_>>()
+    };
+    let (param_types, result_types) = (refs(store, &sig.params), refs(store, &sig.results));
+    let mut shapes = |ps: &[gprobe_crds::signature::Param], refs: &[TypeRef]| {
+        ps.iter()
+            .zip(refs)
+            .map(|(p, &r)| {
+                store.shape(r).map_err(|e| PlanError::SignatureType {
+                    symbol: symbol.clone(),
+                    param: p.name.clone(),
+                    source: e.into(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let (tp, tr) = (
+        shapes(&sig.params, &param_types)?,
+        shapes(&sig.results, &result_types)?,
+    );
     // DWARF that cannot be used (absent, or incomplete as in Go 1.19's unnamed
     // parameters) leaves the signature as the only description.
     let dwarf = match bin.dwarf_signature(func) {
@@ -137,42 +186,84 @@ fn types(
             None
         }
     };
+    // DWARF's `.dict` marks an instantiation too (whatever its name says).
+    let dict = dict || dwarf.as_ref().is_some_and(|d| d.dictionary);
+    let lay = abi_layout(dict, &tp, &tr);
     if let Some(d) = dwarf {
-        let differences = compare(&sig, &lay, &d);
+        let differences = compare(&sig, &lay, &d, dict);
         if !differences.is_empty() {
             warnings.push(PlanWarning::SignatureDisagreesWithDwarf {
                 symbol: symbol.clone(),
                 differences,
             });
-            return Ok(from_dwarf(&d, aliases(&sig, &d)));
+            return Ok(from_dwarf(store, dict, &d, aliases(&sig, &d)));
         }
     }
     Ok(Typed {
         params: sig.params.iter().map(|p| p.name.clone()).collect(),
         results: sig.results.iter().map(|p| p.name.clone()).collect(),
         layout: lay,
+        param_types,
+        result_types,
         aliases: Vec::new(),
         source: SignatureSource::Signature,
     })
 }
 
-fn from_dwarf(d: &DwarfSignature, aliases: Vec<(String, ValueRef)>) -> Typed {
+fn from_dwarf(
+    store: &mut TypeStore<'_>,
+    dict: bool,
+    d: &DwarfSignature,
+    aliases: Vec<(String, ValueRef)>,
+) -> Typed {
     let tys = |ps: &[super::DwarfParam]| ps.iter().map(|p| p.ty.clone()).collect::<Vec<_>>();
+    let mut refs = |ps: &[super::DwarfParam]| {
+        ps.iter()
+            .map(|p| dwarf_type(store, &p.type_name, &p.ty))
+            .collect::<Vec<_>>()
+    };
     Typed {
         params: d.params.iter().map(|p| p.name.clone()).collect(),
         results: d.results.iter().map(|p| p.name.clone()).collect(),
-        layout: layout(&tys(&d.params), &tys(&d.results)),
+        layout: abi_layout(dict, &tys(&d.params), &tys(&d.results)),
+        param_types: refs(&d.params),
+        result_types: refs(&d.results),
         aliases,
         source: SignatureSource::Dwarf,
     }
 }
 
+/// The type DWARF names `name` (every Go type DIE has a name); where the name is not
+/// found, the type as a signature would spell its shape, which plain captures need.
+fn dwarf_type(store: &mut TypeStore<'_>, name: &str, shape: &GoType) -> TypeRef {
+    if let Some(r) = store.dwarf_named(name) {
+        return r;
+    }
+    let spelled = |n: &str| TypeExpr::Named {
+        package: None,
+        name: n.into(),
+        args: Vec::new(),
+    };
+    let e = match shape {
+        GoType::Slice { bytes: true } => TypeExpr::Slice(Box::new(spelled("byte"))),
+        GoType::Interface => spelled("error"),
+        GoType::Pointer => TypeExpr::Pointer(Box::new(spelled("byte"))),
+        other => spelled(&other.to_string()),
+    };
+    store.expr_type(&e)
+}
+
 /// How the signature differs from DWARF in count or ABI shape (the registers, stack
 /// slots and sizes of each value); types of the same shape (e.g. `*Client` and
 /// `*net/http.Client`, or `int` and `int64`) agree.
-fn compare(sig: &Signature, lay: &Layout, d: &DwarfSignature) -> Vec<SignatureDifference> {
+fn compare(
+    sig: &Signature,
+    lay: &Layout,
+    d: &DwarfSignature,
+    dict: bool,
+) -> Vec<SignatureDifference> {
     let tys = |ps: &[super::DwarfParam]| ps.iter().map(|p| p.ty.clone()).collect::<Vec<_>>();
-    let dl = layout(&tys(&d.params), &tys(&d.results));
+    let dl = abi_layout(dict, &tys(&d.params), &tys(&d.results));
     let mut out = Vec::new();
     if sig.params.len() != d.params.len() {
         out.push(SignatureDifference::ParamCount {
@@ -246,111 +337,6 @@ fn aliases(sig: &Signature, d: &DwarfSignature) -> Vec<(String, ValueRef)> {
     out
 }
 
-/// Go's integer argument registers (ABIInternal order RAX RBX RCX RDI RSI R8 R9 R10 R11)
-/// as x86 register numbers.
-const GO_INT_REGS: [u8; 9] = {
-    use abi::reg::*;
-    [RAX, RBX, RCX, RDI, RSI, R8, R9, R10, R11]
-};
-
-/// Where BPF reads one part; `Err(register)` for an SSE register.
-fn loc(l: Loc) -> Result<GpLoc, u8> {
-    match l {
-        Loc::IntReg(r) => Ok(GpLoc {
-            kind: abi::LOC_REG,
-            reg: GO_INT_REGS[r as usize],
-            ..Default::default()
-        }),
-        // Stack arguments: memory at the stack pointer the probe sees plus `off`.
-        Loc::Stack(off) => Ok(GpLoc {
-            kind: abi::LOC_MEM,
-            reg: abi::reg::RSP,
-            off,
-            ..Default::default()
-        }),
-        Loc::FloatReg(x) => Err(x),
-    }
-}
-
-fn capture_plan(
-    symbol: &str,
-    name: &str,
-    placed: &Placed,
-    max_string_bytes: u32,
-) -> Result<CapturePlan, PlanError> {
-    let float_err = |what: &'static str| {
-        move |reg| PlanError::FloatInRegister {
-            symbol: symbol.to_string(),
-            name: name.to_string(),
-            what,
-            reg,
-        }
-    };
-    let word = |decode: Decode, what: &'static str| -> Result<CapturePlan, PlanError> {
-        let p = placed.parts[0];
-        Ok(CapturePlan {
-            name: name.to_string(),
-            decode,
-            bpf: GpCapture {
-                kind: abi::CAP_WORD,
-                size: p.size.min(8) as u8,
-                loc: [loc(p.loc).map_err(float_err(what))?, GpLoc::default()],
-                ..Default::default()
-            },
-        })
-    };
-    let bytes = |decode: Decode| -> Result<CapturePlan, PlanError> {
-        let (ptr, len) = (placed.parts[0], placed.parts[1]);
-        Ok(CapturePlan {
-            name: name.to_string(),
-            decode,
-            bpf: GpCapture {
-                kind: abi::CAP_BYTES,
-                max_len: max_string_bytes.min(abi::GP_MAX_STR as u32) as u16,
-                loc: [
-                    loc(ptr.loc).map_err(float_err("pointer"))?,
-                    loc(len.loc).map_err(float_err("length"))?,
-                ],
-                ..Default::default()
-            },
-        })
-    };
-    let uncapturable = |kind| PlanError::Uncapturable {
-        symbol: symbol.to_string(),
-        name: name.to_string(),
-        type_name: placed.ty.to_string(),
-        kind,
-    };
-    match &placed.ty {
-        GoType::Bool => word(Decode::Bool, "bool"),
-        GoType::Int { size, signed } => word(
-            Decode::Int {
-                size: *size,
-                signed: *signed,
-            },
-            "integer",
-        ),
-        GoType::Uintptr => word(
-            Decode::Int {
-                size: 8,
-                signed: false,
-            },
-            "uintptr",
-        ),
-        GoType::Pointer => word(Decode::Pointer, "pointer"),
-        GoType::Float { size } => word(
-            Decode::Float { size: *size },
-            if *size == 4 { "float32" } else { "float64" },
-        ),
-        GoType::Interface => word(Decode::Interface, "interface"),
-        GoType::String => bytes(Decode::Str),
-        GoType::Slice { bytes: true } => bytes(Decode::Bytes),
-        GoType::Slice { bytes: false } => Err(uncapturable(Uncapturable::Slice)),
-        GoType::Complex { .. } => Err(uncapturable(Uncapturable::Complex)),
-        GoType::Struct { .. } | GoType::Array { .. } => Err(uncapturable(Uncapturable::Aggregate)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,13 +355,14 @@ mod tests {
         DwarfSignature {
             params: list(params),
             results: list(results),
+            dictionary: false,
         }
     }
 
     fn compared(sig: &str, d: &DwarfSignature) -> Vec<SignatureDifference> {
         let sig = parse_signature(sig).unwrap();
-        let (tp, tr) = signature_types(&sig).unwrap();
-        compare(&sig, &layout(&tp, &tr), d)
+        let (tp, tr) = crate::resolve::go::abi::signature_types(&sig).unwrap();
+        compare(&sig, &layout(&tp, &tr), d, false)
     }
 
     const INT: GoType = GoType::Int {
@@ -439,7 +426,9 @@ mod tests {
             &[("err", GoType::Interface)],
         );
         let sig = parse_signature("func(url int, target string) (n int, failure error)").unwrap();
-        let typed = from_dwarf(&d, aliases(&sig, &d));
+        let bin = Binary::open(&std::env::current_exe().unwrap()).unwrap();
+        let mut store = TypeStore::new(&bin, "main");
+        let typed = from_dwarf(&mut store, false, &d, aliases(&sig, &d));
         // DWARF's own names win; `url` is DWARF's url, not the signature's position 0.
         assert_eq!(typed.lookup("url"), Some(ValueRef::Param(1)));
         assert_eq!(typed.lookup("c"), Some(ValueRef::Param(0)));

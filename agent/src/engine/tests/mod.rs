@@ -56,6 +56,12 @@ impl Tracer for FakeTracer {
         })
     }
 
+    fn loader_config(&mut self) -> Result<CfgId, TraceError> {
+        let mut k = self.0.borrow_mut();
+        k.configs.insert(loader::LOADER_CFG);
+        Ok(loader::LOADER_CFG)
+    }
+
     fn remove_probe(&mut self, cfg: ProbeConfig) {
         let mut k = self.0.borrow_mut();
         k.configs.remove(&cfg.entry);
@@ -146,11 +152,7 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
         entry_captures: vec![],
         return_captures: vec![],
         signature_source: crate::plan::SignatureSource::Signature,
-        warnings: vec![],
-        extra_entry_sites: vec![],
-        uretprobe: false,
-        ref_ctr_offset: 0,
-        pair_by_thread: false,
+        ..Default::default()
     }
 }
 
@@ -171,6 +173,16 @@ impl Resolver for FakeResolver {
                 s => Ok(plan(s, if r.probe.latency { 2 } else { 0 })),
             })
             .collect()
+    }
+
+    fn newproc_plan(&mut self, _path: &Path) -> Option<ProbePlan> {
+        None
+    }
+
+    fn loader_hook(&mut self, path: &Path) -> Option<u64> {
+        path.to_string_lossy()
+            .contains("ld-linux")
+            .then_some(loader::LOADER_OFFSET)
     }
 }
 
@@ -198,6 +210,9 @@ fn proc(pid: u32, exe: &str, ino: u64) -> ProcInfo {
         libraries: Vec::new(),
     }
 }
+
+mod holds;
+mod loader;
 
 struct World {
     engine: Engine<FakeTracer, FakeResolver>,
@@ -504,32 +519,6 @@ fn exec_into_a_new_program_replaces_the_old_ones_probes() {
     assert_eq!(w.exits.try_recv(), Ok(10));
 }
 
-#[test]
-fn holds_the_engine_never_heard_of_are_released_by_the_tick() {
-    let mut w = world(Mode::Local);
-    w.kernel.borrow_mut().held.insert(42, 0);
-    w.engine.tick(Instant::now());
-    assert_eq!(w.kernel.borrow().resumed, [42]);
-}
-
-#[test]
-fn shutdown_resumes_holds_and_detaches_everything() {
-    let mut w = world(Mode::Local);
-    w.engine
-        .add_spec(spec("s", None, "{executable: /app/shop}", TWO))
-        .unwrap();
-    w.engine
-        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
-    w.engine
-        .process_seen(proc(11, "/app/shop", 7), Origin::Running);
-    w.kernel.borrow_mut().held.insert(99, monotonic_ns());
-    assert!(w.engine.shutdown(Instant::now() + Duration::from_secs(1)));
-    let k = w.kernel.borrow();
-    assert!(k.links.is_empty());
-    assert!(k.configs.is_empty());
-    assert!(k.resumed.contains(&99));
-}
-
 fn container(id: &str, ns: &str, app: &str) -> Container {
     Container {
         id: id.repeat(64),
@@ -584,56 +573,4 @@ fn cluster_mode_selects_containers_of_the_specs_namespace_only() {
         .is_empty());
     assert_eq!(live_links(&w, 10), 0);
     assert!(!w.engine.is_tracked(10));
-}
-
-#[test]
-fn library_probes_go_into_the_libraries_the_glob_names_also_when_loaded_later() {
-    let mut w = world(Mode::Local);
-    w.engine
-        .add_spec(spec(
-            "tls",
-            None,
-            "{executable: /app/shop}",
-            "[{symbol: SSL_write, library: \"libssl.so*\"}, {symbol: main.a}]",
-        ))
-        .unwrap();
-    let lib = |path: &str, ino| crate::discover::MappedFile {
-        path: path.into(),
-        key: FileKey { dev: 2, ino },
-    };
-    let mut p = proc(10, "/app/shop", 7);
-    p.libraries = vec![lib("/usr/lib/libc.so.6", 50)];
-    w.engine.process_seen(p, exec(true));
-    assert_eq!(
-        live_links(&w, 10),
-        1,
-        "main.a now; SSL_write when libssl is loaded"
-    );
-    assert_eq!(
-        w.stats.processes().traced,
-        1,
-        "waiting for a library is not a miss"
-    );
-    assert_eq!(w.engine.pids_with_library_probes(), [10]);
-    w.engine.libraries_changed(
-        10,
-        vec![
-            lib("/usr/lib/libc.so.6", 50),
-            lib("/usr/lib/x86_64-linux-gnu/libssl.so.3", 51),
-        ],
-    );
-    assert_eq!(live_links(&w, 10), 2);
-    let snap = w.engine.snapshot();
-    assert_eq!(snap.specs[0].processes[0].probes.len(), 2);
-    // Seen again: nothing attached twice.
-    w.engine.libraries_changed(
-        10,
-        vec![
-            lib("/usr/lib/x86_64-linux-gnu/libssl.so.3", 51),
-            lib("/usr/lib/libc.so.6", 50),
-        ],
-    );
-    assert_eq!(live_links(&w, 10), 2);
-    w.engine.process_exited(10);
-    assert_eq!(live_links(&w, 10), 0);
 }

@@ -1,0 +1,264 @@
+/* Values of field paths (GP_CAPF_PATH) and of Go's composite kinds (GP_CAP_IFACE, SLICE,
+ * STRS, IFACES), written into the scratch buffer of gprobe.bpf.c. The records are
+ * specified in agent/src/attach/abi.rs (GpCapture); this file only carries them out.
+ *
+ * The noinline functions are global: loaded with the program's BTF (both aya and the
+ * uprobe_multi loader pass it), the verifier checks each once, on its own. Without BTF
+ * they would be checked at each call (some 2 s of verification), and record offsets that
+ * pass through s->cursor (memory whose contents the verifier does not track) keep the
+ * outcomes of one element or capture from multiplying those of the next. Included by
+ * gprobe.bpf.c after struct scratch. */
+
+/* The scratch buffer at `o`, masked below GP_SCRATCH; struct scratch's slack holds what a
+ * write of one string may run past it (the planner keeps real records inside). */
+static __always_inline __u8 *at(struct scratch *s, __u32 o)
+{
+	return s->buf + (o & (GP_SCRATCH - 1));
+}
+
+/* `v` stored in and read back from map memory: the same number, but one whose value the
+ * verifier no longer knows (volatile: the compiler must not forward the store). */
+static __always_inline __u32 untracked(struct scratch *s, __u32 v)
+{
+	*(volatile __u64 *)&s->cursor = v;
+	return (__u32) * (volatile __u64 *)&s->cursor;
+}
+
+static __always_inline __u32 pad8(__u32 n)
+{
+	return (n + 7) & ~7U;
+}
+
+static __always_inline __u32 clamp32(__u64 n)
+{
+	return n > 0xffffffffULL ? 0xffffffffU : (__u32)n;
+}
+
+/* min(len, max) bytes at ptr into the buffer at `o`: the bytes kept; TRUNCATED when len >
+ * max, FAULT (and 0 kept) when unreadable. */
+static __always_inline __u32 read_bytes(struct scratch *s, __u32 o, __u64 ptr, __u64 len,
+					__u32 max, __u8 *flags)
+{
+	__u32 n = len > max ? max : (__u32)len;
+	if (n > GP_MAX_STR)
+		n = GP_MAX_STR;
+	if (len > n)
+		*flags |= GP_VAL_TRUNCATED;
+	if (n && bpf_probe_read_user(at(s, o), n, (void *)ptr)) {
+		*flags |= GP_VAL_FAULT;
+		return 0;
+	}
+	return n;
+}
+
+/* The capture's words: w[0] (and w[1] for two-word kinds) from loc[0]/loc[1], or read at
+ * the end of its path. Returns 0, or the flags of a value without words: FAULT, or NIL |
+ * FAULT with *left = the hops not taken when the nil pointer was met (0: the last one). */
+static __always_inline __u8 cap_words(const __u64 *regs, const struct gp_capture *c, __u64 *w,
+				      __u32 *left)
+{
+	__u8 word = c->kind == GP_CAP_WORD;
+	w[0] = 0;
+	w[1] = 0;
+	if (!(c->flags & GP_CAPF_PATH)) {
+		int e = read_word(regs, &c->loc[0], word ? c->size : 8, &w[0]);
+		if (!word)
+			e |= read_word(regs, &c->loc[1], 8, &w[1]);
+		return e ? GP_VAL_FAULT : 0;
+	}
+	__u64 v = 0;
+	if (read_word(regs, &c->loc[0], 8, &v))
+		return GP_VAL_FAULT;
+	__u32 n = c->n_hops;
+	if (n > GP_MAX_HOPS)
+		n = GP_MAX_HOPS;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < GP_MAX_HOPS; i++) {
+		if (i >= n)
+			break;
+		if (!v) {
+			*left = n - i;
+			return GP_VAL_NIL | GP_VAL_FAULT;
+		}
+		if (bpf_probe_read_user(&v, 8, (void *)(v + (long)c->hops[i & (GP_MAX_HOPS - 1)])))
+			return GP_VAL_FAULT;
+	}
+	if (!v) {
+		*left = 0;
+		return GP_VAL_NIL | GP_VAL_FAULT;
+	}
+	void *a = (void *)(v + (long)c->off);
+	if (word)
+		return bpf_probe_read_user(w, mem_size(c->size), a) ? GP_VAL_FAULT : 0;
+	return bpf_probe_read_user(w, 16, a) ? GP_VAL_FAULT : 0;
+}
+
+/* One string of a []string at `p`: u32 full length, u16 bytes kept, u8 flags, u8 0, the
+ * bytes padded to 8. Returns the bytes written. */
+__attribute__((noinline)) int gp_str_elem(struct scratch *s, __u32 p, __u64 src, __u32 max)
+{
+	if (!s)
+		return 0;
+	__u64 h[2];
+	__u8 ef = 0;
+	__u32 k = 0, full = 0;
+	if (bpf_probe_read_user(h, sizeof(h), (void *)src)) {
+		ef = GP_VAL_FAULT;
+	} else {
+		full = clamp32(h[1]);
+		k = read_bytes(s, p + 8, h[0], h[1], max, &ef);
+	}
+	*(__u32 *)at(s, p) = full;
+	*(__u16 *)at(s, p + 4) = k;
+	*at(s, p + 6) = ef;
+	*at(s, p + 7) = 0;
+	return 8 + pad8(k);
+}
+
+/* One interface of a []any / []error at `p`: u64 type, u64 data, u64 w0, u64 w1, u16 bytes
+ * kept, u8 flags, 5 bytes 0, then (DATA_STR) the bytes at w0, padded. */
+__attribute__((noinline)) int gp_iface_elem(struct scratch *s, const struct gp_capture *c,
+					    __u32 p, __u64 src)
+{
+	if (!s || !c)
+		return 0;
+	__u64 e[2];
+	__u64 ty = 0, w0 = 0, w1 = 0;
+	__u8 ef = 0;
+	__u32 k = 0;
+	if (bpf_probe_read_user(e, sizeof(e), (void *)src)) {
+		ef = GP_VAL_FAULT;
+		e[1] = 0;
+	} else if (e[0]) {
+		ty = e[0];
+		if ((c->flags & GP_CAPF_ITAB) && bpf_probe_read_user(&ty, 8, (void *)(e[0] + 8))) {
+			ty = 0;
+			ef = GP_VAL_FAULT;
+		}
+		if (e[1]) {
+			/* A boxed scalar is w0; a string or a message-first error is (w0, w1). */
+			if (bpf_probe_read_user(&w0, 8, (void *)e[1]))
+				w0 = 0;
+			if (bpf_probe_read_user(&w1, 8, (void *)(e[1] + 8)))
+				w1 = 0;
+		}
+		if ((c->flags & GP_CAPF_DATA_STR) && w0) {
+			__u32 max = c->max_len > GP_MAX_ELEM_STR ? GP_MAX_ELEM_STR : c->max_len;
+			__u8 sf = 0;
+			k = read_bytes(s, p + 40, w0, w1, max, &sf);
+			/* Not a string after all (a boxed integer): no bytes, not a fault. */
+			if (!(sf & GP_VAL_FAULT))
+				ef |= sf;
+		}
+	} else {
+		e[1] = 0;
+	}
+	*(__u64 *)at(s, p) = ty;
+	*(__u64 *)at(s, p + 8) = e[1];
+	*(__u64 *)at(s, p + 16) = w0;
+	*(__u64 *)at(s, p + 24) = w1;
+	*(__u64 *)at(s, p + 32) = 0;
+	*(__u16 *)at(s, p + 32) = k;
+	*at(s, p + 34) = ef;
+	return 40 + pad8(k);
+}
+
+/* One value of a capture with a path or of a composite kind, at `off`: its gp_value header
+ * and bytes. Returns the bytes written (header included, padded to 8). */
+__attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct gp_capture *c,
+					       __u32 off, __u32 i)
+{
+	if (!s || !c)
+		return 0;
+	off &= GP_DATA_MASK;
+	struct gp_value *v = (struct gp_value *)(s->buf + off);
+	__u32 o = off + sizeof(*v); /* the value's bytes */
+	__u64 w[2];
+	__u32 left = 0;
+	__u8 flags = cap_words(s->regs, c, w, &left);
+	v->cap = i;
+	v->full_len = 0;
+	if (flags) {
+		v->flags = flags;
+		v->len = 0;
+		v->full_len = left;
+		return sizeof(*v);
+	}
+	__u32 len = 0;
+	__u8 kind = c->kind;
+	if (kind == GP_CAP_WORD) {
+		*(__u64 *)at(s, o) = w[0];
+		len = 8;
+	} else if (kind == GP_CAP_BYTES) {
+		__u64 n = len_of(w[1], c->size);
+		v->full_len = clamp32(n);
+		len = read_bytes(s, o, w[0], n, c->max_len, &flags);
+	} else if (kind == GP_CAP_IFACE) {
+		__u64 tab = w[0], data = w[1], ty = tab;
+		if (tab && (c->flags & GP_CAPF_ITAB) && bpf_probe_read_user(&ty, 8, (void *)(tab + 8))) {
+			flags |= GP_VAL_FAULT;
+		} else {
+			if (!tab)
+				data = 0; /* nil: 16 zero bytes */
+			*(__u64 *)at(s, o) = ty;
+			*(__u64 *)at(s, o + 8) = data;
+			len = 16;
+			__u64 h[2];
+			if (tab && data && (c->flags & GP_CAPF_DATA_STR) &&
+			    !bpf_probe_read_user(h, sizeof(h), (void *)data)) {
+				__u8 sf = 0;
+				__u32 k = read_bytes(s, o + 24, h[0], h[1], c->max_len, &sf);
+				if (!(sf & GP_VAL_FAULT)) {
+					*(__u64 *)at(s, o + 16) = h[1];
+					v->full_len = clamp32(h[1]);
+					flags |= sf;
+					len = 24 + k;
+				}
+			}
+		}
+	} else if (kind == GP_CAP_SLICE) {
+		__u64 l = w[1];
+		__u32 n = c->max_elems > GP_MAX_ELEMS ? GP_MAX_ELEMS : c->max_elems;
+		if (l < n)
+			n = (__u32)l;
+		if (l > n)
+			flags |= GP_VAL_TRUNCATED;
+		v->full_len = clamp32(l);
+		__u32 size = c->size > 8 ? 8 : c->size;
+		__u32 bytes = n * size;
+		if (bytes > GP_MAX_ELEMS * 8)
+			bytes = GP_MAX_ELEMS * 8;
+		if (bytes && bpf_probe_read_user(at(s, o), bytes, (void *)w[0]))
+			flags |= GP_VAL_FAULT;
+		else
+			len = bytes;
+	} else if (kind == GP_CAP_STRS || kind == GP_CAP_IFACES) {
+		__u64 l = w[1];
+		__u32 n = c->max_elems > GP_MAX_ELEMS ? GP_MAX_ELEMS : c->max_elems;
+		if (l < n)
+			n = (__u32)l;
+		if (l > n)
+			flags |= GP_VAL_TRUNCATED;
+		v->full_len = clamp32(l);
+		__u32 max = c->max_len > GP_MAX_ELEM_STR ? GP_MAX_ELEM_STR : c->max_len;
+		__u32 p = o;
+#pragma clang loop unroll(disable)
+		for (__u32 j = 0; j < GP_MAX_ELEMS; j++) {
+			if (j >= n)
+				break;
+			__u64 src = w[0] + 16 * (__u64)j;
+			__u32 got = kind == GP_CAP_STRS ? gp_str_elem(s, p, src, max)
+							: gp_iface_elem(s, c, p, src);
+			/* Read back untracked: each element's outcomes do not multiply the next's. */
+			p = untracked(s, p + (got & (GP_SCRATCH - 1)));
+		}
+		len = (p - o) & (GP_SCRATCH - 1);
+	} else {
+		flags |= GP_VAL_FAULT;
+	}
+	if (flags & GP_VAL_FAULT)
+		len = 0;
+	v->flags = flags;
+	v->len = len;
+	return sizeof(*v) + pad8(len);
+}

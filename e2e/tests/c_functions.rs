@@ -1,0 +1,395 @@
+//! C functions (System V ABI, uretprobes, C strings, bytes with a length) and a
+//! semaphore-guarded USDT probe on e2e/testdata/ctarget, built with DWARF and without it
+//! (then from C prototypes in `signature`): every record equals the program's own line
+//! for that call. They need root (BPF).
+
+use gprobe_e2e::cc;
+use gprobe_e2e::go::{repo_root, TempDir};
+use gprobe_e2e::harness::{can_trace, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn ctarget(dir: &Path, dwarf: bool) -> PathBuf {
+    let src = repo_root().join("e2e/testdata/ctarget/ctarget.c");
+    let out = dir.join(if dwarf { "ctarget" } else { "ctarget-nodebug" });
+    if dwarf {
+        cc::build(&src, &out, &["-g"], None)
+    } else {
+        cc::build(&src, &out, &[], Some("-g"))
+    }
+}
+
+/// The probes of every test here; `prototypes` adds the C prototypes a binary without
+/// DWARF needs.
+fn spec(bin: &Path, prototypes: bool, max_string_bytes: u32) -> String {
+    let sig = |p: ProbeBuilder, s: &str| if prototypes { p.signature(s) } else { p };
+    SpecBuilder::new("c")
+        .executable(bin)
+        .max_string_bytes(max_string_bytes)
+        .probe(
+            sig(ProbeBuilder::new("add"), "int add(int a, int b)")
+                .capture(["a", "b", "r0"])
+                .latency(),
+        )
+        .probe(
+            sig(
+                ProbeBuilder::new("greet"),
+                "size_t greet(const char *name, const char *buf, size_t len)",
+            )
+            .capture(["name", "buf[:len]", "len", "r0"]),
+        )
+        .probe(sig(ProbeBuilder::new("fact"), "long fact(long n)").capture(["n", "r0"]))
+        .probe(
+            ProbeBuilder::usdt("ctarget:order")
+                .signature("(const char *item, int qty)")
+                .capture(["item", "qty"]),
+        )
+        .yaml()
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `keys` of every record of `symbol`, as the program prints them (`k=v`).
+fn seen(records: &[Value], keys: &[(&str, &str)]) -> Vec<BTreeMap<String, String>> {
+    records
+        .iter()
+        .map(|r| {
+            keys.iter()
+                .map(|(ours, theirs)| {
+                    let v = r["args"]
+                        .get(*ours)
+                        .or_else(|| r["returns"].get(*ours))
+                        .unwrap_or_else(|| panic!("no {ours} in {r}"));
+                    (theirs.to_string(), text(v))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+fn factorial(n: i64) -> i64 {
+    (1..=n).product()
+}
+
+/// Traces one run of ctarget (6 iterations, 3 threads calling `add` at once) and checks
+/// every probe's records against the program's output.
+fn trace_and_compare(bin: &Path, prototypes: bool) {
+    let g = Gprobe::start(&spec(bin, prototypes, 64), &[]);
+    let out = run_program(bin, &["-n", "6", "-threads", "3"]);
+    let run = g.stop();
+    assert!(run.status.success(), "gprobe failed:\n{}", run.stderr);
+
+    // add: from three threads at once; entries and returns pair by thread, so each
+    // record's result is its own arguments' sum.
+    let adds = run.records_of("add");
+    let want = sorted(program_lines(&out, "add "));
+    assert_eq!(want.len(), 18, "the program's add calls:\n{out}");
+    assert_eq!(
+        sorted(seen(&adds, &[("a", "a"), ("b", "b"), ("r0", "r")])),
+        want
+    );
+    for r in &adds {
+        assert!(r["duration_ns"].as_u64().unwrap() > 0, "{r}");
+    }
+    let threads: std::collections::BTreeSet<u64> =
+        adds.iter().map(|r| r["tid"].as_u64().unwrap()).collect();
+    assert_eq!(threads.len(), 3, "add ran on 3 threads: {threads:?}");
+
+    // greet: a C string, bytes with a length, a size_t result; in call order.
+    let greets = run.records_of("greet");
+    let want = program_lines(&out, "greet ");
+    assert_eq!(want.len(), 6);
+    assert_eq!(
+        seen(
+            &greets,
+            &[
+                ("name", "name"),
+                ("buf[:len]", "buf"),
+                ("len", "len"),
+                ("r0", "r")
+            ]
+        ),
+        want
+    );
+
+    // fact: recursive; the program prints its outer calls, each of which makes n calls
+    // (n, n-1, ..., 1), every one paired with its own result.
+    let facts = run.records_of("fact");
+    let mut want = Vec::new();
+    for line in program_lines(&out, "fact ") {
+        let n: i64 = line["n"].parse().unwrap();
+        assert_eq!(line["r"].parse::<i64>().unwrap(), factorial(n));
+        want.extend((1..=n).map(|k| (k, factorial(k))));
+    }
+    let got: Vec<(i64, i64)> = facts
+        .iter()
+        .map(|r| {
+            (
+                r["args"]["n"].as_i64().unwrap(),
+                r["returns"]["r0"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(sorted(got), sorted(want));
+
+    // order: the USDT probe fires only because gprobe raised its semaphore.
+    let orders = run.records_of("usdt:ctarget:order");
+    assert_eq!(
+        seen(&orders, &[("item", "item"), ("qty", "qty")]),
+        program_lines(&out, "order ")
+    );
+    assert!(run.records_of("sub").is_empty());
+}
+
+#[test]
+fn c_functions_and_usdt_with_dwarf_equal_the_programs_record() {
+    let _serial = serial();
+    if !can_trace("c_functions_and_usdt_with_dwarf_equal_the_programs_record") {
+        return;
+    }
+    let dir = TempDir::new("c-dwarf");
+    trace_and_compare(&ctarget(dir.path(), true), false);
+}
+
+#[test]
+fn c_functions_without_dwarf_use_the_prototypes_in_signature() {
+    let _serial = serial();
+    if !can_trace("c_functions_without_dwarf_use_the_prototypes_in_signature") {
+        return;
+    }
+    let dir = TempDir::new("c-nodebug");
+    let bin = ctarget(dir.path(), false);
+    trace_and_compare(&bin, true);
+
+    // Without DWARF or a prototype there are no names to capture: a clear error.
+    let spec = SpecBuilder::new("c")
+        .executable(&bin)
+        .probe(ProbeBuilder::new("add").capture(["a"]))
+        .probe(ProbeBuilder::new("fact"))
+        .yaml();
+    let g = Gprobe::start(&spec, &[]);
+    run_program(&bin, &["-n", "2", "-threads", "1"]);
+    let run = g.stop();
+    assert!(
+        run.stderr.contains("add") && run.stderr.contains("signature"),
+        "{}",
+        run.stderr
+    );
+    // fact(3) and fact(4), with their recursive calls.
+    assert_eq!(run.records_of("fact").len(), 3 + 4, "{}", run.stdout);
+    assert!(run.records_of("add").is_empty());
+}
+
+#[test]
+fn c_strings_longer_than_max_string_bytes_are_cut_and_marked() {
+    let _serial = serial();
+    if !can_trace("c_strings_longer_than_max_string_bytes_are_cut_and_marked") {
+        return;
+    }
+    let dir = TempDir::new("c-cut");
+    let bin = ctarget(dir.path(), true);
+    // 5 bytes: "grace" fits exactly, "linus" too, the long name is cut.
+    let g = Gprobe::start(&spec(&bin, false, 5), &[]);
+    let out = run_program(&bin, &["-n", "4", "-threads", "1"]);
+    let run = g.stop();
+    let greets = run.records_of("greet");
+    let names: Vec<&str> = program_lines(&out, "greet ")
+        .iter()
+        .map(|l| match l["name"].as_str() {
+            "ada" => "ada",
+            "grace" => "grace",
+            "linus" => "linus",
+            _ => "a_nam",
+        })
+        .collect();
+    let got: Vec<&str> = greets
+        .iter()
+        .map(|r| r["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, names);
+    for r in &greets {
+        let cut = r["args"]["name"] == "a_nam";
+        let marked = r
+            .get("truncated")
+            .and_then(Value::as_array)
+            .is_some_and(|t| t.iter().any(|n| n == "name"));
+        assert_eq!(cut, marked, "{r}");
+    }
+}
+
+#[test]
+fn missing_usdt_probes_and_wrong_argument_counts_are_refused_one_by_one() {
+    let _serial = serial();
+    if !can_trace("missing_usdt_probes_and_wrong_argument_counts_are_refused_one_by_one") {
+        return;
+    }
+    let dir = TempDir::new("c-bad");
+    let bin = ctarget(dir.path(), true);
+    let spec = SpecBuilder::new("c")
+        .executable(&bin)
+        .probe(ProbeBuilder::usdt("ctarget:nope"))
+        .probe(
+            ProbeBuilder::usdt("ctarget:order")
+                .signature("(const char *item)")
+                .capture(["item"]),
+        )
+        .probe(ProbeBuilder::new("sub").capture(["a", "b", "r0"]))
+        .yaml();
+    let g = Gprobe::start(&spec, &[]);
+    let out = run_program(&bin, &["-n", "3", "-threads", "1"]);
+    let run = g.stop();
+    assert!(
+        run.stderr.contains("ctarget:nope"),
+        "the missing probe is named:\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("ctarget:order") && run.stderr.contains('2'),
+        "the argument count mismatch names the probe and the note's count:\n{}",
+        run.stderr
+    );
+    assert!(run.records_of("usdt:ctarget:order").is_empty());
+    assert_eq!(
+        seen(
+            &run.records_of("sub"),
+            &[("a", "a"), ("b", "b"), ("r0", "r")]
+        ),
+        program_lines(&out, "sub ")
+    );
+}
+
+/// A process of `bin` that waits a minute before doing anything, killed on drop.
+struct Waiting(std::process::Child);
+
+impl Waiting {
+    fn start(bin: &Path) -> Waiting {
+        Waiting(
+            std::process::Command::new(bin)
+                .args(["-delay-ms", "60000"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach() {
+    let _serial = serial();
+    if !can_trace("usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach") {
+        return;
+    }
+    let dir = TempDir::new("c-sem");
+    let bin = ctarget(dir.path(), true);
+    // The same file under another name (a hard link): not selected.
+    let other = dir.path().join("other");
+    std::fs::hard_link(&bin, &other).unwrap();
+    let semaphore = gprobe_e2e::procmem::data_symbol_file_offset(&bin, "ctarget_order_semaphore");
+    let (selected, unselected) = (Waiting::start(&bin), Waiting::start(&other));
+    let sem = |p: &Waiting| gprobe_e2e::procmem::byte_at_file_offset(p.pid(), semaphore);
+    let spec = SpecBuilder::new("sem")
+        .executable(&bin)
+        .probe(ProbeBuilder::usdt("ctarget:order"))
+        .yaml();
+    let g = Gprobe::start(&spec, &[]);
+    let pid = selected.pid();
+    g.wait_for_stderr(
+        |s| s.contains(&format!("pid {pid})")),
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!((sem(&selected), sem(&unselected)), (1, 0));
+    let run = g.stop();
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!((sem(&selected), sem(&unselected)), (0, 0));
+}
+
+#[test]
+fn children_forked_by_a_traced_process_are_traced_too() {
+    let _serial = serial();
+    if !can_trace("children_forked_by_a_traced_process_are_traced_too") {
+        return;
+    }
+    use std::io::{BufRead, BufReader, Read, Write};
+    let dir = TempDir::new("c-fork");
+    let src = repo_root().join("e2e/testdata/forker/forker.c");
+    let bin = cc::build(&src, &dir.path().join("forker"), &["-g"], None);
+    let spec = SpecBuilder::new("fork")
+        .executable(&bin)
+        .probe(ProbeBuilder::new("work").capture(["x", "r0"]))
+        .yaml();
+    let g = Gprobe::cmd(&spec).summary_file().start();
+    let mut child = std::process::Command::new(&bin)
+        .args(["-n", "3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut forked = Vec::new();
+    while forked.len() < 3 {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "forker ended early");
+        if let Some(pid) = line.trim().strip_prefix("forked pid=") {
+            forked.push(pid.to_string());
+        }
+    }
+    // Each child waits for its go-ahead until gprobe has attached to it.
+    for pid in &forked {
+        g.wait_for_stderr(
+            |s| s.contains(&format!("pid {pid})")),
+            std::time::Duration::from_secs(30),
+        );
+    }
+    child.stdin.take().unwrap().write_all(b"xxx").unwrap();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    let run = g.stop();
+    let want = sorted(program_lines(&rest, "work "));
+    assert_eq!(want.len(), 15);
+    let got = sorted(
+        run.records_of("work")
+            .iter()
+            .map(|r| {
+                BTreeMap::from([
+                    ("pid".to_string(), r["pid"].to_string()),
+                    ("x".to_string(), r["args"]["x"].to_string()),
+                    ("r".to_string(), r["returns"]["r0"].to_string()),
+                ])
+            })
+            .collect(),
+    );
+    assert_eq!(got, want);
+    // The children ran code before gprobe attached (a forked process cannot be held):
+    // listed as missed, with the reason.
+    let missed = run.summary().processes.missed;
+    for pid in &forked {
+        let m = missed
+            .iter()
+            .find(|m| m.pid.to_string() == *pid)
+            .unwrap_or_else(|| panic!("pid {pid} not listed: {missed:?}"));
+        assert!(m.reason.contains("forked"), "{m:?}");
+    }
+}
