@@ -197,6 +197,12 @@ impl StopSignal {
         })
     }
 
+    /// Counts the duration from now: the streams are made before a slow start, so that a
+    /// signal arriving meanwhile is kept, but the run's duration starts once it traces.
+    pub fn restart_duration(&mut self, duration: Option<Duration>) {
+        self.deadline = duration.map(|d| tokio::time::Instant::now() + d);
+    }
+
     pub async fn wait(&mut self) {
         let deadline = async {
             match self.deadline {
