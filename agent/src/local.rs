@@ -62,6 +62,10 @@ fn load_all(files: &[PathBuf]) -> Result<Vec<ProbeSpec>, RunError> {
 
 /// Runs local mode until SIGINT/SIGTERM or the duration elapses.
 pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSummary, RunError> {
+    // Before the slow start (BPF load, /proc scan): a SIGINT or SIGTERM sent meanwhile
+    // stops the run cleanly once it is ready, instead of killing it without its stop (or
+    // being ignored, where a shell ignored SIGINT for a background job).
+    let mut stop = crate::pipeline::StopSignal::new(opts.duration)?;
     let specs = load_all(&opts.spec_files)?;
     let n_specs = specs.len();
     let (pipeline, rejected) = Pipeline::start(&opts.pipeline, Mode::Local, specs, out)?;
@@ -92,7 +96,7 @@ pub async fn run(opts: RunOptions, out: Box<dyn Write + Send>) -> Result<RunSumm
     }
     tracing::info!("ready: tracing (stop with Ctrl-C)");
 
-    let mut stop = crate::pipeline::StopSignal::new(opts.duration)?;
+    stop.restart_duration(opts.duration);
     let mut stats_tick = tokio::time::interval(Duration::from_secs(1));
     let mut last = crate::pipeline::LastCounts::new();
     loop {

@@ -94,10 +94,12 @@ impl Pipeline {
                     pid,
                     held,
                     filename,
+                    ino,
                 } => Input::Exec {
                     pid,
                     held,
                     filename,
+                    ino,
                     at: Instant::now(),
                 },
                 ProcEvent::Exit(pid) => Input::Exit { pid },
@@ -193,6 +195,12 @@ impl StopSignal {
             sigterm: signal(SignalKind::terminate())?,
             deadline: duration.map(|d| tokio::time::Instant::now() + d),
         })
+    }
+
+    /// Counts the duration from now: the streams are made before a slow start, so that a
+    /// signal arriving meanwhile is kept, but the run's duration starts once it traces.
+    pub fn restart_duration(&mut self, duration: Option<Duration>) {
+        self.deadline = duration.map(|d| tokio::time::Instant::now() + d);
     }
 
     pub async fn wait(&mut self) {

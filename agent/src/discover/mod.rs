@@ -18,11 +18,13 @@ use tokio::io::Interest;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcEvent {
     /// `held`: the exec tracepoint stopped it before its first instruction; whoever handles
-    /// this must resume it. `filename` is the path given to execve.
+    /// this must resume it. `filename` is the path given to execve, `ino` the inode number
+    /// of the file it executed.
     Exec {
         pid: u32,
         held: bool,
         filename: PathBuf,
+        ino: u64,
     },
     Exit(u32),
     /// The dynamic loader of `pid` changed its list of objects (`held`: the process is
@@ -54,12 +56,14 @@ pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
         }),
         EV_EXEC => {
             let flags = u32_at(8)?;
+            let ino = u64::from_ne_bytes(item.get(16..24)?.try_into().ok()?);
             let name = item.get(24..24 + GP_PATH_MAX)?;
             let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
             Some(ProcEvent::Exec {
                 pid,
                 held: flags & EXEC_HELD != 0,
                 filename: PathBuf::from(std::ffi::OsStr::from_bytes(&name[..end])),
+                ino,
             })
         }
         _ => None,
@@ -100,13 +104,15 @@ mod tests {
         rec[0..4].copy_from_slice(&EV_EXEC.to_ne_bytes());
         rec[4..8].copy_from_slice(&42u32.to_ne_bytes());
         rec[8..12].copy_from_slice(&EXEC_HELD.to_ne_bytes());
+        rec[16..24].copy_from_slice(&77u64.to_ne_bytes());
         rec[24..33].copy_from_slice(b"/bin/true");
         assert_eq!(
             decode_proc_event(&rec),
             Some(ProcEvent::Exec {
                 pid: 42,
                 held: true,
-                filename: "/bin/true".into()
+                filename: "/bin/true".into(),
+                ino: 77,
             })
         );
         let mut exit = vec![0u8; 8];

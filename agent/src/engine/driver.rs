@@ -29,11 +29,12 @@ pub enum SpecEvent {
 /// What the engine thread is told.
 #[derive(Debug)]
 pub enum Input {
-    /// A process exec'd (`held`: the exec tracepoint stopped it).
+    /// A process exec'd (`held`: the exec tracepoint stopped it) the file of inode `ino`.
     Exec {
         pid: u32,
         held: bool,
         filename: PathBuf,
+        ino: u64,
         at: Instant,
     },
     Exit {
@@ -164,8 +165,9 @@ fn run<T: Tracer, R: Resolver>(
                 pid,
                 held,
                 filename,
+                ino,
                 at,
-            }) => on_exec(&mut engine, pid, held, filename, at),
+            }) => on_exec(&mut engine, pid, held, filename, ino, at),
             Some(Input::Exit { pid }) => engine.process_exited(pid),
             Some(Input::Loader { pid, held }) => {
                 engine.loader_event(pid, held, libraries_of(pid));
@@ -222,10 +224,21 @@ fn on_exec<T: Tracer, R: Resolver>(
     pid: u32,
     held: bool,
     filename: PathBuf,
+    ino: u64,
     at: Instant,
 ) {
     let inspected = inspect(pid, Some(&filename));
     if let Ok(info) = &inspected {
+        if superseded(held, ino, info.exe_ino) {
+            // The pid has exec'd again since (a wrapper such as `taskset` or `env` exec'ing
+            // the program): /proc shows the next program, whose own exec event follows.
+            // Taking it now would report that program as not held at exec.
+            tracing::debug!(
+                "pid {pid}: exec of {} superseded by a later exec",
+                filename.display()
+            );
+            return;
+        }
         if engine.traces_image(info) {
             if held {
                 engine.resume_held(pid);
@@ -250,6 +263,13 @@ fn on_exec<T: Tracer, R: Resolver>(
             }
         }
     }
+}
+
+/// Whether an exec event is older than the program /proc now shows in its pid: the file
+/// /proc shows is not the one exec'd. A held process cannot have exec'd again (it is
+/// stopped at that exec); an inode of 0 is unknown.
+fn superseded(held: bool, event_ino: u64, exe_ino: u64) -> bool {
+    !held && event_ino != 0 && exe_ino != 0 && event_ino != exe_ino
 }
 
 /// Applies a spec change; true when processes should be matched again.
@@ -282,5 +302,25 @@ fn apply_spec_event<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>, ev: SpecE
             }
             any
         }
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use super::superseded;
+
+    #[test]
+    fn an_exec_event_of_another_file_than_the_pid_now_runs_is_superseded() {
+        // `taskset -c 0 ./loop`: the event of taskset's exec, read after loop's exec.
+        assert!(superseded(false, 11, 22));
+        assert!(!superseded(false, 22, 22), "the program /proc shows");
+        assert!(
+            !superseded(true, 11, 22),
+            "a held process has not exec'd again"
+        );
+        assert!(
+            !superseded(false, 0, 22) && !superseded(false, 11, 0),
+            "unknown inodes"
+        );
     }
 }
