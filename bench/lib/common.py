@@ -47,10 +47,11 @@ def stop(p, sig=signal.SIGINT, timeout=30.0):
     return p.returncode
 
 
-def cleanup():
+def cleanup(sig=signal.SIGINT):
+    """Stops every process still running that this driver started, newest first."""
     for p in reversed(STARTED):
         if p.poll() is None:
-            stop(p, signal.SIGINT, 10.0)
+            stop(p, sig, 10.0)
 
 
 def on_signal(signum, _frame):

@@ -18,33 +18,8 @@ import subprocess
 import sys
 import time
 
-STARTED = []
-
-
-def spawn(args, **kw):
-    p = subprocess.Popen(args, **kw)
-    STARTED.append(p)
-    return p
-
-
-def stop(p, sig=signal.SIGINT, timeout=30.0):
-    if p.poll() is None:
-        try:
-            os.kill(p.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(p.pid, signal.SIGKILL)
-            p.wait()
-    return p.returncode
-
-
-def cleanup():
-    for p in reversed(STARTED):
-        if p.poll() is None:
-            stop(p, signal.SIGKILL, 10.0)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import cleanup, spawn, stop  # noqa: E402
 
 
 def spec(path, name, probes):
@@ -208,7 +183,7 @@ def main():
         for name in a.only.split(","):
             {"blast": blast, "shortlived": shortlived, "shutdown": shutdown}[name](a, res)
     finally:
-        cleanup()
+        cleanup(signal.SIGKILL)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=2)
