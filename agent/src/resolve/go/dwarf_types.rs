@@ -6,41 +6,64 @@ use std::rc::Rc;
 use gimli::{constants, AttributeValue, DwAt, Unit, UnitOffset};
 
 use super::dwarf::{err_str, Ctx, R};
-use super::gotype::GoType;
+use super::gotype::{kind, GoType};
 
 /// Go's DWARF extensions (src/cmd/internal/dwarf/dwarf.go).
 const DW_AT_GO_KIND: DwAt = DwAt(0x2900);
+const DW_AT_GO_KEY: DwAt = DwAt(0x2901);
 const DW_AT_GO_ELEM: DwAt = DwAt(0x2902);
+pub(super) const DW_AT_GO_EMBEDDED_FIELD: DwAt = DwAt(0x2903);
+/// The descriptor's offset from `runtime.types` (what DWARF and descriptors both describe).
+const DW_AT_GO_RUNTIME_TYPE: DwAt = DwAt(0x2904);
 
-/// reflect.Kind values used by DW_AT_go_kind.
-mod kind {
-    pub const BOOL: u64 = 1;
-    pub const INT: u64 = 2;
-    pub const INT64: u64 = 6;
-    pub const UINT: u64 = 7;
-    pub const UINT8: u64 = 8;
-    pub const UINT64: u64 = 11;
-    pub const UINTPTR: u64 = 12;
-    pub const FLOAT32: u64 = 13;
-    pub const FLOAT64: u64 = 14;
-    pub const COMPLEX64: u64 = 15;
-    pub const COMPLEX128: u64 = 16;
-    pub const ARRAY: u64 = 17;
-    pub const CHAN: u64 = 18;
-    pub const FUNC: u64 = 19;
-    pub const INTERFACE: u64 = 20;
-    pub const MAP: u64 = 21;
-    pub const PTR: u64 = 22;
-    pub const SLICE: u64 = 23;
-    pub const STRING: u64 = 24;
-    pub const STRUCT: u64 = 25;
-    pub const UNSAFE_POINTER: u64 = 26;
+/// The attributes of a type DIE that gprobe uses (both the ABI's [`GoType`] and the
+/// struct layouts of `types/` are read from them).
+#[derive(Default)]
+pub(super) struct TypeAttrs {
+    pub name: Option<String>,
+    pub size: Option<u64>,
+    pub encoding: Option<gimli::DwAte>,
+    /// DW_AT_go_kind; kind 0 (Invalid), which some synthesized types carry, reads as none.
+    pub go_kind: Option<u8>,
+    pub target: Option<usize>,
+    pub elem: Option<usize>,
+    pub key: Option<usize>,
+    pub runtime_type: Option<u64>,
 }
 
 /// Nested by-value types deeper than this are treated as malformed (cycles).
 const MAX_DEPTH: usize = 48;
 
 impl<'a> Ctx<'a> {
+    /// The attributes of the type DIE `e` of `unit`.
+    pub(super) fn type_attrs(
+        &self,
+        unit: &Unit<R<'a>>,
+        e: &gimli::DebuggingInformationEntry<'_, '_, R<'a>>,
+    ) -> Result<TypeAttrs, String> {
+        let mut a = TypeAttrs::default();
+        let mut attrs = e.attrs();
+        while let Some(at) = attrs.next().map_err(err_str)? {
+            match at.name() {
+                constants::DW_AT_name => a.name = self.string(unit, at.value()),
+                constants::DW_AT_byte_size => a.size = at.udata_value(),
+                constants::DW_AT_encoding => {
+                    a.encoding = match at.value() {
+                        AttributeValue::Encoding(enc) => Some(enc),
+                        v => v.udata_value().map(|x| gimli::DwAte(x as u8)),
+                    }
+                }
+                constants::DW_AT_type => a.target = Self::reference(unit, at.value()),
+                DW_AT_GO_KIND => a.go_kind = at.udata_value().map(|k| k as u8).filter(|&k| k != 0),
+                DW_AT_GO_ELEM => a.elem = Self::reference(unit, at.value()),
+                DW_AT_GO_KEY => a.key = Self::reference(unit, at.value()),
+                DW_AT_GO_RUNTIME_TYPE => a.runtime_type = at.udata_value(),
+                _ => {}
+            }
+        }
+        Ok(a)
+    }
+
     /// The name and [`GoType`] of the type at .debug_info offset `off`.
     pub(super) fn go_type(&mut self, off: usize, depth: usize) -> Result<(String, GoType), String> {
         if let Some(t) = self.types.get(&off) {
@@ -52,30 +75,15 @@ impl<'a> Ctx<'a> {
         let (unit, uoff) = self.locate(off)?;
         let e = unit.entry(uoff).map_err(err_str)?;
         let tag = e.tag();
-        let mut name = None;
-        let mut go_kind = None;
-        let mut byte_size = None;
-        let mut encoding = None;
-        let mut target = None;
-        let mut elem = None;
-        let mut attrs = e.attrs();
-        while let Some(a) = attrs.next().map_err(err_str)? {
-            match a.name() {
-                constants::DW_AT_name => name = self.string(&unit, a.value()),
-                constants::DW_AT_byte_size => byte_size = a.udata_value(),
-                constants::DW_AT_encoding => {
-                    encoding = match a.value() {
-                        AttributeValue::Encoding(enc) => Some(enc),
-                        v => v.udata_value().map(|x| gimli::DwAte(x as u8)),
-                    }
-                }
-                constants::DW_AT_type => target = Self::reference(&unit, a.value()),
-                // Kind 0 (Invalid) appears on some synthesized types: use the tag.
-                DW_AT_GO_KIND => go_kind = a.udata_value().filter(|&k| k != 0),
-                DW_AT_GO_ELEM => elem = Self::reference(&unit, a.value()),
-                _ => {}
-            }
-        }
+        let TypeAttrs {
+            name,
+            size: byte_size,
+            encoding,
+            go_kind,
+            target,
+            elem,
+            ..
+        } = self.type_attrs(&unit, &e)?;
         let type_desc = || {
             format!(
                 "type {} ({} at {off:#x})",
@@ -188,7 +196,7 @@ impl<'a> Ctx<'a> {
             let (unit, uoff) = self.locate(off)?;
             let e = unit.entry(uoff).map_err(err_str)?;
             if let Some(k) = e.attr_value(DW_AT_GO_KIND).map_err(err_str)? {
-                return Ok(k.udata_value() == Some(kind::UINT8));
+                return Ok(k.udata_value() == Some(u64::from(kind::UINT8)));
             }
             match e.tag() {
                 constants::DW_TAG_typedef => {

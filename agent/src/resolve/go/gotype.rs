@@ -2,6 +2,32 @@
 
 use std::fmt;
 
+/// reflect.Kind values (internal/abi.Kind): a type descriptor's kind byte, and DWARF's
+/// DW_AT_go_kind.
+pub(crate) mod kind {
+    pub const BOOL: u8 = 1;
+    pub const INT: u8 = 2;
+    pub const INT64: u8 = 6;
+    pub const UINT: u8 = 7;
+    pub const UINT8: u8 = 8;
+    pub const UINT64: u8 = 11;
+    pub const UINTPTR: u8 = 12;
+    pub const FLOAT32: u8 = 13;
+    pub const FLOAT64: u8 = 14;
+    pub const COMPLEX64: u8 = 15;
+    pub const COMPLEX128: u8 = 16;
+    pub const ARRAY: u8 = 17;
+    pub const CHAN: u8 = 18;
+    pub const FUNC: u8 = 19;
+    pub const INTERFACE: u8 = 20;
+    pub const MAP: u8 = 21;
+    pub const PTR: u8 = 22;
+    pub const SLICE: u8 = 23;
+    pub const STRING: u8 = 24;
+    pub const STRUCT: u8 = 25;
+    pub const UNSAFE_POINTER: u8 = 26;
+}
+
 /// A Go type reduced to what the ABI and the decoder need: its shape, size and alignment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GoType {

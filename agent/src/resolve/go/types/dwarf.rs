@@ -6,19 +6,13 @@
 
 use std::collections::HashMap;
 
-use gimli::{constants, AttributeValue, DwAt};
+use gimli::{constants, AttributeValue};
 
 use super::{short_name, Field, Kind, TypeInfo, TypeRef};
 use crate::resolve::go::dwarf::{err_str, Ctx};
 
-const DW_AT_GO_KIND: DwAt = DwAt(0x2900);
-const DW_AT_GO_KEY: DwAt = DwAt(0x2901);
-const DW_AT_GO_ELEM: DwAt = DwAt(0x2902);
-const DW_AT_GO_EMBEDDED_FIELD: DwAt = DwAt(0x2903);
-/// The descriptor's offset from `runtime.types` (what both sources describe).
-pub(crate) const DW_AT_GO_RUNTIME_TYPE: DwAt = DwAt(0x2904);
-
-use super::rtype::kind;
+use crate::resolve::go::dwarf_types::DW_AT_GO_EMBEDDED_FIELD;
+use crate::resolve::go::gotype::kind;
 
 /// The named types of a binary's DWARF.
 #[derive(Debug, Default)]
@@ -88,18 +82,6 @@ impl DwarfIndex {
     }
 }
 
-/// The attributes of a type DIE that gprobe uses.
-#[derive(Default)]
-struct Attrs {
-    name: Option<String>,
-    size: Option<u64>,
-    go_kind: Option<u8>,
-    target: Option<usize>,
-    elem: Option<usize>,
-    key: Option<usize>,
-    runtime_type: Option<u64>,
-}
-
 impl<'a> Ctx<'a> {
     /// The type DIE at `off` in gprobe's model; also the descriptor offset
     /// (DW_AT_go_runtime_type) Go recorded for it.
@@ -118,27 +100,8 @@ impl<'a> Ctx<'a> {
         let (unit, uoff) = self.locate(off)?;
         let e = unit.entry(uoff).map_err(err_str)?;
         let tag = e.tag();
-        let mut a = Attrs::default();
-        let mut encoding = None;
-        let mut attrs = e.attrs();
-        while let Some(at) = attrs.next().map_err(err_str)? {
-            match at.name() {
-                constants::DW_AT_name => a.name = self.string(&unit, at.value()),
-                constants::DW_AT_byte_size => a.size = at.udata_value(),
-                constants::DW_AT_encoding => {
-                    encoding = match at.value() {
-                        AttributeValue::Encoding(enc) => Some(enc),
-                        v => v.udata_value().map(|x| gimli::DwAte(x as u8)),
-                    }
-                }
-                constants::DW_AT_type => a.target = Self::reference(&unit, at.value()),
-                DW_AT_GO_KIND => a.go_kind = at.udata_value().map(|k| k as u8).filter(|&k| k != 0),
-                DW_AT_GO_ELEM => a.elem = Self::reference(&unit, at.value()),
-                DW_AT_GO_KEY => a.key = Self::reference(&unit, at.value()),
-                DW_AT_GO_RUNTIME_TYPE => a.runtime_type = at.udata_value(),
-                _ => {}
-            }
-        }
+        let a = self.type_attrs(&unit, &e)?;
+        let encoding = a.encoding;
         let name = a.name.clone().unwrap_or_default();
         let target = |what: &str| {
             a.target

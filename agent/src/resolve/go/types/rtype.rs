@@ -22,30 +22,7 @@ use super::{Field, Kind, TypeInfo, TypeRef};
 use crate::resolve::elf::{u32_at, u64_at, ElfFile};
 use crate::resolve::go::moduledata::TypeSection;
 
-/// reflect.Kind values (internal/abi.Kind).
-pub(super) mod kind {
-    pub const BOOL: u8 = 1;
-    pub const INT: u8 = 2;
-    pub const INT64: u8 = 6;
-    pub const UINT: u8 = 7;
-    pub const UINT8: u8 = 8;
-    pub const UINT64: u8 = 11;
-    pub const UINTPTR: u8 = 12;
-    pub const FLOAT32: u8 = 13;
-    pub const FLOAT64: u8 = 14;
-    pub const COMPLEX64: u8 = 15;
-    pub const COMPLEX128: u8 = 16;
-    pub const ARRAY: u8 = 17;
-    pub const CHAN: u8 = 18;
-    pub const FUNC: u8 = 19;
-    pub const INTERFACE: u8 = 20;
-    pub const MAP: u8 = 21;
-    pub const PTR: u8 = 22;
-    pub const SLICE: u8 = 23;
-    pub const STRING: u8 = 24;
-    pub const STRUCT: u8 = 25;
-    pub const UNSAFE_POINTER: u8 = 26;
-}
+pub(super) use crate::resolve::go::gotype::kind;
 
 const TFLAG_UNCOMMON: u8 = 1;
 const TFLAG_EXTRA_STAR: u8 = 2;
