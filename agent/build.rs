@@ -163,6 +163,10 @@ fn main() -> Result<()> {
         "GP_CFG_ONE_BYTES",
         "GP_CFG_PAIR_BY_THREAD",
         "GP_EV_AFTER_LOSS",
+        "GP_CAP_HEADER",
+        "GP_MAP_HMAP",
+        "GP_MAP_SWISS",
+        "GP_MAP_SWISS_SPLIT",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

@@ -61,7 +61,14 @@ enum gp_cap_kind {
 	GP_CAP_SLICE = 5,  /* slice of scalars: (ptr, len) words; max_elems elements of size bytes */
 	GP_CAP_STRS = 6,   /* []string: (ptr, len) words; max_elems strings of max_len bytes */
 	GP_CAP_IFACES = 7, /* []any, []error: (ptr, len) words; max_elems interfaces */
+	GP_CAP_HEADER = 8, /* http.Header: the map pointer word; the first value of its
+			    * "Traceparent", max_len bytes; `size` is the map layout (GP_MAP_*) */
 };
+
+/* Go map layouts (GP_CAP_HEADER's size): gomap.h. */
+#define GP_MAP_HMAP 1
+#define GP_MAP_SWISS 2
+#define GP_MAP_SWISS_SPLIT 3
 
 /* Flags of a capture. */
 #define GP_CAPF_PATH 1     /* the words are in memory at the end of the path loc[0], hops, off */

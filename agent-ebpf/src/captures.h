@@ -93,6 +93,8 @@ static __always_inline __u8 cap_words(const __u64 *regs, const struct gp_capture
 	return bpf_probe_read_user(w, 16, a) ? GP_VAL_FAULT : 0;
 }
 
+#include "gomap.h"
+
 /* One string of a []string at `p`: u32 full length, u16 bytes kept, u8 flags, u8 0, the
  * bytes padded to 8. Returns the bytes written. */
 __attribute__((noinline)) int gp_str_elem(struct scratch *s, __u32 p, __u64 src, __u32 max)
@@ -253,6 +255,16 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 			p = untracked(s, p + (got & (GP_SCRATCH - 1)));
 		}
 		len = (p - o) & (GP_SCRATCH - 1);
+	} else if (kind == GP_CAP_HEADER) {
+		int r = gp_header_lookup(s, w[0], c->size);
+		if (r == -2) {
+			flags |= GP_VAL_TRUNCATED; /* not searched: len 0 */
+		} else if (r < 0) {
+			flags |= GP_VAL_FAULT;
+		} else if (r == 1) {
+			v->full_len = clamp32(s->hdr[1]);
+			len = read_bytes(s, o, s->hdr[0], s->hdr[1], c->max_len, &flags);
+		}
 	} else {
 		flags |= GP_VAL_FAULT;
 	}

@@ -126,6 +126,7 @@ struct scratch {
 	__u64 cursor;  /* captures.h: a record offset read back from here is one the verifier
 			* no longer tracks, so the paths that computed it converge */
 	__u64 regs[16];
+	__u64 hdr[2]; /* gomap.h: the string header of the header value found */
 	__u8 buf[GP_SCRATCH];
 	/* Never part of a record: lets the verifier accept writes at masked offsets below
 	 * GP_SCRATCH of up to one string's bytes (captures.h). */

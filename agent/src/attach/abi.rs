@@ -57,6 +57,14 @@ pub const CAP_IFACE: u8 = 4;
 pub const CAP_SLICE: u8 = 5;
 pub const CAP_STRS: u8 = 6;
 pub const CAP_IFACES: u8 = 7;
+/// An `http.Header`: the word is the map pointer; the value is the first string under the
+/// key `Traceparent`, at most `max_len` bytes (`len` 0 when absent; TRUNCATED with `len` 0
+/// when the map is too big to search). `size` is the map layout, `MAP_*`.
+pub const CAP_HEADER: u8 = c::GP_CAP_HEADER as u8;
+/// Go's map layouts (`CAP_HEADER`'s `size`): agent-ebpf/src/gomap.h describes each.
+pub const MAP_HMAP: u8 = c::GP_MAP_HMAP as u8;
+pub const MAP_SWISS: u8 = c::GP_MAP_SWISS as u8;
+pub const MAP_SWISS_SPLIT: u8 = c::GP_MAP_SWISS_SPLIT as u8;
 
 // Capture flags (`GpCapture::flags`).
 /// The value is in memory at the end of a path (base `loc[0]`, `hops`, `off`), not in

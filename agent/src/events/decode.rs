@@ -132,6 +132,8 @@ pub fn decode_one(
         Decode::Strings => composite::strings(flags, bytes, ctx),
         Decode::Interfaces { errors } => composite::interfaces(errors, flags, bytes, ctx),
         Decode::Str | Decode::Bytes => text(bytes, flags & VAL_TRUNCATED != 0, ctx.redact),
+        Decode::Header if bytes.is_empty() => ValueKind::Null,
+        Decode::Header => text(bytes, flags & VAL_TRUNCATED != 0, false),
     }
 }
 

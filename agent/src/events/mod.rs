@@ -8,6 +8,7 @@ mod nesting;
 mod pairing;
 pub mod reader;
 pub mod redact;
+pub mod tracecontext;
 
 pub use decode::{decode_values, DecodeCtx, Value, ValueKind};
 pub use dyntypes::{DynTypes, TypeLookup};

@@ -5,6 +5,7 @@
 //! enough: an entry pushes, its return pops (and anything above it, whose returns will
 //! never come: a panic unwound them, or they were lost and counted).
 
+use super::tracecontext::Remote;
 use std::collections::HashMap;
 
 /// A span's identity (W3C trace context): its trace, itself, and its parent, if any.
@@ -66,10 +67,23 @@ impl Nesting {
     }
 
     /// The ids of a call starting on goroutine `g` of `pid`: a child of the innermost call
-    /// open there, else the root of a new trace.
-    fn ids(&mut self, pid: u32, g: u64) -> SpanIds {
-        let parent = self.current(pid, g);
+    /// open there; else of the caller's span `remote` (a handler's incoming traceparent),
+    /// else of what the goroutine inherited; else the root of a new trace.
+    fn ids(&mut self, pid: u32, g: u64, remote: Option<Remote>) -> SpanIds {
         let span_id = self.next_u64();
+        let open = self
+            .open
+            .get(&(pid, g))
+            .and_then(|s| s.last())
+            .map(|o| o.ids);
+        if let (None, Some(r)) = (open, remote) {
+            return SpanIds {
+                trace_id: r.trace_id,
+                span_id,
+                parent: Some(r.span_id),
+            };
+        }
+        let parent = open.or_else(|| self.inherited.get(&(pid, g)).copied());
         match parent {
             Some(p) => SpanIds {
                 trace_id: p.trace_id,
@@ -112,13 +126,13 @@ impl Nesting {
     }
 
     /// A call without a return probe: a child of the open call, never a parent itself.
-    pub fn call(&mut self, pid: u32, g: u64) -> SpanIds {
-        self.ids(pid, g)
+    pub fn call(&mut self, pid: u32, g: u64, remote: Option<Remote>) -> SpanIds {
+        self.ids(pid, g, remote)
     }
 
     /// A call with a return probe started: it is open until [`Nesting::ret`].
-    pub fn entry(&mut self, pid: u32, g: u64, call_id: u64) -> SpanIds {
-        let ids = self.ids(pid, g);
+    pub fn entry(&mut self, pid: u32, g: u64, call_id: u64, remote: Option<Remote>) -> SpanIds {
+        let ids = self.ids(pid, g, remote);
         if self.open.len() >= self.capacity && !self.open.contains_key(&(pid, g)) {
             self.forgotten += self.open.values().map(|s| s.len() as u64).sum::<u64>();
             self.open.clear();
@@ -177,14 +191,14 @@ mod tests {
     fn calls_nest_per_goroutine_with_siblings_and_recursion() {
         let mut n = Nesting::new(16);
         // Goroutine 1: a(b(c), b) with a call d inside the second b; goroutine 2 apart.
-        let a = n.entry(7, 1, 10);
-        let other = n.entry(7, 2, 20);
-        let b1 = n.entry(7, 1, 11);
-        let c = n.entry(7, 1, 12);
+        let a = n.entry(7, 1, 10, None);
+        let other = n.entry(7, 2, 20, None);
+        let b1 = n.entry(7, 1, 11, None);
+        let c = n.entry(7, 1, 12, None);
         n.ret(7, 1, 12);
         n.ret(7, 1, 11);
-        let b2 = n.entry(7, 1, 13);
-        let d = n.call(7, 1);
+        let b2 = n.entry(7, 1, 13, None);
+        let d = n.call(7, 1, None);
         n.ret(7, 1, 13);
         n.ret(7, 1, 10);
         assert_eq!(a.parent, None);
@@ -200,13 +214,13 @@ mod tests {
         n.ret(7, 2, 20);
         assert!(n.is_empty(), "every stack closed");
         // The same goroutine later: a new trace.
-        let again = n.entry(7, 1, 30);
+        let again = n.entry(7, 1, 30, None);
         assert_eq!(again.parent, None);
         assert_ne!(again.trace_id, a.trace_id);
         // Recursion: each level the child of the one above.
         let mut up = again;
         for id in 31..40 {
-            let s = n.entry(7, 1, id);
+            let s = n.entry(7, 1, id, None);
             assert_eq!(s.parent, Some(up.span_id));
             up = s;
         }
@@ -215,14 +229,14 @@ mod tests {
     #[test]
     fn a_return_closes_calls_left_open_above_it_and_exits_forget() {
         let mut n = Nesting::new(16);
-        let a = n.entry(1, 1, 1);
-        n.entry(1, 1, 2); // its return never comes (a panic unwound it)
+        let a = n.entry(1, 1, 1, None);
+        n.entry(1, 1, 2, None); // its return never comes (a panic unwound it)
         n.ret(1, 1, 1);
         assert!(n.is_empty());
-        let b = n.entry(1, 1, 3);
+        let b = n.entry(1, 1, 3, None);
         assert_eq!(b.parent, None, "not a child of the unwound call");
         assert_ne!(b.trace_id, a.trace_id);
-        n.entry(2, 5, 4);
+        n.entry(2, 5, 4, None);
         n.process_exited(2);
         assert_eq!(n.len(), 1);
     }
@@ -230,12 +244,12 @@ mod tests {
     #[test]
     fn goroutines_started_inside_a_call_are_in_its_trace() {
         let mut n = Nesting::new(16);
-        let handler = n.entry(1, 10, 1);
+        let handler = n.entry(1, 10, 1, None);
         n.spawned(1, 10, 20); // go worker() inside the handler
-        let before_return = n.call(1, 20);
+        let before_return = n.call(1, 20, None);
         n.ret(1, 10, 1); // the handler returns before the goroutine's work
-        let work = n.entry(1, 20, 2);
-        let inner = n.call(1, 20);
+        let work = n.entry(1, 20, 2, None);
+        let inner = n.call(1, 20, None);
         n.ret(1, 20, 2);
         assert_eq!(before_return.parent, Some(handler.span_id));
         assert_eq!(work.parent, Some(handler.span_id));
@@ -243,38 +257,71 @@ mod tests {
         assert_eq!(inner.parent, Some(work.span_id));
         // A goroutine started outside any span, reusing g 20: no parent.
         n.spawned(1, 30, 20);
-        assert_eq!(n.call(1, 20).parent, None);
+        assert_eq!(n.call(1, 20, None).parent, None);
         // Grandchildren: started by a goroutine that inherited.
-        let h2 = n.entry(1, 10, 3);
+        let h2 = n.entry(1, 10, 3, None);
         n.spawned(1, 10, 40);
         n.spawned(1, 40, 50);
-        assert_eq!(n.call(1, 50).parent, Some(h2.span_id));
+        assert_eq!(n.call(1, 50, None).parent, Some(h2.span_id));
     }
 
     #[test]
     fn after_a_lost_record_no_call_is_the_child_of_a_possibly_stale_one() {
         let mut n = Nesting::new(16);
-        let a = n.entry(1, 1, 1);
+        let a = n.entry(1, 1, 1, None);
         n.spawned(1, 1, 2);
         n.restart(); // a's RETURN may be the record that was lost
-        assert_eq!(n.call(1, 1).parent, None);
-        assert_eq!(n.call(1, 2).parent, None);
+        assert_eq!(n.call(1, 1, None).parent, None);
+        assert_eq!(n.call(1, 2, None).parent, None);
         assert!(n.is_empty());
         assert_eq!(n.forgotten, 1);
-        let b = n.entry(1, 1, 3);
+        let b = n.entry(1, 1, 3, None);
         assert_ne!(b.trace_id, a.trace_id);
+    }
+
+    #[test]
+    fn a_handler_with_a_traceparent_joins_the_callers_trace() {
+        let mut n = Nesting::new(16);
+        let caller = Remote {
+            trace_id: 0xabc,
+            span_id: 0xdef,
+        };
+        // Inherited from the goroutine that started it, and still the caller's child.
+        let spawner = n.entry(1, 1, 1, None);
+        n.spawned(1, 1, 2);
+        let handler = n.entry(1, 2, 2, Some(caller));
+        assert_eq!((handler.trace_id, handler.parent), (0xabc, Some(0xdef)));
+        let child = n.entry(1, 2, 3, None);
+        assert_eq!(
+            (child.trace_id, child.parent),
+            (0xabc, Some(handler.span_id))
+        );
+        // A header seen on a call nested in an open one changes nothing: it is a child.
+        let nested = n.call(
+            1,
+            2,
+            Some(Remote {
+                trace_id: 0x1,
+                span_id: 0x2,
+            }),
+        );
+        assert_eq!(
+            (nested.trace_id, nested.parent),
+            (0xabc, Some(child.span_id))
+        );
+        assert_ne!(spawner.trace_id, 0xabc);
     }
 
     #[test]
     fn memory_is_bounded() {
         let mut n = Nesting::new(4);
         for g in 0..10 {
-            n.entry(1, g, g);
+            n.entry(1, g, g, None);
         }
         assert!(n.len() <= 4);
         assert!(n.forgotten >= 4);
         for id in 0..(MAX_DEPTH as u64 + 10) {
-            n.entry(9, 9, 1000 + id);
+            n.entry(9, 9, 1000 + id, None);
         }
         assert_eq!(n.open[&(9, 9)].len(), MAX_DEPTH);
     }

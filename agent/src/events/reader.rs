@@ -1,10 +1,12 @@
 //! Reads the events ring buffer: turns records into calls and hands them on in batches.
 
+use super::tracecontext::{parse_traceparent, Remote};
 use super::{
     decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Pairing, PairingStats,
     ProbeMeta, Resource, ValueKind,
 };
 use crate::attach::abi::{read_event, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
+use crate::resolve::go::plan::TRACEPARENT_CAPTURE;
 use crate::stats::Stats;
 use aya::maps::{MapData, RingBuf};
 use std::collections::HashMap;
@@ -147,15 +149,16 @@ impl Processor {
             redact: meta.redact,
             types: meta.types.as_ref().map(|t| t.for_pid(ev.pid)),
         };
-        let values = decode_values(data, &meta.captures, &ctx);
+        let mut values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
+                let remote = take_traceparent(&meta, &mut values);
                 let span = if meta.internal.is_some() {
                     Default::default()
                 } else if ev.kind == EV_CALL {
-                    self.nesting.call(ev.pid, ev.goroutine)
+                    self.nesting.call(ev.pid, ev.goroutine, remote)
                 } else {
-                    self.nesting.entry(ev.pid, ev.goroutine, ev.call_id)
+                    self.nesting.entry(ev.pid, ev.goroutine, ev.call_id, remote)
                 };
                 let rec = CallRecord {
                     probe: meta,
@@ -230,6 +233,25 @@ impl Processor {
                 st.add_unfinished(&r.probe.key, 1);
             }
         }
+    }
+}
+
+/// The caller's span from a handler's hidden `traceparent` capture, which is taken out of
+/// the values (it is never output).
+fn take_traceparent(meta: &ProbeMeta, values: &mut Vec<super::Value>) -> Option<Remote> {
+    if !meta
+        .captures
+        .iter()
+        .any(|(_, d)| *d == crate::plan::Decode::Header)
+    {
+        return None;
+    }
+    let i = values
+        .iter()
+        .position(|v| &*v.name == TRACEPARENT_CAPTURE)?;
+    match values.remove(i).kind {
+        ValueKind::Str { text, .. } => parse_traceparent(&text),
+        _ => None,
     }
 }
 

@@ -86,6 +86,9 @@ pub enum Decode {
     Interfaces {
         errors: bool,
     },
+    /// A request header (`GP_CAP_HEADER`): the string, or null when absent. Never output:
+    /// the reader takes it (a handler's incoming `traceparent`).
+    Header,
 }
 
 impl Decode {

@@ -10,8 +10,11 @@ use gprobe_crds::Probe;
 use super::abi::{layout, Layout};
 use super::gotype::GoType;
 use super::types::{generic, path, TypeRef, TypeStore};
+use crate::attach::abi;
 use crate::resolve::error::{go_package, PlanError};
-use crate::resolve::plan::{Captures, PlanWarning, SignatureDifference, SignatureSource};
+use crate::resolve::plan::{
+    CapturePlan, Captures, Decode, PlanWarning, SignatureDifference, SignatureSource,
+};
 use crate::resolve::{Binary, DwarfSignature, FuncInfo};
 
 /// Names and types of a function's parameters and results, and where they came from.
@@ -74,10 +77,17 @@ pub(crate) fn plan_captures(
         // The warning is advice; a binary whose inline trees cannot be read still traces.
         Err(e) => tracing::debug!("{symbol}: inlined call sites not counted: {e}"),
     }
-    if probe.capture.is_empty() {
-        return Ok(Captures::default());
-    }
     let mut store = TypeStore::new(bin, go_package(&func.name));
+    if probe.capture.is_empty() {
+        // Without captures the types are needed only to join the caller's trace: a
+        // function whose types are unknown traces as before, without joining.
+        let mut caps = Captures::default();
+        if let Ok(typed) = types(bin, &mut store, func, probe, &mut Vec::new()) {
+            caps.entry
+                .extend(trace_context(bin, &mut store, symbol, &typed));
+        }
+        return Ok(caps);
+    }
     let typed = types(bin, &mut store, func, probe, warnings)?;
     let mut caps = Captures {
         source: Some(typed.source),
@@ -114,7 +124,93 @@ pub(crate) fn plan_captures(
             caps.entry.push(plan);
         }
     }
+    caps.entry
+        .extend(trace_context(bin, &mut store, symbol, &typed));
     Ok(caps)
+}
+
+/// The name of the hidden capture that reads a handler's incoming `traceparent`: not a Go
+/// expression, so no capture of the spec can have it.
+pub const TRACEPARENT_CAPTURE: &str = "(traceparent)";
+
+/// A net/http handler (a function with a `*net/http.Request` parameter) joins the trace of
+/// a request that carries a W3C `traceparent`: a hidden capture reads that header from
+/// `r.Header` at entry. None where the parameter, the field or the map layout of this Go
+/// release is not known for sure: the span then starts its own trace.
+fn trace_context(
+    bin: &Binary,
+    store: &mut TypeStore<'_>,
+    symbol: &str,
+    typed: &Typed,
+) -> Option<CapturePlan> {
+    let i = (0..typed.params.len()).find(|&i| {
+        store
+            .get(typed.param_types[i])
+            .is_ok_and(|t| t.name == "*net/http.Request")
+    })?;
+    let Some(layout) = bin.go_version().and_then(map_layout) else {
+        tracing::debug!(
+            "{symbol}: the map layout of {:?} is not known: incoming traceparent not read",
+            bin.go_version()
+        );
+        return None;
+    };
+    let cap = gprobe_crds::gopath::GoCapture {
+        root: typed.params[i].clone(),
+        fields: vec!["Header".into()],
+        len: false,
+    };
+    let placed = &typed.layout.params[i];
+    match path::plan_capture(
+        store,
+        symbol,
+        "r.Header",
+        &cap,
+        placed,
+        typed.param_types[i],
+        0,
+    ) {
+        Ok(mut plan) if plan.bpf.flags & abi::CAPF_PATH != 0 => {
+            plan.name = TRACEPARENT_CAPTURE.into();
+            plan.decode = Decode::Header;
+            plan.bpf.kind = abi::CAP_HEADER;
+            plan.bpf.size = layout;
+            plan.bpf.max_len = TRACEPARENT_MAX;
+            Some(plan)
+        }
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!("{symbol}: r.Header not found: {e}");
+            None
+        }
+    }
+}
+
+/// Bytes of a traceparent kept: version 00 is 55; later versions may append fields.
+const TRACEPARENT_MAX: u16 = 64;
+
+/// The map layout of the Go release `version` ("go1.24.3", "go1.25.0 X:noswissmap"), from
+/// its minor version and experiments; None for a release gprobe does not know (after 1.27).
+pub(crate) fn map_layout(version: &str) -> Option<u8> {
+    let (release, experiments) = match version.split_once(" X:") {
+        Some((r, x)) => (r, x),
+        None => (version, ""),
+    };
+    let minor: u32 = release
+        .strip_prefix("go1.")?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()?;
+    let on = |name: &str| experiments.split(',').any(|e| e.trim() == name);
+    match minor {
+        0..=11 => None,
+        12..=23 => Some(abi::MAP_HMAP),
+        24..=25 if on("noswissmap") => Some(abi::MAP_HMAP),
+        24..=27 if on("mapsplitgroup") => Some(abi::MAP_SWISS_SPLIT),
+        24..=27 => Some(abi::MAP_SWISS),
+        _ => None,
+    }
 }
 
 /// Lays out parameters and results; a generic instantiation takes its dictionary pointer
