@@ -32,6 +32,12 @@ enum gp_probe_kind {
 	GP_PROBE_RETURN = 2, /* a RET of a latency probe: RETURN event paired to its entry */
 	GP_PROBE_LOADER = 3, /* the dynamic loader's _dl_debug_state: the process is held and a
 			      * GP_EV_LOADER event tells the agent to look at its libraries */
+	/* In processes with a `propagate` probe: */
+	GP_PROBE_HTTP_OUT = 4,   /* spans.h: net/http.(*Transport).roundTrip: a request made in a
+				  * propagating span; caps[0], a GP_CAP_HEADER, finds its header map */
+	GP_PROBE_HTTP_WRITE = 5, /* propagate.h (program gprobe_propagate): net/http.Header.
+				  * writeSubset: writes that request's traceparent into the
+				  * *bufio.Writer (type descriptor: aux) */
 };
 
 enum gp_event_kind {
@@ -63,6 +69,8 @@ enum gp_cap_kind {
 	GP_CAP_IFACES = 7, /* []any, []error: (ptr, len) words; max_elems interfaces */
 	GP_CAP_HEADER = 8, /* http.Header: the map pointer word; the first value of its
 			    * "Traceparent", max_len bytes; `size` is the map layout (GP_MAP_*) */
+	GP_CAP_SPAN = 9,   /* no location: the span the hit opened (GP_CFG_PROPAGATE), 32
+			    * bytes: trace id (high, low), span id, parent span id (0: none) */
 };
 
 /* Go map layouts (GP_CAP_HEADER's size): gomap.h. */
@@ -114,6 +122,8 @@ struct gp_probe_cfg {
 	__u8 _pad;
 	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
 	__u32 _pad2;
+	__u64 aux;        /* GP_PROBE_HTTP_WRITE: the *bufio.Writer type descriptor's address;
+			   * GP_CFG_PROPAGATE entry: 1 + the index of its GP_CAP_HEADER, or 0 */
 	struct gp_capture caps[GP_MAX_CAPTURES];
 };
 
@@ -124,6 +134,10 @@ struct gp_probe_cfg {
 			    * ten sizes (see gprobe.bpf.c), data_len telling what it holds */
 #define GP_CFG_PAIR_BY_THREAD 4 /* pair entries and returns by thread id, not goroutine (R14):
 				 * C functions and USDT probes, where R14 is any value */
+#define GP_CFG_NEWPROC 16  /* runtime.newproc1's return: the new goroutine (RAX) starts with
+			    * no propagating spans (its g may be a dead goroutine's) */
+#define GP_CFG_PROPAGATE 8 /* a Go latency probe whose spans outgoing requests carry: BPF
+			    * keeps its open spans per goroutine (span ids made here) */
 
 /* Flags of one captured value. */
 #define GP_VAL_TRUNCATED 1 /* a string/bytes value longer than max_len */
@@ -174,6 +188,39 @@ struct gp_inflight {
 	__u64 ts[GP_MAX_DEPTH];
 	__u64 call_id[GP_MAX_DEPTH];
 };
+
+/* A goroutine of a process: the key of the spans open on it. */
+struct gp_span_key {
+	__u64 goroutine;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+/* The propagating spans open on a goroutine (GP_CFG_PROPAGATE), innermost last. */
+struct gp_span_ctx {
+	__u32 depth;
+	__u32 _pad;
+	__u64 trace[2]; /* the trace of them all: high, low */
+	__u64 span[GP_MAX_DEPTH];
+	__u64 call_id[GP_MAX_DEPTH];
+};
+
+/* A request made inside a propagating span, by its header map: the map's address and its
+ * hash seed (random per map: a new map at a reused address has another). */
+struct gp_out_key {
+	__u64 map;
+	__u64 seed;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+struct gp_out {
+	__u64 trace[2];
+	__u64 span;
+	__u64 ts; /* when the request was made: an entry older than GP_OUT_MAX_AGE_NS is stale */
+};
+
+#define GP_OUT_MAX_AGE_NS 30000000000ULL
 
 struct gp_rate {
 	__u64 window_start;

@@ -175,6 +175,18 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 	off &= GP_DATA_MASK;
 	struct gp_value *v = (struct gp_value *)(s->buf + off);
 	__u32 o = off + sizeof(*v); /* the value's bytes */
+	if (c->kind == GP_CAP_SPAN) {
+		/* Made by span_enter (spans.h) before the record. */
+		*(__u64 *)at(s, o) = s->span[0];
+		*(__u64 *)at(s, o + 8) = s->span[1];
+		*(__u64 *)at(s, o + 16) = s->span[2];
+		*(__u64 *)at(s, o + 24) = s->span[3];
+		v->cap = i;
+		v->flags = 0;
+		v->len = 32;
+		v->full_len = 0;
+		return sizeof(*v) + 32;
+	}
 	__u64 w[2];
 	__u32 left = 0;
 	__u8 flags = cap_words(s->regs, c, w, &left);

@@ -127,6 +127,8 @@ struct scratch {
 			* no longer tracks, so the paths that computed it converge */
 	__u64 regs[16];
 	__u64 hdr[2]; /* gomap.h: the string header of the header value found */
+	__u64 span[4]; /* spans.h: the span this hit opened (trace high, low, span, parent) */
+	struct gp_span_ctx fresh; /* spans.h: a goroutine's first, zeroed */
 	__u8 buf[GP_SCRATCH];
 	/* Never part of a record: lets the verifier accept writes at masked offsets below
 	 * GP_SCRATCH of up to one string's bytes (captures.h). */
@@ -218,6 +220,8 @@ static __always_inline __u64 len_of(__u64 len, __u8 size)
 #include "inplace.h"
 
 #include "captures.h"
+
+#include "spans.h"
 
 /* Records with string/bytes captures, whose size depends on the values: assembled in the
  * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
@@ -334,6 +338,8 @@ int gprobe_uprobe(struct x86_regs *r)
 	if (!st)
 		return 0;
 	st->hits++;
+	if (cfg->kind == GP_PROBE_HTTP_OUT)
+		return http_out(r, cfg, st);
 
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -373,6 +379,10 @@ int gprobe_uprobe(struct x86_regs *r)
 		if (in->depth == 0)
 			bpf_map_delete_elem(&inflight, &ik);
 		h.kind = GP_EV_RETURN;
+		if (cfg->flags & GP_CFG_PROPAGATE)
+			span_exit(ik.tgid, ik.goroutine, h.call_id);
+		if (cfg->flags & GP_CFG_NEWPROC)
+			span_forget(ik.tgid, r->ax);
 	} else {
 		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, h.now)) {
 			st->throttled++;
@@ -391,6 +401,8 @@ int gprobe_uprobe(struct x86_regs *r)
 			s->seq++;
 			h.call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
 			h.kind = GP_EV_ENTRY;
+			if (cfg->flags & GP_CFG_PROPAGATE)
+				span_enter(r, cfg, s, ik.tgid, ik.goroutine, h.call_id);
 		}
 	}
 
@@ -520,3 +532,5 @@ int gprobe_exit(void *ctx)
 	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
 	return 0;
 }
+
+#include "propagate.h"

@@ -50,6 +50,8 @@ pub struct ProbeStats {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct KernelCounts {
     pub hits: u64,
+    /// Records written (or, for the propagation probes, requests handled).
+    pub emitted: u64,
     pub lost: u64,
     pub throttled: u64,
     pub returns_lost: u64,
@@ -59,6 +61,7 @@ pub struct KernelCounts {
 impl std::ops::AddAssign for KernelCounts {
     fn add_assign(&mut self, o: Self) {
         self.hits += o.hits;
+        self.emitted += o.emitted;
         self.lost += o.lost;
         self.throttled += o.throttled;
         self.returns_lost += o.returns_lost;
@@ -107,6 +110,21 @@ struct Inner {
     /// The same, per spec (`ProbeKey::spec`): a process two specs select counts in both.
     processes_by_spec: Mutex<BTreeMap<Arc<str>, ProcessStats>>,
     otlp: OtlpStats,
+    propagation: Mutex<Propagation>,
+}
+
+/// Outgoing requests made inside propagating spans (`propagate: true`), in processes with
+/// such a probe: how many there were and how many carried a traceparent.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Propagation {
+    /// Whether any process has a propagating probe.
+    pub active: bool,
+    pub requests: u64,
+    pub written: u64,
+    /// Why none could be written (the kernel's refusal), if so.
+    pub error: Option<String>,
+    /// Counts of executables no longer traced, kept so totals never go back.
+    retired: (u64, u64),
 }
 
 /// Shared handle to the counts.
@@ -247,6 +265,28 @@ impl Stats {
 
     pub fn otlp(&self) -> &OtlpStats {
         &self.0.otlp
+    }
+
+    /// The propagation counts of the executables traced now (`requests`, `written`).
+    pub fn set_propagation(&self, requests: u64, written: u64, error: Option<String>) {
+        let mut p = lock(&self.0.propagation);
+        p.active = true;
+        p.requests = p.retired.0 + requests;
+        p.written = p.retired.1 + written;
+        if error.is_some() {
+            p.error = error;
+        }
+    }
+
+    /// An executable's propagation probes were freed: its counts stay in the totals.
+    pub fn retire_propagation(&self, requests: u64, written: u64) {
+        let mut p = lock(&self.0.propagation);
+        p.retired.0 += requests;
+        p.retired.1 += written;
+    }
+
+    pub fn propagation(&self) -> Propagation {
+        lock(&self.0.propagation).clone()
     }
 
     pub fn otlp_counts(&self) -> (u64, u64, u64) {

@@ -146,6 +146,14 @@ pub struct Probe {
     /// one series per distinct combination of these values.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<ProbeMetrics>,
+    /// Outgoing net/http requests made while this probe's span is open, on the goroutine
+    /// that opened it, carry its trace context (a W3C `traceparent` header, written into
+    /// the request as it goes out) to the next service. Go latency probes only; HTTP/1
+    /// requests that have no traceparent of their own. Off by default: it writes into the
+    /// traced program's memory (the connection's send buffer), which some kernels forbid
+    /// (lockdown) and which gprobe otherwise never does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub propagate: bool,
 }
 
 /// Captured values as attributes of a probe's metrics.
@@ -206,6 +214,7 @@ impl Default for Probe {
             latency: false,
             redact: true,
             metrics: None,
+            propagate: false,
         }
     }
 }

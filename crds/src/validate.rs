@@ -324,6 +324,14 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 );
             }
         }
+        if p.propagate && (!p.latency || p.usdt.is_some() || p.library.is_some()) {
+            probe_issue(
+                ".propagate".into(),
+                "needs `latency: true` on a Go function of the executable: the span must be \
+                 open while the requests that carry it are made"
+                    .into(),
+            );
+        }
         if p.latency && p.usdt.is_some() {
             probe_issue(
                 ".latency".into(),

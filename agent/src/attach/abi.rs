@@ -24,6 +24,11 @@ pub const PROBE_RETURN: u8 = 2;
 /// loaded objects): the BPF program stops the process (SIGSTOP, `held`) and reports
 /// `EV_LOADER`, so probes on a library dlopen'd later attach before its first call.
 pub const PROBE_LOADER: u8 = 3;
+/// gprobe_propagate: `net/http.(*Transport).roundTrip`, remembering the open propagating
+/// span for the request's header map (caps[0], a `CAP_HEADER`).
+pub const PROBE_HTTP_OUT: u8 = c::GP_PROBE_HTTP_OUT as u8;
+/// gprobe_propagate: `net/http.Header.writeSubset`, writing that request's `Traceparent`.
+pub const PROBE_HTTP_WRITE: u8 = c::GP_PROBE_HTTP_WRITE as u8;
 
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;
@@ -61,6 +66,15 @@ pub const CAP_IFACES: u8 = 7;
 /// key `Traceparent`, at most `max_len` bytes (`len` 0 when absent; TRUNCATED with `len` 0
 /// when the map is too big to search). `size` is the map layout, `MAP_*`.
 pub const CAP_HEADER: u8 = c::GP_CAP_HEADER as u8;
+/// The span a propagating probe's entry opened (`CFG_PROPAGATE`), made in BPF: 32 bytes,
+/// the trace id (high, low u64), the span id, the parent span id (0: a root).
+pub const CAP_SPAN: u8 = c::GP_CAP_SPAN as u8;
+/// `GpProbeCfg::flags`: a Go latency probe with `propagate`: its open spans are kept per
+/// goroutine in BPF (ids made there, recorded by a `CAP_SPAN`), for the requests made in them.
+pub const CFG_PROPAGATE: u8 = c::GP_CFG_PROPAGATE as u8;
+/// `GpProbeCfg::flags`: runtime.newproc1's return (gprobe's own probe): the new goroutine
+/// (RAX) starts with no propagating spans, whatever its reused `g` had.
+pub const CFG_NEWPROC: u8 = c::GP_CFG_NEWPROC as u8;
 /// Go's map layouts (`CAP_HEADER`'s `size`): agent-ebpf/src/gomap.h describes each.
 pub const MAP_HMAP: u8 = c::GP_MAP_HMAP as u8;
 pub const MAP_SWISS: u8 = c::GP_MAP_SWISS as u8;
@@ -215,10 +229,31 @@ impl GpCapture {
             CAP_SLICE => pad(elems * self.size as usize),
             CAP_STRS => elems * (8 + pad(max_len)),
             CAP_IFACES => elems * (40 + if data_str { pad(max_len) } else { 0 }),
+            CAP_SPAN => 32,
             // BYTES and kinds that read one string.
             _ => pad(max_len.max(8)),
         }
     }
+}
+
+/// `spanctx`'s key: a goroutine of a process (gprobe.bpf.c's spans.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpSpanKey {
+    pub goroutine: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+
+/// `spanctx`'s value: the propagating spans open on a goroutine (`gp_span_ctx`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpSpanCtx {
+    pub depth: u32,
+    pub _pad: u32,
+    pub trace: [u64; 2],
+    pub span: [u64; GP_MAX_DEPTH],
+    pub call_id: [u64; GP_MAX_DEPTH],
 }
 
 #[repr(C)]
@@ -231,6 +266,8 @@ pub struct GpProbeCfg {
     pub _pad: u8,
     pub rate_limit: u32,
     pub _pad2: u32,
+    /// `PROBE_HTTP_WRITE`: the link-time address of the `*bufio.Writer` type descriptor.
+    pub aux: u64,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
 }
 
@@ -289,6 +326,8 @@ pub struct GpProcEvent {
 unsafe impl aya::Pod for GpProbeCfg {}
 unsafe impl aya::Pod for GpStats {}
 unsafe impl aya::Pod for GpControl {}
+unsafe impl aya::Pod for GpSpanKey {}
+unsafe impl aya::Pod for GpSpanCtx {}
 
 macro_rules! check_layout {
     ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
@@ -304,7 +343,8 @@ check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, si
     off => OFFSETOF_GP_CAPTURE_OFF);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
-    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT,
+    aux => OFFSETOF_GP_PROBE_CFG_AUX, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,
     tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID, kind => OFFSETOF_GP_EVENT_KIND,
@@ -369,3 +409,9 @@ pub fn values(data: &[u8]) -> impl Iterator<Item = RawValue<'_>> {
 
 const _: () = assert!(std::mem::size_of::<GpEvent>() == 48);
 const _: () = assert!(std::mem::size_of::<GpValue>() == 8);
+
+check_layout!(GpSpanKey, SIZEOF_GP_SPAN_KEY, goroutine => OFFSETOF_GP_SPAN_KEY_GOROUTINE,
+    tgid => OFFSETOF_GP_SPAN_KEY_TGID);
+check_layout!(GpSpanCtx, SIZEOF_GP_SPAN_CTX, depth => OFFSETOF_GP_SPAN_CTX_DEPTH,
+    trace => OFFSETOF_GP_SPAN_CTX_TRACE, span => OFFSETOF_GP_SPAN_CTX_SPAN,
+    call_id => OFFSETOF_GP_SPAN_CTX_CALL_ID);

@@ -10,6 +10,7 @@ pub mod perf;
 
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
 use crate::plan::ProbePlan;
+use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
 use abi::{GpControl, GpProbeCfg, GpStats, GP_COMM_LEN, GP_MAX_PROBES};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
@@ -28,6 +29,7 @@ use thiserror::Error;
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
 
 const UPROBE_PROG: &str = "gprobe_uprobe";
+const PROPAGATE_PROG: &str = "gprobe_propagate";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -102,6 +104,9 @@ pub struct BpfTracer {
     cpus: usize,
     /// The dynamic loader hook's configuration, once one process needed it.
     loader_cfg: Option<CfgId>,
+    /// Whether gprobe_propagate loaded (tried on first use), and the configurations it runs.
+    propagate_loaded: Option<Result<(), String>>,
+    propagate_cfgs: BTreeSet<CfgId>,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
@@ -203,6 +208,8 @@ impl BpfTracer {
             pool: DetachPool::new(),
             cpus,
             loader_cfg: None,
+            propagate_loaded: None,
+            propagate_cfgs: BTreeSet::new(),
         };
         Ok((tracer, rings))
     }
@@ -228,6 +235,103 @@ impl BpfTracer {
     fn remove_config(&mut self, id: CfgId) {
         let _ = self.probes.set(id, GpProbeCfg::default(), 0);
         self.free_ids.push_back(id);
+    }
+
+    /// Places `sites` in `pid`, run by the program `prog_name`: all or none.
+    fn attach_program(
+        &mut self,
+        pid: u32,
+        target: &Path,
+        sites: &[Site],
+        prog_name: &'static str,
+    ) -> Result<Vec<Link>, TraceError> {
+        let gone = || !Path::new(&format!("/proc/{pid}")).exists();
+        if let (Some(m), UPROBE_PROG) = (&self.multi, prog_name) {
+            let mut links = Vec::with_capacity(2);
+            // One link for entry uprobes, one for uretprobes (a link is one or the other).
+            for ret in [false, true] {
+                let group: Vec<(u64, u64, u64)> = sites
+                    .iter()
+                    .filter(|s| s.point.ret == ret)
+                    .map(|s| (s.point.offset, s.cfg as u64, s.point.ref_ctr_offset))
+                    .collect();
+                if group.is_empty() {
+                    continue;
+                }
+                match m.attach(target, &group, pid, ret) {
+                    Ok(fd) => links.push(Link::Multi(fd)),
+                    Err(e) => {
+                        self.pool.drop_all(links);
+                        if gone() {
+                            return Err(TraceError::ProcessGone);
+                        }
+                        return Err(TraceError::Attach {
+                            path: target.display().to_string(),
+                            offset: group[0].0,
+                            source: perf::PerfError::Link(e),
+                        });
+                    }
+                }
+            }
+            return Ok(links);
+        }
+        let up: &UProbe = self
+            .ebpf
+            .program(prog_name)
+            .and_then(|p| p.try_into().ok())
+            .expect("BPF object has its uprobe programs");
+        let prog = up.fd().expect("the uprobe program is loaded");
+        let mut links = Vec::with_capacity(sites.len());
+        for s in sites {
+            match perf::attach(prog.as_fd(), target, s.point, pid, s.cfg as u64) {
+                Ok(l) => links.push(Link::Perf(l)),
+                Err(e) => {
+                    self.pool.drop_all(links);
+                    let gone = matches!(&e, perf::PerfError::Open(io)
+                        if matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT)))
+                        && gone();
+                    return Err(if gone {
+                        TraceError::ProcessGone
+                    } else {
+                        TraceError::Attach {
+                            path: target.display().to_string(),
+                            offset: s.point.offset,
+                            source: e,
+                        }
+                    });
+                }
+            }
+        }
+        Ok(links)
+    }
+
+    /// Loads gprobe_propagate (once): Err says why the kernel refused it.
+    fn load_propagate(&mut self) -> Result<(), String> {
+        if let Some(r) = &self.propagate_loaded {
+            return r.clone();
+        }
+        let p: &mut UProbe = self
+            .ebpf
+            .program_mut(PROPAGATE_PROG)
+            .and_then(|p| p.try_into().ok())
+            .expect("BPF object has its propagation program");
+        let r = p.load().map_err(|e| {
+            let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
+                .ok()
+                .and_then(|l| {
+                    let on = l.split_whitespace().find(|w| w.starts_with('['))?;
+                    (on != "[none]").then(|| format!(" (lockdown: {on})"))
+                })
+                .unwrap_or_default();
+            tracing::debug!("gprobe_propagate: {e:#}");
+            format!(
+                "this kernel does not let BPF programs write to a process's memory \
+                 (bpf_probe_write_user){lockdown}: kernels in lockdown mode (e.g. with \
+                 Secure Boot) forbid it"
+            )
+        });
+        self.propagate_loaded = Some(r.clone());
+        r
     }
 
     fn stats_of(&self, id: CfgId) -> GpStats {
@@ -299,67 +403,88 @@ impl Tracer for BpfTracer {
         Ok(id)
     }
 
+    fn propagate_config(
+        &mut self,
+        plan: &PropagatePlan,
+    ) -> Result<(ProbeConfig, Option<String>), TraceError> {
+        let mut out = GpProbeCfg {
+            kind: abi::PROBE_HTTP_OUT,
+            n_captures: 1,
+            ..Default::default()
+        };
+        out.caps[0] = plan
+            .out
+            .entry_captures
+            .first()
+            .map(|c| c.bpf)
+            .unwrap_or_default();
+        let entry = self.add_config(&out)?;
+        let cfg = |extra_entries| ProbeConfig {
+            entry,
+            extra_entries,
+            ret: None,
+        };
+        if let Err(why) = self.load_propagate() {
+            return Ok((cfg(vec![]), Some(why)));
+        }
+        let mut write = GpProbeCfg {
+            kind: abi::PROBE_HTTP_WRITE,
+            aux: plan.writer_type,
+            ..Default::default()
+        };
+        // writeSubset reads the map's seed as the request probe did: the same layout.
+        write.caps[0].size = plan.map_layout;
+        let w = match self.add_config(&write) {
+            Ok(w) => w,
+            Err(e) => {
+                self.remove_config(entry);
+                return Err(e);
+            }
+        };
+        self.propagate_cfgs.insert(w);
+        Ok((cfg(vec![w]), None))
+    }
+
+    fn forget_spans(&mut self, pid: u32) {
+        let Some(map) = self.ebpf.map_mut("spanctx") else {
+            return;
+        };
+        let Ok(mut spans) = BpfHashMap::<_, abi::GpSpanKey, abi::GpSpanCtx>::try_from(map) else {
+            return;
+        };
+        let stale: Vec<abi::GpSpanKey> = spans
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.tgid == pid)
+            .collect();
+        for k in stale {
+            let _ = spans.remove(&k);
+        }
+    }
+
     fn remove_probe(&mut self, cfg: ProbeConfig) {
         for id in cfg.ids() {
+            self.propagate_cfgs.remove(&id);
             self.remove_config(id);
         }
     }
 
     fn attach(&mut self, pid: u32, target: &Path, sites: &[Site]) -> Result<Vec<Link>, TraceError> {
-        let gone = || !Path::new(&format!("/proc/{pid}")).exists();
-        if let Some(m) = &self.multi {
-            let mut links = Vec::with_capacity(2);
-            // One link for entry uprobes, one for uretprobes (a link is one or the other).
-            for ret in [false, true] {
-                let group: Vec<(u64, u64, u64)> = sites
-                    .iter()
-                    .filter(|s| s.point.ret == ret)
-                    .map(|s| (s.point.offset, s.cfg as u64, s.point.ref_ctr_offset))
-                    .collect();
-                if group.is_empty() {
-                    continue;
-                }
-                match m.attach(target, &group, pid, ret) {
-                    Ok(fd) => links.push(Link::Multi(fd)),
-                    Err(e) => {
-                        self.pool.drop_all(links);
-                        if gone() {
-                            return Err(TraceError::ProcessGone);
-                        }
-                        return Err(TraceError::Attach {
-                            path: target.display().to_string(),
-                            offset: group[0].0,
-                            source: perf::PerfError::Link(e),
-                        });
-                    }
-                }
-            }
-            return Ok(links);
+        // The header writer runs its own program, through a perf event: the uprobe_multi
+        // loader holds the main program only.
+        let (writers, sites): (Vec<Site>, Vec<Site>) = sites
+            .iter()
+            .partition(|s| self.propagate_cfgs.contains(&s.cfg));
+        let mut links = Vec::new();
+        if !sites.is_empty() {
+            links = self.attach_program(pid, target, &sites, UPROBE_PROG)?;
         }
-        let up: &UProbe = self
-            .ebpf
-            .program(UPROBE_PROG)
-            .and_then(|p| p.try_into().ok())
-            .expect("BPF object has its uprobe program");
-        let prog = up.fd().expect("the uprobe program is loaded");
-        let mut links = Vec::with_capacity(sites.len());
-        for s in sites {
-            match perf::attach(prog.as_fd(), target, s.point, pid, s.cfg as u64) {
-                Ok(l) => links.push(Link::Perf(l)),
+        if !writers.is_empty() {
+            match self.attach_program(pid, target, &writers, PROPAGATE_PROG) {
+                Ok(l) => links.extend(l),
                 Err(e) => {
                     self.pool.drop_all(links);
-                    let gone = matches!(&e, perf::PerfError::Open(io)
-                        if matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT)))
-                        && gone();
-                    return Err(if gone {
-                        TraceError::ProcessGone
-                    } else {
-                        TraceError::Attach {
-                            path: target.display().to_string(),
-                            offset: s.point.offset,
-                            source: e,
-                        }
-                    });
+                    return Err(e);
                 }
             }
         }
@@ -375,6 +500,7 @@ impl Tracer for BpfTracer {
         for id in std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied()) {
             let e = self.stats_of(id);
             k.hits += e.hits;
+            k.emitted += e.emitted;
             k.lost += e.lost;
             k.throttled += e.throttled;
             k.too_deep += e.too_deep;

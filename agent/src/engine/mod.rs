@@ -12,6 +12,7 @@ pub mod driver;
 pub mod error;
 mod loader;
 mod newproc;
+mod propagate;
 use loader::LibraryGlob;
 pub use tracer::monotonic_ns;
 mod procs;
@@ -144,6 +145,8 @@ struct ProcState<L> {
     loader: Option<L>,
     /// The probe on runtime.newproc1 (Go processes with latency probes: `newproc.rs`).
     newproc: Option<L>,
+    /// The outgoing-request probes (processes with `propagate` probes: `propagate.rs`).
+    propagate: Option<L>,
 }
 
 /// Tunables, with defaults that suit both modes.
@@ -187,6 +190,7 @@ pub struct Engine<T: Tracer, R: Resolver> {
     libraries_missing_said: std::collections::HashSet<(SpecId, usize)>,
     /// runtime.newproc1's probe per executable (None: it has none, or it is not Go).
     newproc: HashMap<FileKey, Option<newproc::NewprocPlan>>,
+    propagate: HashMap<FileKey, Option<propagate::PropagateProbes>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
@@ -222,6 +226,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             loader_hooks: HashMap::new(),
             libraries_missing_said: Default::default(),
             newproc: HashMap::new(),
+            propagate: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
             dirty: true,
@@ -521,6 +526,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for (k, c) in totals {
             self.stats.set_kernel(&k, c);
         }
+        self.refresh_propagation();
     }
 
     /// Periodic work: keeps exec holds alive, resumes holds the engine never saw, frees
@@ -559,6 +565,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Frees a binary's configurations; their counters are kept.
     fn retire_binary(&mut self, key: FileKey) {
         self.retire_newproc(key);
+        self.retire_propagate(key);
         let Some(bin) = self.binaries.remove(&key) else {
             return;
         };

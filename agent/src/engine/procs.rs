@@ -84,6 +84,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     files: BTreeSet::new(),
                     loader: None,
                     newproc: None,
+                    propagate: None,
                 },
             );
         }
@@ -94,6 +95,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         if !out.gone {
             self.watch_loader(pid);
             self.watch_newproc(pid);
+            self.watch_propagate(pid);
         }
         let (attached, first_error, gone) = (out.count, out.first_error, out.gone);
         // Probes on libraries not loaded yet attach when they are: not a failure.
@@ -208,7 +210,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         };
         self.dirty = true;
-        for l in [p.loader, p.newproc].into_iter().flatten() {
+        for l in [p.loader, p.newproc, p.propagate].into_iter().flatten() {
             self.tracer.detach(l);
         }
         for a in p.links {
@@ -246,6 +248,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         if empty {
             self.untrack(pid);
+        } else {
+            self.watch_propagate(pid);
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::attach::perf::ProbePoint;
 use crate::plan::ProbePlan;
+use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
 use gprobe_crds::{Limits, Probe};
 use std::collections::BTreeSet;
@@ -76,6 +77,19 @@ pub trait Tracer {
     /// report it), created on first use and shared by every process.
     fn loader_config(&mut self) -> Result<CfgId, TraceError>;
 
+    /// The configurations of gprobe's propagation probes in one executable (`plan`): the
+    /// request probe (`entry`) and the header writer (`extra_entries[0]`). The writer runs
+    /// a program that writes to traced processes, loaded on first use; where the kernel
+    /// forbids that, there is no writer, and the reason comes with the configuration.
+    fn propagate_config(
+        &mut self,
+        plan: &PropagatePlan,
+    ) -> Result<(ProbeConfig, Option<String>), TraceError>;
+
+    /// Forgets the propagating spans BPF keeps open for process `pid` (its propagating
+    /// probes were removed: their returns will not be seen).
+    fn forget_spans(&mut self, pid: u32);
+
     /// Frees a probe's configurations once no process has links to them.
     fn remove_probe(&mut self, cfg: ProbeConfig);
 
@@ -141,6 +155,10 @@ pub trait Resolver {
     /// gprobe's own probe on `runtime.newproc1` in the Go executable at `path` (entry:
     /// `callergp`; return: `r0`, the new goroutine), if it is Go and has the function.
     fn newproc_plan(&mut self, path: &Path) -> Option<ProbePlan>;
+
+    /// gprobe's own probes that carry propagating spans to outgoing net/http requests in
+    /// the Go executable at `path`, or why there can be none.
+    fn propagate_plan(&mut self, path: &Path) -> Result<PropagatePlan, String>;
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).

@@ -132,6 +132,18 @@ pub fn decode_one(
         Decode::Strings => composite::strings(flags, bytes, ctx),
         Decode::Interfaces { errors } => composite::interfaces(errors, flags, bytes, ctx),
         Decode::Str | Decode::Bytes => text(bytes, flags & VAL_TRUNCATED != 0, ctx.redact),
+        // Trace id, span id, parent span id, as hex: the reader parses them back.
+        Decode::Span if bytes.len() >= 32 => ValueKind::Str {
+            text: format!(
+                "{:016x}{:016x}-{:016x}-{:016x}",
+                word(&bytes[0..8]),
+                word(&bytes[8..16]),
+                word(&bytes[16..24]),
+                word(&bytes[24..32])
+            ),
+            truncated: false,
+        },
+        Decode::Span => ValueKind::Fault,
         Decode::Header if bytes.is_empty() => ValueKind::Null,
         Decode::Header => text(bytes, flags & VAL_TRUNCATED != 0, false),
     }

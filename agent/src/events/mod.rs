@@ -12,7 +12,7 @@ pub mod tracecontext;
 
 pub use decode::{decode_values, DecodeCtx, Value, ValueKind};
 pub use dyntypes::{DynTypes, TypeLookup};
-pub use nesting::{Nesting, SpanIds};
+pub use nesting::{Nesting, Origin, SpanIds};
 pub use pairing::{Pairing, PairingStats};
 
 use crate::plan::Decode;

@@ -17,6 +17,18 @@ pub struct SpanIds {
     pub parent: Option<u64>,
 }
 
+/// What a record says of its span's place, besides the goroutine it ran on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// Nothing: nested by goroutine alone.
+    #[default]
+    Local,
+    /// A handler's incoming traceparent: the caller's span, where no call is open.
+    Caller(Remote),
+    /// A propagating probe's span, whose ids BPF made (`CAP_SPAN`).
+    Made(SpanIds),
+}
+
 /// A call open on a goroutine: its call id (what its return carries) and its span.
 #[derive(Debug, Clone, Copy)]
 struct Open {
@@ -69,13 +81,26 @@ impl Nesting {
     /// The ids of a call starting on goroutine `g` of `pid`: a child of the innermost call
     /// open there; else of the caller's span `remote` (a handler's incoming traceparent),
     /// else of what the goroutine inherited; else the root of a new trace.
-    fn ids(&mut self, pid: u32, g: u64, remote: Option<Remote>) -> SpanIds {
-        let span_id = self.next_u64();
+    fn ids(&mut self, pid: u32, g: u64, origin: Origin) -> SpanIds {
         let open = self
             .open
             .get(&(pid, g))
             .and_then(|s| s.last())
             .map(|o| o.ids);
+        let remote = match origin {
+            // A propagating span keeps the ids BPF gave it (requests carried them already);
+            // the agent only finds it a nearer parent in the same trace.
+            Origin::Made(m) => {
+                let parent = match open {
+                    Some(p) if p.trace_id == m.trace_id => Some(p.span_id),
+                    _ => m.parent,
+                };
+                return SpanIds { parent, ..m };
+            }
+            Origin::Caller(r) => Some(r),
+            Origin::Local => None,
+        };
+        let span_id = self.next_u64();
         if let (None, Some(r)) = (open, remote) {
             return SpanIds {
                 trace_id: r.trace_id,
@@ -126,13 +151,13 @@ impl Nesting {
     }
 
     /// A call without a return probe: a child of the open call, never a parent itself.
-    pub fn call(&mut self, pid: u32, g: u64, remote: Option<Remote>) -> SpanIds {
-        self.ids(pid, g, remote)
+    pub fn call(&mut self, pid: u32, g: u64, origin: Origin) -> SpanIds {
+        self.ids(pid, g, origin)
     }
 
     /// A call with a return probe started: it is open until [`Nesting::ret`].
-    pub fn entry(&mut self, pid: u32, g: u64, call_id: u64, remote: Option<Remote>) -> SpanIds {
-        let ids = self.ids(pid, g, remote);
+    pub fn entry(&mut self, pid: u32, g: u64, call_id: u64, origin: Origin) -> SpanIds {
+        let ids = self.ids(pid, g, origin);
         if self.open.len() >= self.capacity && !self.open.contains_key(&(pid, g)) {
             self.forgotten += self.open.values().map(|s| s.len() as u64).sum::<u64>();
             self.open.clear();
@@ -191,14 +216,14 @@ mod tests {
     fn calls_nest_per_goroutine_with_siblings_and_recursion() {
         let mut n = Nesting::new(16);
         // Goroutine 1: a(b(c), b) with a call d inside the second b; goroutine 2 apart.
-        let a = n.entry(7, 1, 10, None);
-        let other = n.entry(7, 2, 20, None);
-        let b1 = n.entry(7, 1, 11, None);
-        let c = n.entry(7, 1, 12, None);
+        let a = n.entry(7, 1, 10, Origin::Local);
+        let other = n.entry(7, 2, 20, Origin::Local);
+        let b1 = n.entry(7, 1, 11, Origin::Local);
+        let c = n.entry(7, 1, 12, Origin::Local);
         n.ret(7, 1, 12);
         n.ret(7, 1, 11);
-        let b2 = n.entry(7, 1, 13, None);
-        let d = n.call(7, 1, None);
+        let b2 = n.entry(7, 1, 13, Origin::Local);
+        let d = n.call(7, 1, Origin::Local);
         n.ret(7, 1, 13);
         n.ret(7, 1, 10);
         assert_eq!(a.parent, None);
@@ -214,13 +239,13 @@ mod tests {
         n.ret(7, 2, 20);
         assert!(n.is_empty(), "every stack closed");
         // The same goroutine later: a new trace.
-        let again = n.entry(7, 1, 30, None);
+        let again = n.entry(7, 1, 30, Origin::Local);
         assert_eq!(again.parent, None);
         assert_ne!(again.trace_id, a.trace_id);
         // Recursion: each level the child of the one above.
         let mut up = again;
         for id in 31..40 {
-            let s = n.entry(7, 1, id, None);
+            let s = n.entry(7, 1, id, Origin::Local);
             assert_eq!(s.parent, Some(up.span_id));
             up = s;
         }
@@ -229,14 +254,14 @@ mod tests {
     #[test]
     fn a_return_closes_calls_left_open_above_it_and_exits_forget() {
         let mut n = Nesting::new(16);
-        let a = n.entry(1, 1, 1, None);
-        n.entry(1, 1, 2, None); // its return never comes (a panic unwound it)
+        let a = n.entry(1, 1, 1, Origin::Local);
+        n.entry(1, 1, 2, Origin::Local); // its return never comes (a panic unwound it)
         n.ret(1, 1, 1);
         assert!(n.is_empty());
-        let b = n.entry(1, 1, 3, None);
+        let b = n.entry(1, 1, 3, Origin::Local);
         assert_eq!(b.parent, None, "not a child of the unwound call");
         assert_ne!(b.trace_id, a.trace_id);
-        n.entry(2, 5, 4, None);
+        n.entry(2, 5, 4, Origin::Local);
         n.process_exited(2);
         assert_eq!(n.len(), 1);
     }
@@ -244,12 +269,12 @@ mod tests {
     #[test]
     fn goroutines_started_inside_a_call_are_in_its_trace() {
         let mut n = Nesting::new(16);
-        let handler = n.entry(1, 10, 1, None);
+        let handler = n.entry(1, 10, 1, Origin::Local);
         n.spawned(1, 10, 20); // go worker() inside the handler
-        let before_return = n.call(1, 20, None);
+        let before_return = n.call(1, 20, Origin::Local);
         n.ret(1, 10, 1); // the handler returns before the goroutine's work
-        let work = n.entry(1, 20, 2, None);
-        let inner = n.call(1, 20, None);
+        let work = n.entry(1, 20, 2, Origin::Local);
+        let inner = n.call(1, 20, Origin::Local);
         n.ret(1, 20, 2);
         assert_eq!(before_return.parent, Some(handler.span_id));
         assert_eq!(work.parent, Some(handler.span_id));
@@ -257,25 +282,25 @@ mod tests {
         assert_eq!(inner.parent, Some(work.span_id));
         // A goroutine started outside any span, reusing g 20: no parent.
         n.spawned(1, 30, 20);
-        assert_eq!(n.call(1, 20, None).parent, None);
+        assert_eq!(n.call(1, 20, Origin::Local).parent, Origin::Local);
         // Grandchildren: started by a goroutine that inherited.
-        let h2 = n.entry(1, 10, 3, None);
+        let h2 = n.entry(1, 10, 3, Origin::Local);
         n.spawned(1, 10, 40);
         n.spawned(1, 40, 50);
-        assert_eq!(n.call(1, 50, None).parent, Some(h2.span_id));
+        assert_eq!(n.call(1, 50, Origin::Local).parent, Some(h2.span_id));
     }
 
     #[test]
     fn after_a_lost_record_no_call_is_the_child_of_a_possibly_stale_one() {
         let mut n = Nesting::new(16);
-        let a = n.entry(1, 1, 1, None);
+        let a = n.entry(1, 1, 1, Origin::Local);
         n.spawned(1, 1, 2);
         n.restart(); // a's RETURN may be the record that was lost
-        assert_eq!(n.call(1, 1, None).parent, None);
-        assert_eq!(n.call(1, 2, None).parent, None);
+        assert_eq!(n.call(1, 1, Origin::Local).parent, Origin::Local);
+        assert_eq!(n.call(1, 2, Origin::Local).parent, Origin::Local);
         assert!(n.is_empty());
         assert_eq!(n.forgotten, 1);
-        let b = n.entry(1, 1, 3, None);
+        let b = n.entry(1, 1, 3, Origin::Local);
         assert_ne!(b.trace_id, a.trace_id);
     }
 
@@ -287,11 +312,11 @@ mod tests {
             span_id: 0xdef,
         };
         // Inherited from the goroutine that started it, and still the caller's child.
-        let spawner = n.entry(1, 1, 1, None);
+        let spawner = n.entry(1, 1, 1, Origin::Local);
         n.spawned(1, 1, 2);
-        let handler = n.entry(1, 2, 2, Some(caller));
+        let handler = n.entry(1, 2, 2, Origin::Caller(caller));
         assert_eq!((handler.trace_id, handler.parent), (0xabc, Some(0xdef)));
-        let child = n.entry(1, 2, 3, None);
+        let child = n.entry(1, 2, 3, Origin::Local);
         assert_eq!(
             (child.trace_id, child.parent),
             (0xabc, Some(handler.span_id))
@@ -300,7 +325,7 @@ mod tests {
         let nested = n.call(
             1,
             2,
-            Some(Remote {
+            Origin::Caller(Remote {
                 trace_id: 0x1,
                 span_id: 0x2,
             }),
@@ -313,15 +338,41 @@ mod tests {
     }
 
     #[test]
+    fn spans_made_in_bpf_keep_their_ids_and_find_nearer_parents_in_their_trace() {
+        let mut n = Nesting::new(16);
+        let made = |trace_id, span_id, parent| {
+            Origin::Made(SpanIds {
+                trace_id,
+                span_id,
+                parent,
+            })
+        };
+        // A root propagating span, a local child, then a nested propagating span whose BPF
+        // parent is the outer one: its nearer parent in the same trace is the local child.
+        let outer = n.entry(1, 1, 1, made(0x77, 0x10, None));
+        assert_eq!(
+            (outer.trace_id, outer.span_id, outer.parent),
+            (0x77, 0x10, None)
+        );
+        let local = n.entry(1, 1, 2, Origin::Local);
+        assert_eq!((local.trace_id, local.parent), (0x77, Some(0x10)));
+        let inner = n.entry(1, 1, 3, made(0x77, 0x20, Some(0x10)));
+        assert_eq!((inner.span_id, inner.parent), (0x20, Some(local.span_id)));
+        // Inside a span of another trace (BPF saw no propagating span open): BPF's ids win.
+        let other = n.entry(1, 1, 4, made(0x99, 0x30, Some(0x5)));
+        assert_eq!((other.trace_id, other.parent), (0x99, Some(0x5)));
+    }
+
+    #[test]
     fn memory_is_bounded() {
         let mut n = Nesting::new(4);
         for g in 0..10 {
-            n.entry(1, g, g, None);
+            n.entry(1, g, g, Origin::Local);
         }
         assert!(n.len() <= 4);
         assert!(n.forgotten >= 4);
         for id in 0..(MAX_DEPTH as u64 + 10) {
-            n.entry(9, 9, 1000 + id, None);
+            n.entry(9, 9, 1000 + id, Origin::Local);
         }
         assert_eq!(n.open[&(9, 9)].len(), MAX_DEPTH);
     }

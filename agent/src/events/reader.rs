@@ -1,12 +1,13 @@
 //! Reads the events ring buffer: turns records into calls and hands them on in batches.
 
-use super::tracecontext::{parse_traceparent, Remote};
+use super::tracecontext::parse_traceparent;
 use super::{
-    decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Pairing, PairingStats,
-    ProbeMeta, Resource, ValueKind,
+    decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Origin, Pairing,
+    PairingStats, ProbeMeta, Resource, SpanIds, ValueKind,
 };
 use crate::attach::abi::{read_event, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
-use crate::resolve::go::plan::TRACEPARENT_CAPTURE;
+use crate::plan::Decode;
+use crate::resolve::go::plan::{SPAN_CAPTURE, TRACEPARENT_CAPTURE};
 use crate::stats::Stats;
 use aya::maps::{MapData, RingBuf};
 use std::collections::HashMap;
@@ -152,13 +153,13 @@ impl Processor {
         let mut values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
-                let remote = take_traceparent(&meta, &mut values);
+                let origin = take_origin(&meta, &mut values);
                 let span = if meta.internal.is_some() {
                     Default::default()
                 } else if ev.kind == EV_CALL {
-                    self.nesting.call(ev.pid, ev.goroutine, remote)
+                    self.nesting.call(ev.pid, ev.goroutine, origin)
                 } else {
-                    self.nesting.entry(ev.pid, ev.goroutine, ev.call_id, remote)
+                    self.nesting.entry(ev.pid, ev.goroutine, ev.call_id, origin)
                 };
                 let rec = CallRecord {
                     probe: meta,
@@ -236,23 +237,42 @@ impl Processor {
     }
 }
 
-/// The caller's span from a handler's hidden `traceparent` capture, which is taken out of
-/// the values (it is never output).
-fn take_traceparent(meta: &ProbeMeta, values: &mut Vec<super::Value>) -> Option<Remote> {
+/// Where a span belongs beyond its goroutine, from the hidden captures (taken out of the
+/// values: they are never output): the span BPF made for a propagating probe, else the
+/// caller's span from a handler's incoming `traceparent`.
+fn take_origin(meta: &ProbeMeta, values: &mut Vec<super::Value>) -> Origin {
     if !meta
         .captures
         .iter()
-        .any(|(_, d)| *d == crate::plan::Decode::Header)
+        .any(|(_, d)| matches!(d, Decode::Header | Decode::Span))
     {
-        return None;
+        return Origin::Local;
     }
-    let i = values
-        .iter()
-        .position(|v| &*v.name == TRACEPARENT_CAPTURE)?;
-    match values.remove(i).kind {
-        ValueKind::Str { text, .. } => parse_traceparent(&text),
-        _ => None,
+    let mut take = |name: &str| {
+        let i = values.iter().position(|v| &*v.name == name)?;
+        match values.remove(i).kind {
+            ValueKind::Str { text, .. } => Some(text),
+            _ => None,
+        }
+    };
+    let caller = take(TRACEPARENT_CAPTURE).and_then(|t| parse_traceparent(&t));
+    if let Some(made) = take(SPAN_CAPTURE).and_then(|t| parse_made(&t)) {
+        return Origin::Made(made);
     }
+    caller.map_or(Origin::Local, Origin::Caller)
+}
+
+/// `Decode::Span`'s text: `<trace id: 32 hex>-<span id: 16 hex>-<parent: 16 hex, 0 none>`.
+fn parse_made(text: &str) -> Option<SpanIds> {
+    let mut parts = text.split('-');
+    let trace_id = u128::from_str_radix(parts.next()?, 16).ok()?;
+    let span_id = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let parent = u64::from_str_radix(parts.next()?, 16).ok()?;
+    (trace_id != 0 && span_id != 0).then_some(SpanIds {
+        trace_id,
+        span_id,
+        parent: (parent != 0).then_some(parent),
+    })
 }
 
 /// A captured pointer or integer as a word (runtime.newproc1's goroutines).

@@ -49,12 +49,24 @@ pub struct OtlpSummary {
     pub export_errors: u64,
 }
 
+/// Outgoing requests made inside spans of `propagate: true` probes (present only when a
+/// process had one): `written` of the `requests` carried a traceparent; `error` says why
+/// none could (the kernel's refusal), if so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PropagationSummary {
+    pub requests: u64,
+    pub written: u64,
+    pub error: Option<String>,
+}
+
 /// What a run did: one object, serialized as the `--summary-file` JSON.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Summary {
     pub probes: Vec<ProbeSummary>,
     pub processes: ProcessSummary,
     pub otlp: OtlpSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<PropagationSummary>,
 }
 
 #[derive(Debug, Error)]
@@ -121,6 +133,13 @@ impl Summary {
                 spans_dropped,
                 export_errors,
             },
+            propagation: Some(stats.propagation()).filter(|p| p.active).map(|p| {
+                PropagationSummary {
+                    requests: p.requests,
+                    written: p.written,
+                    error: p.error,
+                }
+            }),
         }
     }
 
@@ -281,6 +300,22 @@ impl Summary {
             );
             if o.spans_dropped > 0 || o.export_errors > 0 {
                 s += " (collector slow or unreachable: check --otlp-endpoint and the collector)";
+            }
+            s += "\n";
+        }
+        if let Some(p) = &self.propagation {
+            let _ = write!(
+                s,
+                "  propagation: {} made inside propagating spans, {} a traceparent",
+                count(p.requests, "request", "requests"),
+                if p.written == p.requests && p.requests > 0 {
+                    "each carried".to_string()
+                } else {
+                    format!("{} carried", p.written)
+                }
+            );
+            if let Some(e) = &p.error {
+                let _ = write!(s, " ({e})");
             }
             s += "\n";
         }

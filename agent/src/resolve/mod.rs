@@ -11,6 +11,7 @@
 pub mod c;
 pub mod go;
 pub mod plan;
+pub mod propagate;
 mod resolver;
 pub mod usdt;
 

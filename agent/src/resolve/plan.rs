@@ -89,6 +89,8 @@ pub enum Decode {
     /// A request header (`GP_CAP_HEADER`): the string, or null when absent. Never output:
     /// the reader takes it (a handler's incoming `traceparent`).
     Header,
+    /// The span BPF opened (`GP_CAP_SPAN`): never output, the reader takes it.
+    Span,
 }
 
 impl Decode {
@@ -172,6 +174,12 @@ pub struct ProbePlan {
     /// The names of the binary's Go types, for captures that show a dynamic type
     /// (interfaces, errors, `[]any`); `None` when no capture needs them.
     pub type_names: Option<go::types::TypeNames>,
+    /// The probe propagates its spans (`propagate: true`, Go latency probes): its entry
+    /// records carry the span BPF made (a `CAP_SPAN` capture, last), and both of its
+    /// configurations have `CFG_PROPAGATE`.
+    pub propagate: bool,
+    /// gprobe's own runtime.newproc1 probe: its return configuration has `CFG_NEWPROC`.
+    pub newproc: bool,
 }
 
 /// Where the parameter and result types of a plan came from.
@@ -335,7 +343,22 @@ impl ProbePlan {
                     abi::CFG_PAIR_BY_THREAD
                 } else {
                     0
+                }
+                | if self.propagate {
+                    abi::CFG_PROPAGATE
+                } else {
+                    0
+                }
+                | if self.newproc && kind == abi::PROBE_RETURN {
+                    abi::CFG_NEWPROC
+                } else {
+                    0
                 },
+            // A propagating entry finds the caller's traceparent through its header capture.
+            aux: caps
+                .iter()
+                .position(|c| self.propagate && c.bpf.kind == abi::CAP_HEADER)
+                .map_or(0, |i| i as u64 + 1),
             ..Default::default()
         };
         for (slot, c) in cfg.caps.iter_mut().zip(caps) {
@@ -485,7 +508,10 @@ fn plan_go(
     let symbol = probe.symbol.clone();
     let sites = bin.probe_sites(&func)?;
     let mut warnings = Vec::new();
-    let caps = go::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
+    let mut caps = go::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
+    if probe.propagate {
+        caps.entry.push(go::plan::span_capture());
+    }
     let needs_return = probe.latency || !caps.ret.is_empty();
     let type_names = caps
         .entry
@@ -513,6 +539,8 @@ fn plan_go(
         ref_ctr_offset: 0,
         pair_by_thread: false,
         type_names,
+        propagate: probe.propagate,
+        newproc: false,
     })
 }
 
@@ -544,6 +572,8 @@ fn plan_c(
         uretprobe: true,
         ref_ctr_offset: 0,
         pair_by_thread: true,
+        propagate: false,
+        newproc: false,
         type_names: None,
     })
 }

@@ -46,11 +46,21 @@ impl crate::engine::Resolver for BinaryResolver {
         // DWARF names the parameters where the binary has it; the first three (and the
         // result) are the same from Go 1.19 to 1.27: (fn *funcval, callergp *g, callerpc
         // uintptr) *g, later ones added after them.
-        plan_probe(&bin, &probe, 0).ok().or_else(|| {
+        let mut plan = plan_probe(&bin, &probe, 0).ok().or_else(|| {
             probe.signature =
                 Some("func(fn uintptr, callergp uintptr, callerpc uintptr) uintptr".into());
             plan_probe(&bin, &probe, 0).ok()
-        })
+        })?;
+        plan.newproc = true;
+        Some(plan)
+    }
+
+    fn propagate_plan(
+        &mut self,
+        path: &std::path::Path,
+    ) -> Result<super::propagate::PropagatePlan, String> {
+        let bin = Binary::open(path).map_err(|e| e.to_string())?;
+        super::propagate::plan(&bin)
     }
 
     fn loader_hook(&mut self, path: &std::path::Path) -> Option<u64> {

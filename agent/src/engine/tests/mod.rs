@@ -62,11 +62,33 @@ impl Tracer for FakeTracer {
         Ok(loader::LOADER_CFG)
     }
 
+    fn propagate_config(
+        &mut self,
+        _plan: &crate::resolve::propagate::PropagatePlan,
+    ) -> Result<(ProbeConfig, Option<String>), TraceError> {
+        let mut k = self.0.borrow_mut();
+        let mut id = || {
+            k.next_cfg += 1;
+            k.configs.insert(k.next_cfg);
+            k.next_cfg
+        };
+        let (entry, write) = (id(), id());
+        let cfg = ProbeConfig {
+            entry,
+            extra_entries: vec![write],
+            ret: None,
+        };
+        Ok((cfg, None))
+    }
+
+    fn forget_spans(&mut self, pid: u32) {
+        self.0.borrow_mut().log.push(("forget_spans", pid));
+    }
+
     fn remove_probe(&mut self, cfg: ProbeConfig) {
         let mut k = self.0.borrow_mut();
-        k.configs.remove(&cfg.entry);
-        if let Some(r) = cfg.ret {
-            k.configs.remove(&r);
+        for id in cfg.ids() {
+            k.configs.remove(&id);
         }
     }
 
@@ -177,6 +199,21 @@ impl Resolver for FakeResolver {
 
     fn newproc_plan(&mut self, _path: &Path) -> Option<ProbePlan> {
         None
+    }
+
+    fn propagate_plan(
+        &mut self,
+        path: &Path,
+    ) -> Result<crate::resolve::propagate::PropagatePlan, String> {
+        if path.to_string_lossy().contains("nohttp") {
+            return Err("it makes no net/http client requests".into());
+        }
+        Ok(crate::resolve::propagate::PropagatePlan {
+            out: plan("net/http.(*Transport).roundTrip", 0),
+            write_offset: 0x2000,
+            writer_type: 0x4000,
+            map_layout: crate::attach::abi::MAP_SWISS,
+        })
     }
 
     fn loader_hook(&mut self, path: &Path) -> Option<u64> {

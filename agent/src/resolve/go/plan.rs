@@ -143,11 +143,19 @@ fn trace_context(
     symbol: &str,
     typed: &Typed,
 ) -> Option<CapturePlan> {
-    let i = (0..typed.params.len()).find(|&i| {
-        store
-            .get(typed.param_types[i])
-            .is_ok_and(|t| t.name == "*net/http.Request")
-    })?;
+    // DWARF names the pointer type itself; a signature's `*http.Request` resolves its
+    // element in the binary.
+    let is_request = |store: &mut TypeStore<'_>, r: TypeRef| match store.get(r) {
+        Ok(t) if t.name == "*net/http.Request" => true,
+        Ok(t) => match t.kind {
+            super::types::Kind::Pointer(e) => {
+                store.get(e).is_ok_and(|e| e.name == "net/http.Request")
+            }
+            _ => false,
+        },
+        Err(_) => false,
+    };
+    let i = (0..typed.params.len()).find(|&i| is_request(store, typed.param_types[i]))?;
     let Some(layout) = bin.go_version().and_then(map_layout) else {
         tracing::debug!(
             "{symbol}: the map layout of {:?} is not known: incoming traceparent not read",
@@ -183,6 +191,21 @@ fn trace_context(
             tracing::debug!("{symbol}: r.Header not found: {e}");
             None
         }
+    }
+}
+
+/// The name of the hidden capture of the span a propagating probe's entry opened in BPF.
+pub const SPAN_CAPTURE: &str = "(span)";
+
+/// The capture of the span a propagating probe's entry opens (`propagate: true`).
+pub(crate) fn span_capture() -> CapturePlan {
+    CapturePlan {
+        name: SPAN_CAPTURE.into(),
+        decode: Decode::Span,
+        bpf: crate::attach::abi::GpCapture {
+            kind: abi::CAP_SPAN,
+            ..Default::default()
+        },
     }
 }
 

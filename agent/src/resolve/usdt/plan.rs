@@ -96,6 +96,8 @@ pub(crate) fn plan(
         uretprobe: false,
         ref_ctr_offset: semaphores.first().copied().unwrap_or(0),
         pair_by_thread: true,
+        propagate: false,
+        newproc: false,
         type_names: None,
     })
 }

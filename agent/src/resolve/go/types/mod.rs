@@ -144,6 +144,16 @@ impl Binary {
         }
     }
 
+    /// The link-time address of the type descriptor Go's reflect calls `name`
+    /// (`*bufio.Writer`), if the binary has one.
+    pub(crate) fn type_descriptor(&self, name: &str) -> Option<u64> {
+        let idx = self.desc_index();
+        idx.strings
+            .iter()
+            .find(|(_, n)| &***n == name)
+            .map(|(a, _)| *a)
+    }
+
     /// Every runtime type descriptor of the binary, found once.
     pub(crate) fn desc_index(&self) -> &DescIndex {
         self.descs.get_or_init(|| {

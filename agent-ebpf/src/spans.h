@@ -1,0 +1,207 @@
+/* Spans of propagating probes (GP_CFG_PROPAGATE), kept per goroutine here because a
+ * request made inside one must carry its ids at once, before the agent has read a record:
+ * the entry makes the span's id (and a new trace's), records them (GP_CAP_SPAN) and
+ * pushes the span; its return pops it. The nesting of all other spans is the agent's.
+ * Included by gprobe.bpf.c after struct scratch and captures.h. */
+
+/* Goroutines with propagating spans open; LRU: one whose returns never come (a panic)
+ * cannot grow it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gp_span_key);
+	__type(value, struct gp_span_ctx);
+} spanctx SEC(".maps");
+
+static __always_inline __u64 rand64(void)
+{
+	__u64 v = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32();
+	return v ? v : 1;
+}
+
+/* 16 lower-case hex digits at p; sets *bad on any other character. */
+static __always_inline __u64 hexword(const char *p, __u8 *bad)
+{
+	__u64 v = 0;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < 16; i++) {
+		__u8 ch = p[i];
+		__u8 dig = (__u8)(ch - '0') < 10, low = (__u8)(ch - 'a') < 6;
+		*bad |= !(dig | low);
+		v = (v << 4) | (dig ? ch - '0' : ch - 'a' + 10);
+	}
+	return v;
+}
+
+/* The caller's span from the W3C traceparent (version 00) of the request this hit's
+ * handler serves, read by the configuration's GP_CAP_HEADER capture (caps[aux - 1]):
+ * s->span[0..1] (trace) and s->span[3] (parent). 1 when there is a valid one. */
+__attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_probe_cfg *cfg)
+{
+	if (!s || !cfg)
+		return 0;
+	if (cfg->aux == 0 || cfg->aux > GP_MAX_CAPTURES)
+		return 0;
+	const struct gp_capture *c = &cfg->caps[(cfg->aux - 1) & (GP_MAX_CAPTURES - 1)];
+	if (c->kind != GP_CAP_HEADER)
+		return 0;
+	__u64 w[2];
+	__u32 left = 0;
+	if (cap_words(s->regs, c, w, &left))
+		return 0;
+	if (gp_header_lookup(s, w[0], c->size) != 1 || s->hdr[1] != 55)
+		return 0;
+	char *t = (char *)s->buf; /* free: the record is assembled after this */
+	if (bpf_probe_read_user(t, 55, (void *)s->hdr[0]))
+		return 0;
+	if (t[0] != '0' || t[1] != '0' || t[2] != '-' || t[35] != '-' || t[52] != '-')
+		return 0;
+	__u8 bad = 0;
+	__u64 hi = hexword(t + 3, &bad), lo = hexword(t + 19, &bad), span = hexword(t + 36, &bad);
+	if (bad || !(hi | lo) || !span)
+		return 0;
+	s->span[0] = hi;
+	s->span[1] = lo;
+	s->span[3] = span;
+	return 1;
+}
+
+/* A propagating probe's entry: its span, in s->span, and pushed on its goroutine's. Its
+ * trace and parent are those of the innermost propagating span open on the goroutine;
+ * else the caller's (an incoming traceparent); else a new trace. */
+static __always_inline void span_enter(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				       struct scratch *s, __u32 tgid, __u64 g, __u64 call_id)
+{
+	struct gp_span_key k = { .goroutine = g, .tgid = tgid };
+	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
+	if (sc && sc->depth > 0 && sc->depth <= GP_MAX_DEPTH) {
+		s->span[0] = sc->trace[0];
+		s->span[1] = sc->trace[1];
+		s->span[3] = sc->span[(sc->depth - 1) & (GP_MAX_DEPTH - 1)];
+	} else {
+		save_regs(s->regs, r);
+		if (!gp_remote_ctx(s, cfg)) {
+			s->span[0] = rand64();
+			s->span[1] = rand64();
+			s->span[3] = 0;
+		}
+		if (!sc) {
+			s->fresh.depth = 0;
+			if (bpf_map_update_elem(&spanctx, &k, &s->fresh, BPF_NOEXIST) &&
+			    bpf_map_update_elem(&spanctx, &k, &s->fresh, BPF_ANY))
+				goto out;
+			sc = bpf_map_lookup_elem(&spanctx, &k);
+			if (!sc)
+				goto out;
+		}
+		sc->depth = 0;
+		sc->trace[0] = s->span[0];
+		sc->trace[1] = s->span[1];
+	}
+	if (sc->depth < GP_MAX_DEPTH) {
+		__u32 d = sc->depth & (GP_MAX_DEPTH - 1);
+		s->span[2] = rand64();
+		sc->span[d] = s->span[2];
+		sc->call_id[d] = call_id;
+		sc->depth = d + 1;
+		return;
+	}
+out:
+	s->span[2] = rand64();
+}
+
+/* A goroutine was started: its g may be a dead goroutine's, whose spans are not its own. */
+static __always_inline void span_forget(__u32 tgid, __u64 g)
+{
+	struct gp_span_key k = { .goroutine = g, .tgid = tgid };
+	bpf_map_delete_elem(&spanctx, &k);
+}
+
+/* A propagating probe's return: its span and any left open above it (a panic unwound
+ * them) are popped. */
+static __always_inline void span_exit(__u32 tgid, __u64 g, __u64 call_id)
+{
+	struct gp_span_key k = { .goroutine = g, .tgid = tgid };
+	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
+	if (!sc)
+		return;
+	__u32 depth = sc->depth;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < GP_MAX_DEPTH; i++) {
+		if (i >= depth)
+			break;
+		__u32 d = (depth - 1 - i) & (GP_MAX_DEPTH - 1);
+		if (sc->call_id[d] == call_id) {
+			sc->depth = d;
+			break;
+		}
+	}
+	if (sc->depth == 0)
+		bpf_map_delete_elem(&spanctx, &k);
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gp_out_key);
+	__type(value, struct gp_out);
+} outgoing SEC(".maps");
+
+#define TP_LINE 70 /* "Traceparent: " 13 + 55 + "\r\n" 2 */
+
+/* The map's seed (hmap.hash0, the high half of its second word; swiss Map.seed). */
+static __always_inline int map_seed(__u64 m, __u8 layout, __u64 *seed)
+{
+	if (bpf_probe_read_user(seed, 8, (void *)(m + 8)))
+		return -1;
+	if (layout == GP_MAP_HMAP)
+		*seed >>= 32;
+	return 0;
+}
+
+/* GP_PROBE_HTTP_OUT at net/http.(*Transport).roundTrip(t, req), on the goroutine that
+ * makes the request: if a propagating span is open on it, and the request has no
+ * Traceparent of its own, the span's ids are remembered for the request's header map, for
+ * gprobe_propagate (propagate.h) to write. Counts (gp_stats): emitted = requests
+ * remembered; throttled = requests that had a traceparent of their own (or too many
+ * headers to be sure they have none); lost = an unreadable request. */
+static __attribute__((noinline)) int http_out(struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				    struct gp_stats *st)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct gp_span_key k = { .goroutine = r->r14, .tgid = pid_tgid >> 32 };
+	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
+	if (!sc || sc->depth == 0 || sc->depth > GP_MAX_DEPTH)
+		return 0; /* no propagating span open: nothing to carry */
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	const struct gp_capture *c = &cfg->caps[0];
+	if (c->kind != GP_CAP_HEADER)
+		return 0;
+	save_regs(s->regs, r);
+	__u64 w[2];
+	__u32 left = 0;
+	struct gp_out_key ok = { .tgid = k.tgid };
+	if (cap_words(s->regs, c, w, &left) || !w[0] || map_seed(w[0], c->size, &ok.seed)) {
+		st->lost++;
+		return 0;
+	}
+	int found = gp_header_lookup(s, w[0], c->size);
+	if (found != 0) {
+		/* Its own traceparent (or too many headers to be sure it has none). */
+		st->throttled++;
+		return 0;
+	}
+	ok.map = w[0];
+	struct gp_out out = {
+		.trace = { sc->trace[0], sc->trace[1] },
+		.span = sc->span[(sc->depth - 1) & (GP_MAX_DEPTH - 1)],
+		.ts = bpf_ktime_get_ns(),
+	};
+	bpf_map_update_elem(&outgoing, &ok, &out, BPF_ANY);
+	st->emitted++;
+	return 0;
+}
+

@@ -1,0 +1,84 @@
+//! Where gprobe's own probes for `propagate: true` go in a Go executable: the request
+//! `net/http.(*Transport).roundTrip(t, req)` (its `req.Header`, read by the hidden
+//! traceparent capture that every function with a `*net/http.Request` gets), and
+//! `net/http.Header.writeSubset(h, w, ...)`, where the headers are written through the
+//! connection's `*bufio.Writer`, whose type descriptor BPF checks before it writes.
+//! Anything gprobe cannot be sure of refuses propagation with the reason.
+
+use super::plan::{plan_probe, ProbePlan};
+use super::Binary;
+use crate::attach::abi;
+use gprobe_crds::Probe;
+
+/// The propagation probes planned in one executable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PropagatePlan {
+    /// roundTrip: its entry and its one capture, the request's header map.
+    pub out: ProbePlan,
+    /// writeSubset's entry (file offset).
+    pub write_offset: u64,
+    /// The link-time address of the `*bufio.Writer` type descriptor.
+    pub writer_type: u64,
+    /// The header map's layout (`abi::MAP_*`).
+    pub map_layout: u8,
+}
+
+const ROUND_TRIP: &str = "net/http.(*Transport).roundTrip";
+const WRITE_SUBSET: &str = "net/http.Header.writeSubset";
+
+/// Plans propagation in `bin`, or says why it cannot be done there.
+pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
+    if !bin.is_go() {
+        return Err("not a Go program".into());
+    }
+    // A position-independent executable's type descriptors move with its load address;
+    // BPF compares against one address.
+    let data = bin.elf.data();
+    if data.get(16..18) != Some(&[2, 0]) {
+        return Err(
+            "a position-independent Go executable (-buildmode=pie) is not supported: \
+                    build it as a plain executable (the default)"
+                .into(),
+        );
+    }
+    let probe = Probe {
+        symbol: ROUND_TRIP.into(),
+        signature: Some(
+            "func(t *http.Transport, req *http.Request) (*http.Response, error)".into(),
+        ),
+        ..Default::default()
+    };
+    let out = plan_probe(bin, &probe, 0).map_err(|e| match bin.find_function(ROUND_TRIP) {
+        Err(_) => {
+            "it makes no net/http client requests (no net/http.(*Transport).roundTrip)".to_string()
+        }
+        Ok(_) => format!("{ROUND_TRIP}: {e}"),
+    })?;
+    let header = match out.entry_captures.as_slice() {
+        [c] if c.bpf.kind == abi::CAP_HEADER => c.bpf,
+        _ => {
+            return Err(format!(
+                "{ROUND_TRIP}: the request's Header field or its map layout ({}) is not known",
+                bin.go_version().unwrap_or("an unknown Go release")
+            ))
+        }
+    };
+    let write = plan_probe(
+        bin,
+        &Probe {
+            symbol: WRITE_SUBSET.into(),
+            ..Default::default()
+        },
+        0,
+    )
+    .map_err(|e| format!("{WRITE_SUBSET}: {e}"))?;
+    let writer_type = bin
+        .type_descriptor("*bufio.Writer")
+        .ok_or("the *bufio.Writer type descriptor was not found")?;
+    Ok(PropagatePlan {
+        out,
+        write_offset: write.entry_offset,
+        writer_type,
+        map_layout: header.size,
+    })
+}
