@@ -182,6 +182,12 @@ impl ProbeBuilder {
         self
     }
 
+    /// `propagate: true`: outgoing requests made in the probe's spans carry them.
+    pub fn propagate(mut self) -> Self {
+        self.0.propagate = true;
+        self
+    }
+
     /// `latency: true`: measure each call from entry to return.
     pub fn latency(mut self) -> Self {
         self.0.latency = true;
