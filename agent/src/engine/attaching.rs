@@ -373,6 +373,8 @@ mod tests {
             ref_ctr_offset: 0,
             pair_by_thread: false,
             type_names: None,
+            propagate: false,
+            newproc: false,
         }
     }
 

@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(inner.parent, Some(work.span_id));
         // A goroutine started outside any span, reusing g 20: no parent.
         n.spawned(1, 30, 20);
-        assert_eq!(n.call(1, 20, Origin::Local).parent, Origin::Local);
+        assert_eq!(n.call(1, 20, Origin::Local).parent, None);
         // Grandchildren: started by a goroutine that inherited.
         let h2 = n.entry(1, 10, 3, Origin::Local);
         n.spawned(1, 10, 40);
@@ -296,8 +296,8 @@ mod tests {
         let a = n.entry(1, 1, 1, Origin::Local);
         n.spawned(1, 1, 2);
         n.restart(); // a's RETURN may be the record that was lost
-        assert_eq!(n.call(1, 1, Origin::Local).parent, Origin::Local);
-        assert_eq!(n.call(1, 2, Origin::Local).parent, Origin::Local);
+        assert_eq!(n.call(1, 1, Origin::Local).parent, None);
+        assert_eq!(n.call(1, 2, Origin::Local).parent, None);
         assert!(n.is_empty());
         assert_eq!(n.forgotten, 1);
         let b = n.entry(1, 1, 3, Origin::Local);

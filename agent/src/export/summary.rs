@@ -355,6 +355,7 @@ mod tests {
             &tick,
             KernelCounts {
                 hits: 100,
+                emitted: 10,
                 lost: 1,
                 throttled: 90,
                 returns_lost: 2,

@@ -14,6 +14,7 @@ pub mod plan;
 pub mod propagate;
 mod resolver;
 pub mod usdt;
+mod warnings;
 
 mod dwarf_sections;
 mod elf;

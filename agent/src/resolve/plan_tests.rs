@@ -36,6 +36,8 @@ fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbeP
         ref_ctr_offset: 0,
         pair_by_thread: false,
         type_names: None,
+        propagate: false,
+        newproc: false,
     }
 }
 

@@ -16,6 +16,7 @@ mod native;
 mod paths;
 mod plan;
 mod sites;
+mod traceparent;
 mod types;
 mod usdt;
 

@@ -69,8 +69,9 @@ impl Tracer for FakeTracer {
         let mut k = self.0.borrow_mut();
         let mut id = || {
             k.next_cfg += 1;
-            k.configs.insert(k.next_cfg);
-            k.next_cfg
+            let id = k.next_cfg;
+            k.configs.insert(id);
+            id
         };
         let (entry, write) = (id(), id());
         let cfg = ProbeConfig {

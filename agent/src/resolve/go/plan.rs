@@ -230,6 +230,8 @@ pub(crate) fn map_layout(version: &str) -> Option<u8> {
         0..=11 => None,
         12..=23 => Some(abi::MAP_HMAP),
         24..=25 if on("noswissmap") => Some(abi::MAP_HMAP),
+        // Go 1.26 removed the old maps: the experiment means nothing gprobe knows.
+        26..=27 if on("noswissmap") => None,
         24..=27 if on("mapsplitgroup") => Some(abi::MAP_SWISS_SPLIT),
         24..=27 => Some(abi::MAP_SWISS),
         _ => None,
@@ -460,6 +462,26 @@ fn aliases(sig: &Signature, d: &DwarfSignature) -> Vec<(String, ValueRef)> {
 mod tests {
     use super::*;
     use crate::resolve::DwarfParam;
+
+    #[test]
+    fn map_layouts_follow_the_release_and_its_experiments() {
+        for (v, want) in [
+            ("go1.19.8", Some(abi::MAP_HMAP)),
+            ("go1.23.12", Some(abi::MAP_HMAP)),
+            ("go1.24.11", Some(abi::MAP_SWISS)),
+            ("go1.25.0 X:noswissmap", Some(abi::MAP_HMAP)),
+            ("go1.27.3", Some(abi::MAP_SWISS)),
+            ("go1.27.3 X:mapsplitgroup", Some(abi::MAP_SWISS_SPLIT)),
+            ("go1.27.3 X:nomapsplitgroup", Some(abi::MAP_SWISS)),
+            ("go1.26rc1", Some(abi::MAP_SWISS)),
+            // Not known for sure: no traceparent is read.
+            ("go1.28.0", None),
+            ("go1.26.0 X:noswissmap", None),
+            ("devel go1.27-abc", None),
+        ] {
+            assert_eq!(map_layout(v), want, "{v}");
+        }
+    }
 
     fn dwarf(params: &[(&str, GoType)], results: &[(&str, GoType)]) -> DwarfSignature {
         let list = |ps: &[(&str, GoType)]| {

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""What reading a handler's incoming traceparent costs: the BPF program's own run time per
+hit (kernel.bpf_stats_enabled) of a probe on bench/go/handler's handle(w, r), capturing
+r.Method, with r typed `*http.Request` (gprobe then searches r.Header for a traceparent
+at every call) against the same probe with r typed `*main.req` in the signature (an
+unknown type: the same 0-hop path, no search), for requests of 3, 12 and 40 headers,
+with and without a traceparent. Run by bench/traceparent.sh; standard library only; every
+process it starts is stopped by its pid."""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from paths_bench import STARTED, wait_for  # noqa: E402
+from sections_kernel import BpfStats, fd_prog_stats  # noqa: E402
+
+# (label, request type in the signature, headers, with a traceparent)
+CONFIGS = [
+    ("no search (r: uintptr, r0 only)", None, 3, False),
+    ("3 headers, none a traceparent", "*http.Request", 3, False),
+    ("3 headers + traceparent", "*http.Request", 3, True),
+    ("12 headers, none a traceparent", "*http.Request", 12, False),
+    ("40 headers, none a traceparent", "*http.Request", 40, False),
+]
+
+
+def spec(handler, req_type):
+    if req_type is None:
+        sig, cap = "func(w uintptr, w2 uintptr, r uintptr) int", "r"
+    else:
+        sig, cap = f"func(w http.ResponseWriter, r {req_type}) int", "r"
+    return f"""apiVersion: gprobe.dev/v1alpha1
+kind: ProbeSpec
+metadata: {{name: traceparent}}
+spec:
+  selector: {{executable: "{handler}"}}
+  limits: {{eventsPerSecond: 0}}
+  probes:
+    - symbol: main.handle
+      signature: "{sig}"
+      capture: ["{cap}"]
+"""
+
+
+def one_run(args, work, cfg):
+    _, req_type, headers, tp = cfg
+    spec_path = os.path.join(work, "spec.yaml")
+    with open(spec_path, "w") as f:
+        f.write(spec(args.handler, req_type))
+    err_path = os.path.join(work, "stderr")
+    with open(err_path, "w") as err, open(os.devnull, "w") as out:
+        g = subprocess.Popen([args.gprobe, "run", spec_path, "--output", "jsonl"],
+                             stdout=out, stderr=err)
+    STARTED.append(g)
+    try:
+        wait_for(err_path, "ready: tracing")
+        cmd = [args.handler, "-n", str(args.calls), "-headers", str(headers)]
+        if tp:
+            cmd.append("-traceparent")
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        calls = json.loads(res.stdout.strip().splitlines()[-1])["calls"]
+        st = fd_prog_stats(g.pid, "gprobe_uprobe")
+    finally:
+        g.send_signal(signal.SIGINT)
+        g.wait(60)
+    if not st or st["run_cnt"] < calls:
+        raise SystemExit(f"{cfg}: {st} for {calls} calls; see {err_path}")
+    return st["run_time_ns"] / st["run_cnt"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--gprobe", required=True)
+    ap.add_argument("--handler", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=200000)
+    args = ap.parse_args()
+    ns = {c[0]: [] for c in CONFIGS}
+    with tempfile.TemporaryDirectory(prefix="gprobe-tp.") as work, BpfStats():
+        try:
+            for r in range(args.rounds):
+                for c in CONFIGS:
+                    ns[c[0]].append(one_run(args, work, c))
+                print(f"round {r + 1}/{args.rounds}: " + "  ".join(
+                    f"{ns[c[0]][-1]:.0f}" for c in CONFIGS), flush=True)
+        finally:
+            for p in STARTED:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    med = {k: statistics.median(v) for k, v in ns.items()}
+    print(f"\nBPF run time per hit, median of {args.rounds} runs of {args.calls:,} calls:")
+    for c in CONFIGS:
+        print(f"  {c[0]:40} {med[c[0]]:7.0f} ns")
+    print(json.dumps({"ns_per_hit": med, "runs": ns}))
+
+
+if __name__ == "__main__":
+    main()
