@@ -33,12 +33,18 @@ impl Service {
             .stdout(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+        // Owned from here: stopped (by pid) on any failure below.
+        let mut s = Service {
+            child,
+            port: 0,
+            log,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let text = std::fs::read_to_string(&s.log).unwrap_or_default();
             if let Some(l) = program_lines(&text, "listening ").first() {
-                let port = l["port"].parse().unwrap();
-                return Service { child, port, log };
+                s.port = l["port"].parse().unwrap();
+                return s;
             }
             assert!(Instant::now() < deadline, "{args:?} never listened");
             std::thread::sleep(Duration::from_millis(20));
@@ -67,6 +73,11 @@ impl Drop for Service {
 
 fn id(r: &Value, key: &str) -> Option<String> {
     r.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// A captured value as the program prints it: a string as it is, a number in decimal.
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
 }
 
 /// `(trace id, span id)` of a traceparent, or None for "-".
@@ -185,9 +196,7 @@ fn check(
         let hits: Vec<&&Value> = by_span
             .values()
             .filter(|r| r["symbol"] == symbol)
-            .filter(|r| {
-                r["args"][key].as_str() == Some(value) || r["args"][key].to_string() == value
-            })
+            .filter(|r| text(&r["args"][key]) == value)
             .collect();
         assert_eq!(hits.len(), 1, "{what}: one {symbol} with {key}={value}");
         hits[0]

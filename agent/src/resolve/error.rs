@@ -142,6 +142,8 @@ pub enum PlanError {
         name: String,
         max: usize,
     },
+    #[error("{symbol}: propagate: true applies to Go functions (whose goroutines carry the spans); this is a C function: remove propagate")]
+    PropagateNotGo { symbol: String },
     #[error("{symbol}: latency needs RET instructions but the function has none (it ends in a tail call or never returns); set latency: false")]
     NoReturn { symbol: String },
     #[error("{symbol}: the captures need up to {bytes} bytes per call; at most {limit} fit: capture fewer values or lower limits.maxStringBytes")]

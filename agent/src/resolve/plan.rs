@@ -376,6 +376,11 @@ pub fn plan_probe(
         let func = bin.find_c_function(&probe.symbol)?;
         plan_c(bin, probe, func, max_string_bytes)?
     };
+    if probe.propagate && !plan.propagate {
+        return Err(PlanError::PropagateNotGo {
+            symbol: plan.symbol,
+        });
+    }
     check_sizes(
         &plan.symbol,
         plan.entry_sites()
