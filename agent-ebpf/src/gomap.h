@@ -26,18 +26,21 @@
 #define TP_KEY_HI 0x746e65ULL           /* "ent" */
 
 /* The slots of one bucket or group at `g`: 1 when the key is there (s->hdr: the string
- * header of its first value, 0 when it has none), 0 when not, -1 when unreadable. */
+ * header of its first value, 0 when it has none), 0 when not, -1 when unreadable. The
+ * bucket or group is read whole, with one helper call (each costs far more than the bytes
+ * it copies), and searched in the scratch buffer; only keys of the right length are read. */
 __attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 layout)
 {
 	if (!s)
 		return 0;
-	__u64 ctrl;
-	if (bpf_probe_read_user(&ctrl, 8, (void *)g))
+	__u32 size = layout == GP_MAP_HMAP ? HMAP_BUCKET : SWISS_GROUP;
+	if (bpf_probe_read_user(s->grp, size, (void *)g))
 		return -1;
+	__u64 ctrl = *(__u64 *)s->grp;
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < 8; i++) {
 		__u8 c = ctrl >> (8 * i);
-		__u64 key, elem;
+		__u32 key, elem; /* offsets in the bucket or group */
 		if (layout == GP_MAP_HMAP) {
 			if (c < 5)
 				continue;
@@ -45,25 +48,26 @@ __attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 la
 			continue;
 		}
 		if (layout == GP_MAP_SWISS) {
-			key = g + 8 + 40 * i;
+			key = 8 + 40 * i;
 			elem = key + 16;
 		} else {
-			key = g + 8 + 16 * i;
-			elem = g + 8 + 128 + 24 * i;
+			key = 8 + 16 * i;
+			elem = 8 + 128 + 24 * i;
 		}
-		__u64 kh[2], kb[2] = { 0, 0 };
-		if (bpf_probe_read_user(kh, 16, (void *)key) || kh[1] != 11)
+		__u64 kptr = *(__u64 *)(s->grp + (key & 0x1ff));
+		__u64 klen = *(__u64 *)(s->grp + ((key + 8) & 0x1ff));
+		if (klen != 11)
 			continue;
-		if (bpf_probe_read_user(kb, 11, (void *)kh[0]))
+		__u64 kb[2] = { 0, 0 };
+		if (bpf_probe_read_user(kb, 11, (void *)kptr))
 			continue;
 		if (kb[0] != TP_KEY_LO || (kb[1] & 0xffffff) != TP_KEY_HI)
 			continue;
-		__u64 sl[2];
+		__u64 sptr = *(__u64 *)(s->grp + (elem & 0x1ff));
+		__u64 slen = *(__u64 *)(s->grp + ((elem + 8) & 0x1ff));
 		s->hdr[0] = 0;
 		s->hdr[1] = 0;
-		if (bpf_probe_read_user(sl, 16, (void *)elem))
-			return -1;
-		if (sl[1] && bpf_probe_read_user(s->hdr, 16, (void *)sl[0]))
+		if (slen && bpf_probe_read_user(s->hdr, 16, (void *)sptr))
 			return -1;
 		return 1;
 	}

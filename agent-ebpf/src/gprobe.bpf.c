@@ -127,6 +127,8 @@ struct scratch {
 			* no longer tracks, so the paths that computed it converge */
 	__u64 regs[16];
 	__u64 hdr[2]; /* gomap.h: the string header of the header value found */
+	__u8 grp[512 + 16]; /* gomap.h: a map bucket or group being searched (up to 336 bytes;
+			     * offsets masked below 512, a word read past them stays inside) */
 	__u64 span[4]; /* spans.h: the span this hit opened (trace high, low, span, parent) */
 	struct gp_span_ctx fresh; /* spans.h: a goroutine's first, zeroed */
 	__u8 buf[GP_SCRATCH];

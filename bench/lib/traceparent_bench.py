@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """What reading a handler's incoming traceparent costs: the BPF program's own run time per
 hit (kernel.bpf_stats_enabled) of a probe on bench/go/handler's handle(w, r), capturing
-r.Method, with r typed `*http.Request` (gprobe then searches r.Header for a traceparent
-at every call) against the same probe with r typed `*main.req` in the signature (an
-unknown type: the same 0-hop path, no search), for requests of 3, 12 and 40 headers,
-with and without a traceparent. Run by bench/traceparent.sh; standard library only; every
+the pointer r, with r typed `*http.Request` (gprobe then searches r.Header for a
+traceparent at every call) against the same probe with r typed `*main.notARequest` in the
+signature (the same register word, no search), for requests of 3, 12 and 40 headers, with
+and without a traceparent. Run by bench/traceparent.sh; standard library only; every
 process it starts is stopped by its pid."""
 
 import argparse
@@ -22,7 +22,7 @@ from sections_kernel import BpfStats, fd_prog_stats  # noqa: E402
 
 # (label, request type in the signature, headers, with a traceparent)
 CONFIGS = [
-    ("no search (r: uintptr, r0 only)", None, 3, False),
+    ("no search (r: *main.notARequest)", None, 3, False),
     ("3 headers, none a traceparent", "*http.Request", 3, False),
     ("3 headers + traceparent", "*http.Request", 3, True),
     ("12 headers, none a traceparent", "*http.Request", 12, False),
@@ -31,10 +31,9 @@ CONFIGS = [
 
 
 def spec(handler, req_type):
-    if req_type is None:
-        sig, cap = "func(w uintptr, w2 uintptr, r uintptr) int", "r"
-    else:
-        sig, cap = f"func(w http.ResponseWriter, r {req_type}) int", "r"
+    # The same layout as DWARF's, so that the signature's type of r is the one used.
+    sig = f"func(w http.ResponseWriter, r {req_type or '*main.notARequest'}) int"
+    cap = "r"
     return f"""apiVersion: gprobe.dev/v1alpha1
 kind: ProbeSpec
 metadata: {{name: traceparent}}
