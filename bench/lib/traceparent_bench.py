@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """What reading a handler's incoming traceparent costs: the BPF program's own run time per
-hit (kernel.bpf_stats_enabled) of a probe on bench/go/handler's handle(w, r), capturing
+call (kernel.bpf_stats_enabled) of a probe on bench/go/handler's handle(w, r), capturing
 the pointer r, with r typed `*http.Request` (gprobe then searches r.Header for a
 traceparent at every call) against the same probe with r typed `*main.notARequest` in the
 signature (the same register word, no search), for requests of 3, 12 and 40 headers, with
-and without a traceparent. Run by bench/traceparent.sh; standard library only; every
+and without a traceparent; and what `propagate: true` adds to a latency probe (its span
+kept per goroutine in BPF). Run by bench/traceparent.sh; standard library only; every
 process it starts is stopped by its pid."""
 
 import argparse
@@ -20,17 +21,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paths_bench import STARTED, wait_for  # noqa: E402
 from sections_kernel import BpfStats, fd_prog_stats  # noqa: E402
 
-# (label, request type in the signature, headers, with a traceparent)
+# (label, request type in the signature, headers, with a traceparent, probe fields)
 CONFIGS = [
-    ("no search (r: *main.notARequest)", None, 3, False),
-    ("3 headers, none a traceparent", "*http.Request", 3, False),
-    ("3 headers + traceparent", "*http.Request", 3, True),
-    ("12 headers, none a traceparent", "*http.Request", 12, False),
-    ("40 headers, none a traceparent", "*http.Request", 40, False),
+    ("no search (r: *main.notARequest)", None, 3, False, ""),
+    ("3 headers, none a traceparent", "*http.Request", 3, False, ""),
+    ("3 headers + traceparent", "*http.Request", 3, True, ""),
+    ("12 headers, none a traceparent", "*http.Request", 12, False, ""),
+    ("40 headers, none a traceparent", "*http.Request", 40, False, ""),
+    ("latency, 3 headers + traceparent", "*http.Request", 3, True, "latency: true"),
+    ("latency + propagate, same", "*http.Request", 3, True,
+     "latency: true\n      propagate: true"),
 ]
 
 
-def spec(handler, req_type):
+def spec(handler, req_type, fields):
     # The same layout as DWARF's, so that the signature's type of r is the one used.
     sig = f"func(w http.ResponseWriter, r {req_type or '*main.notARequest'}) int"
     cap = "r"
@@ -44,14 +48,15 @@ spec:
     - symbol: main.handle
       signature: "{sig}"
       capture: ["{cap}"]
+      {fields}
 """
 
 
 def one_run(args, work, cfg):
-    _, req_type, headers, tp = cfg
+    _, req_type, headers, tp, fields = cfg
     spec_path = os.path.join(work, "spec.yaml")
     with open(spec_path, "w") as f:
-        f.write(spec(args.handler, req_type))
+        f.write(spec(args.handler, req_type, fields))
     err_path = os.path.join(work, "stderr")
     with open(err_path, "w") as err, open(os.devnull, "w") as out:
         g = subprocess.Popen([args.gprobe, "run", spec_path, "--output", "jsonl"],
@@ -70,7 +75,8 @@ def one_run(args, work, cfg):
         g.wait(60)
     if not st or st["run_cnt"] < calls:
         raise SystemExit(f"{cfg}: {st} for {calls} calls; see {err_path}")
-    return st["run_time_ns"] / st["run_cnt"]
+    # Per call: a latency probe's call is two hits (entry and RET).
+    return st["run_time_ns"] / calls
 
 
 def main():
@@ -94,7 +100,7 @@ def main():
                     p.kill()
                     p.wait()
     med = {k: statistics.median(v) for k, v in ns.items()}
-    print(f"\nBPF run time per hit, median of {args.rounds} runs of {args.calls:,} calls:")
+    print(f"\nBPF run time per call, median of {args.rounds} runs of {args.calls:,} calls:")
     for c in CONFIGS:
         print(f"  {c[0]:40} {med[c[0]]:7.0f} ns")
     print(json.dumps({"ns_per_hit": med, "runs": ns}))
