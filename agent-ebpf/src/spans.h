@@ -19,12 +19,14 @@ static __always_inline __u64 rand64(void)
 	return v ? v : 1;
 }
 
-/* 16 lower-case hex digits at p; sets *bad on any other character. */
-static __always_inline __u64 hexword(const char *p, __u8 *bad)
+/* The n (at most 16) lower-case hex digits at p; sets *bad on any other character. */
+static __always_inline __u64 hexn(const char *p, __u32 n, __u8 *bad)
 {
 	__u64 v = 0;
 #pragma clang loop unroll(disable)
-	for (int i = 0; i < 16; i++) {
+	for (__u32 i = 0; i < 16; i++) {
+		if (i >= n)
+			break;
 		__u8 ch = p[i];
 		__u8 dig = (__u8)(ch - '0') < 10, low = (__u8)(ch - 'a') < 6;
 		*bad |= !(dig | low);
@@ -49,16 +51,26 @@ __attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_p
 	__u32 left = 0;
 	if (cap_words(s->regs, c, w, &left))
 		return 0;
-	if (gp_header_lookup(s, w[0], c->size) != 1 || s->hdr[1] != 55)
+	/* As W3C trace context reads it (and the agent's parser): version 00 is exactly 55
+	 * bytes; a later version may be longer, with a '-' after the flags; version ff is
+	 * invalid. */
+	if (gp_header_lookup(s, w[0], c->size) != 1 || s->hdr[1] < 55)
 		return 0;
 	char *t = (char *)s->buf; /* free: the record is assembled after this */
-	if (bpf_probe_read_user(t, 55, (void *)s->hdr[0]))
+	/* The byte after a longer one's flags; only the header's own bytes are read. */
+	__u32 n = s->hdr[1] > 55 ? 56 : 55;
+	if (bpf_probe_read_user(t, n, (void *)s->hdr[0]))
 		return 0;
-	if (t[0] != '0' || t[1] != '0' || t[2] != '-' || t[35] != '-' || t[52] != '-')
+	if (t[2] != '-' || t[35] != '-' || t[52] != '-')
 		return 0;
 	__u8 bad = 0;
-	__u64 hi = hexword(t + 3, &bad), lo = hexword(t + 19, &bad), span = hexword(t + 36, &bad);
-	if (bad || !(hi | lo) || !span)
+	__u64 version = hexn(t, 2, &bad);
+	__u64 hi = hexn(t + 3, 16, &bad), lo = hexn(t + 19, 16, &bad);
+	__u64 span = hexn(t + 36, 16, &bad);
+	hexn(t + 53, 2, &bad); /* the flags */
+	if (bad || !(hi | lo) || !span || version == 0xff)
+		return 0;
+	if ((version == 0 && s->hdr[1] != 55) || (s->hdr[1] > 55 && t[55] != '-'))
 		return 0;
 	s->span[0] = hi;
 	s->span[1] = lo;

@@ -1,5 +1,6 @@
 //! Traces that cross services: e2e/testdata/services runs a front and a back service and a
-//! client that sends every odd request with a traceparent of its own. The front handler
+//! client that sends some requests with a traceparent of their own (valid, of a later
+//! version, or invalid), some with many headers. The front handler
 //! (`propagate: true`) joins the client's trace, its direct call and the goroutine it
 //! starts are its children, and its request to the back service carries its span, where
 //! the kernel lets BPF write it (else gprobe says why and counts the requests that went
@@ -83,7 +84,7 @@ fn text(v: &Value) -> String {
 /// `(trace id, span id)` of a traceparent, or None for "-".
 fn ctx(tp: &str) -> Option<(String, String)> {
     let p: Vec<&str> = tp.split('-').collect();
-    (p.len() == 4).then(|| (p[1].to_string(), p[2].to_string()))
+    (p.len() >= 4).then(|| (p[1].to_string(), p[2].to_string()))
 }
 
 const REQUESTS: usize = 12;
@@ -177,11 +178,17 @@ fn check(
     rec: &gprobe_e2e::otlp_receiver::Received,
     what: &str,
 ) {
-    let sent: BTreeMap<String, String> = program_lines(client_out, "sent ")
-        .into_iter()
+    let lines = program_lines(client_out, "sent ");
+    let sent: BTreeMap<String, String> = lines
+        .iter()
         .map(|l| (l["id"].clone(), l["traceparent"].clone()))
         .collect();
+    let valid: BTreeMap<String, bool> = lines
+        .iter()
+        .map(|l| (l["id"].clone(), l["valid"] == "1"))
+        .collect();
     assert_eq!(sent.len(), REQUESTS, "{what}");
+    assert!(valid.values().filter(|v| **v).count() >= 4, "{what}");
     assert_eq!(
         &sent, fronts,
         "{what}: the front service got what the client sent"
@@ -232,7 +239,7 @@ fn check(
         let q = format!("id={i}");
         let f = of("main.frontHandler", "r.URL.RawQuery", &q);
         let (ft, fs) = (id(f, "trace_id").unwrap(), id(f, "span_id").unwrap());
-        match ctx(tp) {
+        match ctx(tp).filter(|_| valid[i]) {
             Some((trace, span)) => {
                 assert_eq!(
                     (&ft, parent(f)),
@@ -240,7 +247,7 @@ fn check(
                     "{what}: {f} joins {tp}"
                 )
             }
-            None => assert_eq!(parent(f), None, "{what}: {f} is a root"),
+            None => assert_eq!(parent(f), None, "{what}: {f} is a root ({tp})"),
         }
         for child in ["main.work", "main.async"] {
             let c = of(child, "id", i);

@@ -210,6 +210,10 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         };
         self.dirty = true;
+        if p.propagate.is_some() {
+            // Its pid (and a g address) may come back in another process.
+            self.tracer.forget_spans(pid);
+        }
         for l in [p.loader, p.newproc, p.propagate].into_iter().flatten() {
             self.tracer.detach(l);
         }

@@ -105,9 +105,18 @@ func client(front string, n int) {
 		if err != nil {
 			panic(err)
 		}
-		tp := "-"
-		if i%2 == 1 {
-			tp = "00-" + randomHex(16) + "-" + randomHex(8) + "-01"
+		// Valid traceparents (version 00, and a later version with one more field), an
+		// invalid one (flags not hex) and none.
+		tp, valid := "-", 0
+		switch i % 6 {
+		case 1, 3:
+			tp, valid = "00-"+randomHex(16)+"-"+randomHex(8)+"-01", 1
+		case 5:
+			tp, valid = "cc-"+randomHex(16)+"-"+randomHex(8)+"-01-what-comes-later", 1
+		case 2:
+			tp = "00-" + randomHex(16) + "-" + randomHex(8) + "-zz"
+		}
+		if tp != "-" {
 			req.Header.Set("Traceparent", tp)
 		}
 		if i%4 >= 2 {
@@ -126,7 +135,7 @@ func client(front string, n int) {
 		if resp.StatusCode != 200 {
 			panic(resp.Status)
 		}
-		say("sent id=%d traceparent=%s", i, tp)
+		say("sent id=%d traceparent=%s valid=%d", i, tp, valid)
 	}
 }
 
