@@ -239,3 +239,27 @@ fn c_captures_are_checked_against_the_prototype() {
         assert!(msg.contains(wm), "{field}: {msg}\nwant: {wm}");
     }
 }
+
+#[test]
+fn propagate_needs_a_go_latency_probe() {
+    let s = spec_with(
+        r#"    - {symbol: main.handle, latency: true, propagate: true}
+    - {symbol: main.handle, propagate: true}
+    - {usdt: "p:n", propagate: true}
+    - {symbol: SSL_write, library: "libssl.so*", latency: true, propagate: true}
+"#,
+    );
+    let issues = validate_spec(&s);
+    let fields: Vec<&str> = issues.iter().map(|i| i.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.probes[1].propagate",
+            "spec.probes[2].propagate",
+            "spec.probes[3].propagate"
+        ],
+        "{issues:#?}"
+    );
+    assert!(issues[0].message.contains("latency: true"), "{}", issues[0]);
+    assert!(s.spec.probes[0].propagate && !s.spec.probes[1].latency);
+}
