@@ -9,7 +9,8 @@
  * *bufio.Writer the transport writes through, with room), and its count of buffered bytes
  * moved past it. HTTP/1 only: HTTP/2 encodes headers elsewhere.
  * Counts (gp_stats): emitted = headers written; lost = not written (stale, no room,
- * another writer type). */
+ * another writer type). The program is built twice (propagate_write.h): with the writes,
+ * and without them for `--propagate-dry-run`. */
 
 static __always_inline void hex16(char *dst, __u64 v)
 {
@@ -21,79 +22,18 @@ static __always_inline void hex16(char *dst, __u64 v)
 	}
 }
 
-static __attribute__((noinline)) int http_write(struct x86_regs *r, const struct gp_probe_cfg *cfg,
-				      struct gp_stats *st)
-{
-	/* writeSubset(h Header, w io.Writer, ...): h in RAX, w's itab and data in RBX, RCX. */
-	struct gp_out_key ok = { .map = r->ax, .tgid = bpf_get_current_pid_tgid() >> 32 };
-	if (!ok.map || map_seed(ok.map, cfg->caps[0].size, &ok.seed))
-		return 0;
-	struct gp_out *found = bpf_map_lookup_elem(&outgoing, &ok);
-	if (!found)
-		return 0;
-	struct gp_out out = *found;
-	bpf_map_delete_elem(&outgoing, &ok);
-	if (bpf_ktime_get_ns() - out.ts > GP_OUT_MAX_AGE_NS) {
-		st->lost++;
-		return 0;
-	}
-	__u64 tab = r->bx, data = r->cx, ty = 0;
-	if (!tab || !data || bpf_probe_read_user(&ty, 8, (void *)(tab + 8)) || ty != cfg->aux) {
-		st->lost++; /* not the *bufio.Writer of a connection */
-		return 0;
-	}
-	/* bufio.Writer {err error; buf []byte; n int; wr io.Writer} */
-	__u64 bw[6];
-	if (bpf_probe_read_user(bw, sizeof(bw), (void *)data) || bw[0]) {
-		st->lost++;
-		return 0;
-	}
-	__u64 buf = bw[2], len = bw[3], n = bw[5];
-	if (!buf || n > len || len - n < TP_LINE) {
-		st->lost++; /* no room: it would have to flush */
-		return 0;
-	}
-	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
-		return 0;
-	char *line = (char *)s->buf;
-	__builtin_memcpy(line, "Traceparent: 00-", 16);
-	hex16(line + 16, out.trace[0]);
-	hex16(line + 32, out.trace[1]);
-	line[48] = '-';
-	hex16(line + 49, out.span);
-	line[65] = '-';
-	line[66] = '0';
-	line[67] = '1';
-	line[68] = '\r';
-	line[69] = '\n';
-	if (bpf_probe_write_user((void *)(buf + n), line, TP_LINE)) {
-		st->lost++;
-		return 0;
-	}
-	n += TP_LINE;
-	if (bpf_probe_write_user((void *)(data + 40), &n, 8)) {
-		/* The bytes lie past the count: the writer overwrites them, as if never written. */
-		st->lost++;
-		return 0;
-	}
-	st->emitted++;
-	return 0;
-}
+#define GP_WRITE 1
+#define GP_WRITE_FN http_write
+#define GP_PROPAGATE_PROG gprobe_propagate
+#include "propagate_write.h"
+#undef GP_WRITE
+#undef GP_WRITE_FN
+#undef GP_PROPAGATE_PROG
 
-SEC("uprobe")
-int gprobe_propagate(struct x86_regs *r)
-{
-	__u32 id = (__u32)bpf_get_attach_cookie(r);
-	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
-	if (!cfg)
-		return 0;
-	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
-	if (!st)
-		return 0;
-	st->hits++;
-	if (cfg->kind == GP_PROBE_HTTP_WRITE)
-		return http_write(r, cfg, st);
-	return 0;
-}
+#define GP_WRITE 0
+#define GP_WRITE_FN http_write_dry
+#define GP_PROPAGATE_PROG gprobe_propagate_dry
+#include "propagate_write.h"
+#undef GP_WRITE
+#undef GP_WRITE_FN
+#undef GP_PROPAGATE_PROG

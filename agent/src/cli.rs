@@ -85,6 +85,11 @@ pub enum Command {
         /// matched, traced and missed with the reason; OTLP counts) as JSON to this file.
         #[arg(long, value_name = "PATH")]
         summary_file: Option<PathBuf>,
+        /// `propagate: true` probes check and count everything but the write: outgoing
+        /// requests go out unchanged, and the summary's propagation `written` counts the
+        /// traceparents that would have been written (for kernels that forbid the write).
+        #[arg(long)]
+        propagate_dry_run: bool,
     },
     /// Cluster mode on one node (the DaemonSet): ProbeSpecs from the API server (or
     /// --spec-dir), containers from the node's runtime over CRI.

@@ -152,6 +152,7 @@ fn run(command: Command) -> Result<ExitCode> {
                         wakeup_bytes: LoadOptions::default()
                             .wakeup_bytes
                             .min(ring_buffer_size / 2),
+                        propagate_dry_run: false,
                     },
                     poll_interval: std::time::Duration::from_millis(25),
                 },
@@ -173,6 +174,7 @@ fn run(command: Command) -> Result<ExitCode> {
             wakeup_size,
             poll_interval,
             summary_file,
+            propagate_dry_run,
         } => {
             let format = format_of(output);
             let otlp = OtlpConfig::from_flags_and_env(
@@ -192,6 +194,7 @@ fn run(command: Command) -> Result<ExitCode> {
                     load: LoadOptions {
                         ring_buffer_bytes: ring_buffer_size as u32,
                         wakeup_bytes: wakeup_size,
+                        propagate_dry_run,
                     },
                     poll_interval,
                 },

@@ -68,6 +68,7 @@ impl Pipeline {
         let (tracer, rings) = BpfTracer::load(&opts.load)?;
         let registry = Arc::new(Registry::default());
         let stats = Stats::new();
+        stats.set_propagation_dry_run(opts.load.propagate_dry_run);
         let (tx, export) = export::start(
             ExportOptions::new(opts.format, opts.otlp.clone()),
             out,

@@ -123,6 +123,8 @@ pub struct Propagation {
     pub written: u64,
     /// Why none could be written (the kernel's refusal), if so.
     pub error: Option<String>,
+    /// `--propagate-dry-run`: `written` counts the headers that would have been written.
+    pub dry_run: bool,
     /// Counts of executables no longer traced, kept so totals never go back.
     retired: (u64, u64),
 }
@@ -276,6 +278,10 @@ impl Stats {
         if error.is_some() {
             p.error = error;
         }
+    }
+
+    pub fn set_propagation_dry_run(&self, dry: bool) {
+        lock(&self.0.propagation).dry_run = dry;
     }
 
     /// An executable's propagation probes were freed: its counts stay in the totals.

@@ -30,6 +30,7 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 
 const UPROBE_PROG: &str = "gprobe_uprobe";
 const PROPAGATE_PROG: &str = "gprobe_propagate";
+const PROPAGATE_DRY_PROG: &str = "gprobe_propagate_dry";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
@@ -61,6 +62,9 @@ pub struct LoadOptions {
     /// Wake the reader once about this many bytes were written on one CPU (0: the kernel's
     /// per-record wake-ups).
     pub wakeup_bytes: u64,
+    /// `propagate`: run the header writer without its writes (gprobe_propagate_dry), to
+    /// check propagation where the kernel forbids them: what would be written is counted.
+    pub propagate_dry_run: bool,
 }
 
 impl Default for LoadOptions {
@@ -68,6 +72,7 @@ impl Default for LoadOptions {
         Self {
             ring_buffer_bytes: 1 << 20,
             wakeup_bytes: 256 << 10,
+            propagate_dry_run: false,
         }
     }
 }
@@ -107,6 +112,8 @@ pub struct BpfTracer {
     /// Whether gprobe_propagate loaded (tried on first use), and the configurations it runs.
     propagate_loaded: Option<Result<(), String>>,
     propagate_cfgs: BTreeSet<CfgId>,
+    /// The header writer's program: gprobe_propagate, or its dry run.
+    propagate_prog: &'static str,
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
@@ -209,6 +216,11 @@ impl BpfTracer {
             cpus,
             loader_cfg: None,
             propagate_loaded: None,
+            propagate_prog: if opts.propagate_dry_run {
+                PROPAGATE_DRY_PROG
+            } else {
+                PROPAGATE_PROG
+            },
             propagate_cfgs: BTreeSet::new(),
         };
         Ok((tracer, rings))
@@ -312,9 +324,9 @@ impl BpfTracer {
         }
         let p: &mut UProbe = self
             .ebpf
-            .program_mut(PROPAGATE_PROG)
+            .program_mut(self.propagate_prog)
             .and_then(|p| p.try_into().ok())
-            .expect("BPF object has its propagation program");
+            .expect("BPF object has its propagation programs");
         let r = p.load().map_err(|e| {
             let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
                 .ok()
@@ -480,7 +492,7 @@ impl Tracer for BpfTracer {
             links = self.attach_program(pid, target, &sites, UPROBE_PROG)?;
         }
         if !writers.is_empty() {
-            match self.attach_program(pid, target, &writers, PROPAGATE_PROG) {
+            match self.attach_program(pid, target, &writers, self.propagate_prog) {
                 Ok(l) => links.extend(l),
                 Err(e) => {
                     self.pool.drop_all(links);

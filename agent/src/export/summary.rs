@@ -50,13 +50,15 @@ pub struct OtlpSummary {
 }
 
 /// Outgoing requests made inside spans of `propagate: true` probes (present only when a
-/// process had one): `written` of the `requests` carried a traceparent; `error` says why
-/// none could (the kernel's refusal), if so.
+/// process had one): `written` of the `requests` carried a traceparent (with `dry_run`,
+/// would have); `error` says why none could (the kernel's refusal), if so.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PropagationSummary {
     pub requests: u64,
     pub written: u64,
     pub error: Option<String>,
+    /// `--propagate-dry-run`: `written` counts the headers that would have been written.
+    pub dry_run: bool,
 }
 
 /// What a run did: one object, serialized as the `--summary-file` JSON.
@@ -138,6 +140,7 @@ impl Summary {
                     requests: p.requests,
                     written: p.written,
                     error: p.error,
+                    dry_run: p.dry_run,
                 }
             }),
         }
@@ -314,6 +317,9 @@ impl Summary {
                     format!("{} carried", p.written)
                 }
             );
+            if p.dry_run {
+                s += " (dry run: would have; the requests went out unchanged)";
+            }
             if let Some(e) = &p.error {
                 let _ = write!(s, " ({e})");
             }
