@@ -61,7 +61,17 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ),
     ("gp_control", &["holds_until_ns"]),
     ("gp_span_key", &["goroutine", "tgid"]),
-    ("gp_span_ctx", &["depth", "trace", "span", "call_id"]),
+    (
+        "gp_span_ctx",
+        &[
+            "depth",
+            "trace",
+            "span",
+            "call_id",
+            "parent_g",
+            "parent_span",
+        ],
+    ),
     (
         "gp_proc_event",
         &["kind", "pid", "flags", "ino", "filename"],

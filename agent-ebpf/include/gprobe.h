@@ -134,8 +134,10 @@ struct gp_probe_cfg {
 			    * ten sizes (see gprobe.bpf.c), data_len telling what it holds */
 #define GP_CFG_PAIR_BY_THREAD 4 /* pair entries and returns by thread id, not goroutine (R14):
 				 * C functions and USDT probes, where R14 is any value */
-#define GP_CFG_NEWPROC 16  /* runtime.newproc1's return: the new goroutine (RAX) starts with
-			    * no propagating spans (its g may be a dead goroutine's) */
+#define GP_CFG_NEWPROC 16  /* runtime.newproc1 (gprobe's own probe): its entry notes the
+			    * propagating span open in the starting goroutine (callergp, RBX), its
+			    * return gives it to the new one (RAX), whose g may be a dead
+			    * goroutine's: nothing else of it is kept */
 #define GP_CFG_PROPAGATE 8 /* a Go latency probe whose spans outgoing requests carry: BPF
 			    * keeps its open spans per goroutine (span ids made here) */
 
@@ -203,6 +205,11 @@ struct gp_span_ctx {
 	__u64 trace[2]; /* the trace of them all: high, low */
 	__u64 span[GP_MAX_DEPTH];
 	__u64 call_id[GP_MAX_DEPTH];
+	/* The goroutine was started inside a propagating span: that span (in goroutine
+	 * parent_g), in trace parent_trace, while it is still open there. 0: none. */
+	__u64 parent_g;
+	__u64 parent_span;
+	__u64 parent_trace[2];
 };
 
 /* A request made inside a propagating span, by its header map: the map's address and its

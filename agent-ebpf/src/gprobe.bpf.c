@@ -384,7 +384,7 @@ int gprobe_uprobe(struct x86_regs *r)
 		if (cfg->flags & GP_CFG_PROPAGATE)
 			span_exit(ik.tgid, ik.goroutine, h.call_id);
 		if (cfg->flags & GP_CFG_NEWPROC)
-			span_forget(ik.tgid, r->ax);
+			span_spawned(s, h.pid_tgid, r->ax);
 	} else {
 		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, h.now)) {
 			st->throttled++;
@@ -405,6 +405,8 @@ int gprobe_uprobe(struct x86_regs *r)
 			h.kind = GP_EV_ENTRY;
 			if (cfg->flags & GP_CFG_PROPAGATE)
 				span_enter(r, cfg, s, ik.tgid, ik.goroutine, h.call_id);
+			if (cfg->flags & GP_CFG_NEWPROC)
+				spawn_enter(r, h.pid_tgid);
 		}
 	}
 

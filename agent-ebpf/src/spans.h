@@ -13,6 +13,72 @@ struct {
 	__type(value, struct gp_span_ctx);
 } spanctx SEC(".maps");
 
+/* runtime.newproc1 in progress, by thread (it runs on the system stack, entry and return
+ * on one thread): the span the new goroutine will start inside. */
+struct gp_spawn {
+	__u64 g;
+	__u64 span;
+	__u64 trace[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct gp_spawn);
+} spawning SEC(".maps");
+
+/* The innermost propagating span open for goroutine `k`: its own, else, for a goroutine
+ * started inside one, that span while it is still open in its goroutine. 1 when there is
+ * one (*trace, *span). */
+static __always_inline int span_current(struct gp_span_ctx *sc, __u32 tgid, __u64 *trace,
+					__u64 *span)
+{
+	if (!sc)
+		return 0;
+	if (sc->depth > 0 && sc->depth <= GP_MAX_DEPTH) {
+		trace[0] = sc->trace[0];
+		trace[1] = sc->trace[1];
+		*span = sc->span[(sc->depth - 1) & (GP_MAX_DEPTH - 1)];
+		return 1;
+	}
+	if (!sc->parent_g)
+		return 0;
+	struct gp_span_key pk = { .goroutine = sc->parent_g, .tgid = tgid };
+	struct gp_span_ctx *p = bpf_map_lookup_elem(&spanctx, &pk);
+	if (!p)
+		return 0;
+	__u32 depth = p->depth;
+	__u64 want = sc->parent_span;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < GP_MAX_DEPTH; i++) {
+		if (i >= depth)
+			break;
+		if (p->span[i & (GP_MAX_DEPTH - 1)] == want) {
+			trace[0] = sc->parent_trace[0];
+			trace[1] = sc->parent_trace[1];
+			*span = want;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* newproc1's entry: the span the starting goroutine (callergp) is in, noted by thread. */
+static __always_inline void spawn_enter(const struct x86_regs *r, __u64 pid_tgid)
+{
+	struct gp_span_key k = { .goroutine = r->bx, .tgid = pid_tgid >> 32 };
+	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
+	struct gp_spawn sp = {};
+	if (span_current(sc, k.tgid, sp.trace, &sp.span)) {
+		/* A grandchild inherits what its parent inherited: the same span. */
+		sp.g = sc->depth > 0 ? k.goroutine : sc->parent_g;
+		bpf_map_update_elem(&spawning, &pid_tgid, &sp, BPF_ANY);
+	} else {
+		bpf_map_delete_elem(&spawning, &pid_tgid);
+	}
+}
+
 static __always_inline __u64 rand64(void)
 {
 	__u64 v = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32();
@@ -86,10 +152,13 @@ static __always_inline void span_enter(const struct x86_regs *r, const struct gp
 {
 	struct gp_span_key k = { .goroutine = g, .tgid = tgid };
 	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
-	if (sc && sc->depth > 0 && sc->depth <= GP_MAX_DEPTH) {
-		s->span[0] = sc->trace[0];
-		s->span[1] = sc->trace[1];
-		s->span[3] = sc->span[(sc->depth - 1) & (GP_MAX_DEPTH - 1)];
+	if (span_current(sc, tgid, s->span, &s->span[3])) {
+		if (sc->depth == 0 || sc->depth > GP_MAX_DEPTH) {
+			/* The goroutine's first: in the span it was started inside. */
+			sc->depth = 0;
+			sc->trace[0] = s->span[0];
+			sc->trace[1] = s->span[1];
+		}
 	} else {
 		save_regs(s->regs, r);
 		if (!gp_remote_ctx(s, cfg)) {
@@ -99,6 +168,7 @@ static __always_inline void span_enter(const struct x86_regs *r, const struct gp
 		}
 		if (!sc) {
 			s->fresh.depth = 0;
+			s->fresh.parent_g = 0;
 			if (bpf_map_update_elem(&spanctx, &k, &s->fresh, BPF_NOEXIST) &&
 			    bpf_map_update_elem(&spanctx, &k, &s->fresh, BPF_ANY))
 				goto out;
@@ -122,11 +192,23 @@ out:
 	s->span[2] = rand64();
 }
 
-/* A goroutine was started: its g may be a dead goroutine's, whose spans are not its own. */
-static __always_inline void span_forget(__u32 tgid, __u64 g)
+/* newproc1's return: goroutine g was started. Its g may be a dead goroutine's, whose
+ * spans are not its own; it is in the span its starter was in, if any (spawn_enter). */
+static __always_inline void span_spawned(struct scratch *s, __u64 pid_tgid, __u64 g)
 {
-	struct gp_span_key k = { .goroutine = g, .tgid = tgid };
-	bpf_map_delete_elem(&spanctx, &k);
+	struct gp_span_key k = { .goroutine = g, .tgid = pid_tgid >> 32 };
+	struct gp_spawn *sp = bpf_map_lookup_elem(&spawning, &pid_tgid);
+	if (!sp) {
+		bpf_map_delete_elem(&spanctx, &k);
+		return;
+	}
+	s->fresh.depth = 0;
+	s->fresh.parent_g = sp->g;
+	s->fresh.parent_span = sp->span;
+	s->fresh.parent_trace[0] = sp->trace[0];
+	s->fresh.parent_trace[1] = sp->trace[1];
+	bpf_map_delete_elem(&spawning, &pid_tgid);
+	bpf_map_update_elem(&spanctx, &k, &s->fresh, BPF_ANY);
 }
 
 /* A propagating probe's return: its span and any left open above it (a panic unwound
@@ -148,7 +230,7 @@ static __always_inline void span_exit(__u32 tgid, __u64 g, __u64 call_id)
 			break;
 		}
 	}
-	if (sc->depth == 0)
+	if (sc->depth == 0 && !sc->parent_g)
 		bpf_map_delete_elem(&spanctx, &k);
 }
 
@@ -183,7 +265,8 @@ static __attribute__((noinline)) int http_out(struct x86_regs *r, const struct g
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gp_span_key k = { .goroutine = r->r14, .tgid = pid_tgid >> 32 };
 	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
-	if (!sc || sc->depth == 0 || sc->depth > GP_MAX_DEPTH)
+	struct gp_out out = {};
+	if (!span_current(sc, k.tgid, out.trace, &out.span))
 		return 0; /* no propagating span open: nothing to carry */
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -207,11 +290,7 @@ static __attribute__((noinline)) int http_out(struct x86_regs *r, const struct g
 		return 0;
 	}
 	ok.map = w[0];
-	struct gp_out out = {
-		.trace = { sc->trace[0], sc->trace[1] },
-		.span = sc->span[(sc->depth - 1) & (GP_MAX_DEPTH - 1)],
-		.ts = bpf_ktime_get_ns(),
-	};
+	out.ts = bpf_ktime_get_ns();
 	bpf_map_update_elem(&outgoing, &ok, &out, BPF_ANY);
 	st->emitted++;
 	return 0;

@@ -1,11 +1,11 @@
 //! Traces that cross services: e2e/testdata/services runs a front and a back service and a
 //! client that sends some requests with a traceparent of their own (valid, of a later
-//! version, or invalid), some with many headers. The front handler
-//! (`propagate: true`) joins the client's trace, its direct call and the goroutine it
-//! starts are its children, and its request to the back service carries its span, where
-//! the kernel lets BPF write it (else gprobe says why and counts the requests that went
-//! out without it). JSONL and a real OTLP receiver must show exactly the trees the
-//! program's own record describes. They need root (BPF).
+//! version, or invalid), some with many headers. The front handler (`propagate: true`)
+//! joins the client's trace, its direct call and the goroutine it starts are its
+//! children, and its requests to the back service (its own, and the goroutine's) carry
+//! its span where the kernel lets BPF write it (else gprobe says why and counts the
+//! requests that went out without it). JSONL and a real OTLP receiver must show exactly
+//! the trees the program's own record describes. They need root (BPF).
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{can_trace, program, program_lines, run_program, serial, Gprobe};
@@ -142,7 +142,7 @@ fn a_requests_spans_form_one_trace_across_two_services() {
             let (rec, endpoint) = grpc_receiver(&rt);
             let dry = ["--propagate-dry-run"];
             let prop = run_services(&bin, &spec, &endpoint, &dry, &rec, &format!("{what} dry"));
-            assert_eq!(prop["written"], REQUESTS, "{what}: {prop}");
+            assert_eq!(prop["written"], 2 * REQUESTS, "{what}: {prop}");
             assert_eq!(prop["dry_run"], true, "{what}: {prop}");
         }
     }
@@ -228,16 +228,18 @@ fn check(
     let parent = |r: &Value| id(r, "parent_span_id");
     let summary = run.summary_json();
     let prop = &summary["propagation"];
-    assert_eq!(prop["requests"], REQUESTS, "{what}: {summary}");
+    // Each front request makes two: its own, and its goroutine's.
+    assert_eq!(prop["requests"], 2 * REQUESTS, "{what}: {summary}");
     let written = prop["written"].as_u64().unwrap();
     let dry_run = prop["dry_run"] == true;
     let kernel_writes = prop["error"].is_null() && !dry_run;
     if dry_run {
         // Counted as written; nothing was: the requests went out as they were.
-        assert_eq!(written, REQUESTS as u64, "{what}: {prop}");
+        assert_eq!(written, 2 * REQUESTS as u64, "{what}: {prop}");
     } else if kernel_writes {
         assert_eq!(
-            written, REQUESTS as u64,
+            written,
+            2 * REQUESTS as u64,
             "{what}: every request carried its span"
         );
     } else {
@@ -275,24 +277,42 @@ fn check(
             assert_eq!(parent(c).as_ref(), Some(&fs), "{what}: {c} under {f}");
             assert_eq!(id(c, "trace_id").as_ref(), Some(&ft), "{what}: {c}");
         }
-        let b = of("main.backHandler", "r.URL.RawQuery", &q);
-        let l = of("main.lookup", "id", i);
-        assert_eq!(parent(l), id(b, "span_id"), "{what}: {l} under {b}");
-        assert_eq!(id(l, "trace_id"), id(b, "trace_id"), "{what}: {l}");
-        if kernel_writes {
-            assert_eq!(backs[i], format!("00-{ft}-{fs}-01"), "{what}: request {i}");
-            assert_eq!(
-                (id(b, "trace_id"), parent(b)),
-                (Some(ft), Some(fs)),
-                "{what}: {b}"
-            );
-        } else {
-            assert_eq!(backs[i], "-", "{what}: request {i} went out as it was");
-            assert_eq!(parent(b), None, "{what}: {b} is a root");
-            assert_ne!(id(b, "trace_id"), Some(ft), "{what}: {b}");
+        // The request the handler makes, and the one the goroutine it started makes.
+        for (query, line) in [
+            (q.clone(), i.clone()),
+            (format!("{q}&from=goroutine"), format!("{i}/goroutine")),
+        ] {
+            let b = of("main.backHandler", "r.URL.RawQuery", &query);
+            let bs = id(b, "span_id");
+            let lookups: Vec<&&Value> = by_span
+                .values()
+                .filter(|r| r["symbol"] == "main.lookup" && parent(r) == bs)
+                .collect();
+            assert_eq!(lookups.len(), 1, "{what}: one lookup under {b}");
+            assert_eq!(text(&lookups[0]["args"]["id"]), *i, "{what}: {b}");
+            assert_eq!(id(lookups[0], "trace_id"), id(b, "trace_id"), "{what}: {b}");
+            if kernel_writes {
+                assert_eq!(
+                    backs[&line],
+                    format!("00-{ft}-{fs}-01"),
+                    "{what}: request {line}"
+                );
+                assert_eq!(
+                    (id(b, "trace_id"), parent(b)),
+                    (Some(ft.clone()), Some(fs.clone())),
+                    "{what}: {b}"
+                );
+            } else {
+                assert_eq!(
+                    backs[&line], "-",
+                    "{what}: request {line} went out as it was"
+                );
+                assert_eq!(parent(b), None, "{what}: {b} is a root");
+                assert_ne!(id(b, "trace_id"), Some(ft.clone()), "{what}: {b}");
+            }
         }
     }
-    assert_eq!(records.len(), REQUESTS * 5, "{what}: every call recorded");
+    assert_eq!(records.len(), REQUESTS * 7, "{what}: every call recorded");
 
     // The receiver has the same spans with the same ids and parents.
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();

@@ -72,8 +72,9 @@ pub const CAP_SPAN: u8 = c::GP_CAP_SPAN as u8;
 /// `GpProbeCfg::flags`: a Go latency probe with `propagate`: its open spans are kept per
 /// goroutine in BPF (ids made there, recorded by a `CAP_SPAN`), for the requests made in them.
 pub const CFG_PROPAGATE: u8 = c::GP_CFG_PROPAGATE as u8;
-/// `GpProbeCfg::flags`: runtime.newproc1's return (gprobe's own probe): the new goroutine
-/// (RAX) starts with no propagating spans, whatever its reused `g` had.
+/// `GpProbeCfg::flags`: runtime.newproc1 (gprobe's own probe): at entry BPF notes the
+/// propagating span open in the starting goroutine (callergp, RBX); at return the new
+/// goroutine (RAX) is in that span (while it is open), and in nothing its reused `g` had.
 pub const CFG_NEWPROC: u8 = c::GP_CFG_NEWPROC as u8;
 /// Go's map layouts (`CAP_HEADER`'s `size`): agent-ebpf/src/gomap.h describes each.
 pub const MAP_HMAP: u8 = c::GP_MAP_HMAP as u8;
@@ -254,6 +255,9 @@ pub struct GpSpanCtx {
     pub trace: [u64; 2],
     pub span: [u64; GP_MAX_DEPTH],
     pub call_id: [u64; GP_MAX_DEPTH],
+    pub parent_g: u64,
+    pub parent_span: u64,
+    pub parent_trace: [u64; 2],
 }
 
 #[repr(C)]

@@ -177,7 +177,7 @@ pub struct ProbePlan {
     /// records carry the span BPF made (a `CAP_SPAN` capture, last), and both of its
     /// configurations have `CFG_PROPAGATE`.
     pub propagate: bool,
-    /// gprobe's own runtime.newproc1 probe: its return configuration has `CFG_NEWPROC`.
+    /// gprobe's own runtime.newproc1 probe: both configurations have `CFG_NEWPROC`.
     pub newproc: bool,
 }
 
@@ -235,11 +235,7 @@ impl ProbePlan {
                 } else {
                     0
                 }
-                | if self.newproc && kind == abi::PROBE_RETURN {
-                    abi::CFG_NEWPROC
-                } else {
-                    0
-                },
+                | if self.newproc { abi::CFG_NEWPROC } else { 0 },
             // A propagating entry finds the caller's traceparent through its header capture.
             aux: caps
                 .iter()

@@ -1,8 +1,9 @@
 // services is two HTTP services and their client in one program, for tests of traces
 // that cross services. `-role back` serves /back: backHandler calls lookup(id). `-role
-// front` serves /front: frontHandler calls work(id), runs async(id) on a goroutine it
-// starts, and gets /back?id=N from the back service. `-role client` sends -n requests to
-// the front service, every odd one with a traceparent header of its own. Each role prints
+// front` serves /front: frontHandler calls work(id), starts a goroutine that runs
+// async(id) and gets /back?id=N&from=goroutine, and gets /back?id=N itself. `-role
+// client` sends -n requests to the front service, some with a traceparent header of their
+// own (valid or not) and some with many headers. Each role prints
 // one line per request ("sent", "front", "back") with what it sent or received, so a test
 // can rebuild the traces the spans must form.
 package main
@@ -46,7 +47,9 @@ var backend string
 func backHandler(w http.ResponseWriter, r *http.Request) {
 	id, _ := strconv.Atoi(r.URL.Query().Get("id"))
 	v := lookup(id)
-	say("back id=%d traceparent=%s", id, orDash(r.Header.Get("Traceparent")))
+	from := r.URL.Query().Get("from")
+	say("back id=%d%s traceparent=%s", id, map[bool]string{true: "/" + from}[from != ""],
+		orDash(r.Header.Get("Traceparent")))
 	fmt.Fprintf(w, "%d", v)
 }
 
@@ -55,21 +58,33 @@ func frontHandler(w http.ResponseWriter, r *http.Request) {
 	id, _ := strconv.Atoi(r.URL.Query().Get("id"))
 	v := work(id)
 	var wg sync.WaitGroup
+	var fromGoroutine error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		async(id)
+		_, fromGoroutine = get(fmt.Sprintf("%s/back?id=%d&from=goroutine", backend, id))
 	}()
 	wg.Wait()
-	resp, err := http.Get(fmt.Sprintf("%s/back?id=%d", backend, id))
+	body, err := get(fmt.Sprintf("%s/back?id=%d", backend, id))
+	if err == nil {
+		err = fromGoroutine
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	say("front id=%d traceparent=%s", id, orDash(r.Header.Get("Traceparent")))
 	fmt.Fprintf(w, "%d %s", v, body)
+}
+
+func get(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
 }
 
 func orDash(s string) string {
