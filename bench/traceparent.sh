@@ -10,30 +10,6 @@
 #   bench/traceparent.sh --rounds 7 --calls 500000
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/.." && pwd)"
-gprobe=""
-extra=()
-while (($#)); do
-  case "$1" in
-    --gprobe) gprobe="$2"; shift 2 ;;
-    --rounds | --calls) extra+=("$1" "$2"); shift 2 ;;
-    -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "bench/traceparent.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
-[[ "$(id -u)" == 0 ]] || { echo "bench/traceparent.sh: needs root (BPF)" >&2; exit 1; }
-command -v bpftool >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftool >/dev/null
-if [[ -z "$gprobe" ]]; then
-  (cd "$repo" && cargo build --release -p gprobe-agent --bin gprobe)
-  gprobe="$repo/target/release/gprobe"
-fi
-go="${GO:-}"
-if [[ -z "$go" ]]; then
-  if [[ -x "$repo/.cache/venv/bin/go" ]]; then go="$repo/.cache/venv/bin/go"; else go=/usr/lib/go-1.19/bin/go; fi
-fi
-work="$(mktemp -d /tmp/gprobe-tp.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-(cd "$here/go/handler" && GOTOOLCHAIN=local GO111MODULE=off GOFLAGS='' CGO_ENABLED=0 \
-  GOCACHE="$work/go/cache" GOPATH="$work/go/path" "$go" build -o "$work/handler" .)
-echo "gprobe $("$gprobe" --version) ($(git -C "$repo" rev-parse --short HEAD)), $("$go" version | cut -d' ' -f3), kernel $(uname -r)"
-python3 -B "$here/lib/traceparent_bench.py" --gprobe "$gprobe" --handler "$work/handler" "${extra[@]}"
+# shellcheck source=bench/lib/bpf_cost.sh
+source "$here/lib/bpf_cost.sh"
+bpf_cost "$0" 10 handler traceparent_bench.py --handler "$@"

@@ -49,27 +49,35 @@ def wait_for(path, text, timeout=60.0):
     raise SystemExit(f"gprobe did not print {text!r} within {timeout}s; see {path}")
 
 
-def one_run(args, work, hops):
-    """ns per hit of gprobe's uprobe program over one run of the chain program."""
+def traced_run(gprobe, work, spec_text, target_cmd, label):
+    """Runs `target_cmd` (a program that prints its number of calls last, as JSON) under
+    `gprobe run` with `spec_text`; returns gprobe's uprobe program statistics and the
+    calls. Shared with traceparent_bench.py."""
     spec_path = os.path.join(work, "spec.yaml")
     with open(spec_path, "w") as f:
-        f.write(spec(args.chain, hops))
+        f.write(spec_text)
     err_path = os.path.join(work, "stderr")
     with open(err_path, "w") as err, open(os.devnull, "w") as out:
-        g = subprocess.Popen([args.gprobe, "run", spec_path, "--output", "jsonl"],
+        g = subprocess.Popen([gprobe, "run", spec_path, "--output", "jsonl"],
                              stdout=out, stderr=err)
     STARTED.append(g)
     try:
         wait_for(err_path, "ready: tracing")
-        res = subprocess.run([args.chain, "-n", str(args.calls)], capture_output=True,
-                             text=True, check=True)
+        res = subprocess.run(target_cmd, capture_output=True, text=True, check=True)
         calls = json.loads(res.stdout.strip().splitlines()[-1])["calls"]
         st = fd_prog_stats(g.pid, "gprobe_uprobe")
     finally:
         g.send_signal(signal.SIGINT)
         g.wait(60)
     if not st or st["run_cnt"] < calls:
-        raise SystemExit(f"{capture(hops)}: {st} for {calls} calls; see {err_path}")
+        raise SystemExit(f"{label}: {st} for {calls} calls; see {err_path}")
+    return st, calls
+
+
+def one_run(args, work, hops):
+    """ns per hit of gprobe's uprobe program over one run of the chain program."""
+    st, _ = traced_run(args.gprobe, work, spec(args.chain, hops),
+                       [args.chain, "-n", str(args.calls)], capture(hops))
     return st["run_time_ns"] / st["run_cnt"]
 
 

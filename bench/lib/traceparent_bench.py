@@ -11,15 +11,13 @@ process it starts is stopped by its pid."""
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from paths_bench import STARTED, wait_for  # noqa: E402
-from sections_kernel import BpfStats, fd_prog_stats  # noqa: E402
+from paths_bench import STARTED, traced_run  # noqa: E402
+from sections_kernel import BpfStats  # noqa: E402
 
 # (label, request type in the signature, headers, with a traceparent, probe fields)
 CONFIGS = [
@@ -53,28 +51,11 @@ spec:
 
 
 def one_run(args, work, cfg):
-    _, req_type, headers, tp, fields = cfg
-    spec_path = os.path.join(work, "spec.yaml")
-    with open(spec_path, "w") as f:
-        f.write(spec(args.handler, req_type, fields))
-    err_path = os.path.join(work, "stderr")
-    with open(err_path, "w") as err, open(os.devnull, "w") as out:
-        g = subprocess.Popen([args.gprobe, "run", spec_path, "--output", "jsonl"],
-                             stdout=out, stderr=err)
-    STARTED.append(g)
-    try:
-        wait_for(err_path, "ready: tracing")
-        cmd = [args.handler, "-n", str(args.calls), "-headers", str(headers)]
-        if tp:
-            cmd.append("-traceparent")
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        calls = json.loads(res.stdout.strip().splitlines()[-1])["calls"]
-        st = fd_prog_stats(g.pid, "gprobe_uprobe")
-    finally:
-        g.send_signal(signal.SIGINT)
-        g.wait(60)
-    if not st or st["run_cnt"] < calls:
-        raise SystemExit(f"{cfg}: {st} for {calls} calls; see {err_path}")
+    label, req_type, headers, tp, fields = cfg
+    cmd = [args.handler, "-n", str(args.calls), "-headers", str(headers)]
+    if tp:
+        cmd.append("-traceparent")
+    st, calls = traced_run(args.gprobe, work, spec(args.handler, req_type, fields), cmd, label)
     # Per call: a latency probe's call is two hits (entry and RET).
     return st["run_time_ns"] / calls
 
