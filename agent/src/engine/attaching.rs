@@ -155,12 +155,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// True when a probe of a spec selecting `pid` is on a library (whose loading must be
     /// watched).
     pub fn has_library_probes(&self, pid: u32) -> bool {
+        self.has_probe(pid, |sp| sp.library.is_some())
+    }
+
+    /// Whether a spec selecting `pid` has a probe for which `f` holds.
+    pub(super) fn has_probe(&self, pid: u32, f: impl Fn(&super::SpecProbe) -> bool) -> bool {
         self.procs.get(&pid).is_some_and(|p| {
-            p.specs.iter().any(|sid| {
-                self.specs
-                    .get(sid)
-                    .is_some_and(|s| s.probes.iter().any(|sp| sp.library.is_some()))
-            })
+            p.specs
+                .iter()
+                .any(|sid| self.specs.get(sid).is_some_and(|s| s.probes.iter().any(&f)))
         })
     }
 

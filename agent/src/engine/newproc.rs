@@ -23,14 +23,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Whether a spec selecting `pid` has a latency probe on its executable (where calls
     /// open spans that goroutines may inherit).
     fn wants_newproc(&self, pid: u32) -> bool {
-        self.procs.get(&pid).is_some_and(|p| {
-            p.specs.iter().any(|sid| {
-                self.specs.get(sid).is_some_and(|s| {
-                    s.probes.iter().any(|sp| {
-                        sp.probe.latency && sp.library.is_none() && sp.probe.usdt.is_none()
-                    })
-                })
-            })
+        self.has_probe(pid, |sp| {
+            sp.probe.latency && sp.library.is_none() && sp.probe.usdt.is_none()
         })
     }
 

@@ -20,15 +20,7 @@ pub(super) struct PropagateProbes {
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Whether a spec selecting `pid` has a propagating probe on its executable.
     fn wants_propagate(&self, pid: u32) -> bool {
-        self.procs.get(&pid).is_some_and(|p| {
-            p.specs.iter().any(|sid| {
-                self.specs.get(sid).is_some_and(|s| {
-                    s.probes
-                        .iter()
-                        .any(|sp| sp.probe.propagate && sp.library.is_none())
-                })
-            })
-        })
+        self.has_probe(pid, |sp| sp.probe.propagate && sp.library.is_none())
     }
 
     /// The propagation probes of the executable `key`, planned and configured once; why
