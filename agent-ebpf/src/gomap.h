@@ -28,13 +28,17 @@
 /* The slots of one bucket or group at `g`: 1 when the key is there (s->hdr: the string
  * header of its first value, 0 when it has none), 0 when not, -1 when unreadable. The
  * bucket or group is read whole, with one helper call (each costs far more than the bytes
- * it copies), and searched in the scratch buffer; only keys of the right length are read. */
+ * it copies), and searched in the scratch buffer; only keys of the right length are read.
+ * Where the whole read fails, its slots in use are read one by one. */
 __attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 layout)
 {
 	if (!s)
 		return 0;
 	__u32 size = layout == GP_MAP_HMAP ? HMAP_BUCKET : SWISS_GROUP;
-	if (bpf_probe_read_user(s->grp, size, (void *)g))
+	/* Go leaves the memory of empty slots as the kernel gave it: a page of them may not
+	 * be present, and the whole read then fails. The slots in use are read one by one. */
+	int bulk = !bpf_probe_read_user(s->grp, size, (void *)g);
+	if (!bulk && bpf_probe_read_user(s->grp, 8, (void *)g))
 		return -1;
 	__u64 ctrl = *(__u64 *)s->grp;
 #pragma clang loop unroll(disable)
@@ -54,8 +58,14 @@ __attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 la
 			key = 8 + 16 * i;
 			elem = 8 + 128 + 24 * i;
 		}
-		__u64 kptr = *(__u64 *)(s->grp + (key & 0x1ff));
-		__u64 klen = *(__u64 *)(s->grp + ((key + 8) & 0x1ff));
+		__u64 kh[2], sl[2];
+		if (bulk) {
+			kh[0] = *(__u64 *)(s->grp + (key & 0x1ff));
+			kh[1] = *(__u64 *)(s->grp + ((key + 8) & 0x1ff));
+		} else if (bpf_probe_read_user(kh, 16, (void *)(g + key))) {
+			continue;
+		}
+		__u64 kptr = kh[0], klen = kh[1];
 		if (klen != 11)
 			continue;
 		__u64 kb[2] = { 0, 0 };
@@ -63,8 +73,13 @@ __attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 la
 			continue;
 		if (kb[0] != TP_KEY_LO || (kb[1] & 0xffffff) != TP_KEY_HI)
 			continue;
-		__u64 sptr = *(__u64 *)(s->grp + (elem & 0x1ff));
-		__u64 slen = *(__u64 *)(s->grp + ((elem + 8) & 0x1ff));
+		if (bulk) {
+			sl[0] = *(__u64 *)(s->grp + (elem & 0x1ff));
+			sl[1] = *(__u64 *)(s->grp + ((elem + 8) & 0x1ff));
+		} else if (bpf_probe_read_user(sl, 16, (void *)(g + elem))) {
+			return -1;
+		}
+		__u64 sptr = sl[0], slen = sl[1];
 		s->hdr[0] = 0;
 		s->hdr[1] = 0;
 		if (slen && bpf_probe_read_user(s->hdr, 16, (void *)sptr))
