@@ -29,6 +29,8 @@ pub(crate) struct Load {
 pub(crate) struct Section {
     /// SHT_NOTE (`.note.stapsdt`, `.note.gnu.build-id`); else SHT_PROGBITS.
     pub is_note: bool,
+    /// SHF_EXECINSTR: the section holds code.
+    pub executable: bool,
     pub name: Vec<u8>,
     pub addr: u64,
     /// File offset; `None` when the section runs past the end of the file.
@@ -63,10 +65,26 @@ const MAX_NAME: usize = 1 << 16;
 const SYM_SIZE: usize = 24;
 const RELA_SIZE: usize = 24;
 
+/// The file's bytes: mapped, or (fuzzing, tests) held in memory.
+enum Bytes {
+    Mapped(Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
 /// The mapped file and what its headers say. `Send + Sync`.
 pub(crate) struct ElfFile {
     path: PathBuf,
-    map: Mmap,
+    map: Bytes,
     machine: u16,
     entry: u64,
     loads: Vec<Load>,
@@ -101,22 +119,40 @@ impl ElfFile {
         };
         let file = File::open(open).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
-        let len = meta.len();
-        let not_elf = |reason: String| ResolveError::NotElf {
-            path: path.to_path_buf(),
-            reason,
-        };
         if !meta.is_file() {
-            return Err(not_elf("it is not a regular file".into()));
+            return Err(ResolveError::NotElf {
+                path: path.to_path_buf(),
+                reason: "it is not a regular file".into(),
+            });
         }
-        if len < 4 {
-            return Err(not_elf(format!("the file has only {len} bytes")));
+        if meta.len() < 4 {
+            return Err(ResolveError::NotElf {
+                path: path.to_path_buf(),
+                reason: format!("the file has only {} bytes", meta.len()),
+            });
         }
         // SAFETY: the map is read-only. Another process may truncate or rewrite the file
         // while it is mapped; every read of the map below is bounds-checked against the
         // length taken here, and executables in use are not rewritten in place in practice
         // (the kernel refuses writes to running executables: ETXTBSY).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        Self::parse(Bytes::Mapped(map), path)
+    }
+
+    /// An ELF file held in memory (fuzzing and tests: no file to map), named `path`.
+    pub(crate) fn from_bytes(bytes: Vec<u8>, path: &Path) -> Result<ElfFile, ResolveError> {
+        Self::parse(Bytes::Owned(bytes), path)
+    }
+
+    fn parse(map: Bytes, path: &Path) -> Result<ElfFile, ResolveError> {
+        let len = map.len() as u64;
+        let not_elf = |reason: String| ResolveError::NotElf {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if len < 4 {
+            return Err(not_elf(format!("the file has only {len} bytes")));
+        }
         let data: &[u8] = &map;
         if data[..4] != elf::ELFMAG[..] {
             return Err(not_elf(format!(
@@ -200,6 +236,7 @@ impl ElfFile {
                 // Sections past the end of the file are reported by whoever needs them.
                 kept.push(Section {
                     is_note: sh_type == elf::SHT_NOTE,
+                    executable: shdr.sh_flags(endian) & elf::SHF_EXECINSTR as u64 != 0,
                     name: name.to_vec(),
                     addr: shdr.sh_addr(endian),
                     offset: in_file.then_some(off as usize),
@@ -285,10 +322,6 @@ impl ElfFile {
         &self.loads
     }
 
-    pub(crate) fn has_section_headers(&self) -> bool {
-        self.has_section_headers
-    }
-
     pub(crate) fn has_symtab(&self) -> bool {
         self.has_symtab
     }
@@ -351,6 +384,23 @@ impl ElfFile {
                     .checked_add(len)
                     .is_some_and(|e| e <= l.vaddr + l.filesz)
         })
+    }
+
+    /// Whether virtual address `addr` is code: inside an executable segment's file bytes
+    /// and, where the file has section headers, inside an executable section.
+    pub(crate) fn is_code(&self, addr: u64) -> bool {
+        self.load_of(addr, 1).is_some_and(|l| l.executable)
+            && (!self.has_section_headers
+                || self
+                    .sections
+                    .iter()
+                    .any(|s| s.executable && addr >= s.addr && addr - s.addr < s.size as u64))
+    }
+
+    /// How many bytes of the file's segment holding `addr` follow it (0: none holds it).
+    pub(crate) fn bytes_in_segment(&self, addr: u64) -> u64 {
+        self.load_of(addr, 1)
+            .map_or(0, |l| l.vaddr + l.filesz - addr)
     }
 
     /// `len` bytes of the file at virtual address `addr`.
@@ -463,6 +513,50 @@ pub(crate) struct Note<'a> {
     pub owner: &'a [u8],
     pub kind: u32,
     pub desc: &'a [u8],
+}
+
+/// The notes of a NOTE section with the offset of each in it, or what is wrong with the
+/// first note that does not fit the section (a malformed section is not read past it).
+pub(crate) fn notes_checked(data: &[u8]) -> Result<Vec<(usize, Note<'_>)>, String> {
+    let mut out = Vec::new();
+    let mut off = 0usize;
+    while off < data.len() {
+        let i = out.len();
+        let left = data.len() - off;
+        if left < 12 {
+            return Err(format!(
+                "note {i} at offset {off:#x}: {left} byte(s) left, less than a note header (12)"
+            ));
+        }
+        let (namesz, descsz, kind) = (
+            u32_at(data, off).unwrap_or(0) as usize,
+            u32_at(data, off + 4).unwrap_or(0) as usize,
+            u32_at(data, off + 8).unwrap_or(0),
+        );
+        let name_start = off + 12;
+        let desc_start = namesz
+            .checked_next_multiple_of(4)
+            .and_then(|n| name_start.checked_add(n));
+        let end = desc_start.and_then(|d| d.checked_add(descsz.checked_next_multiple_of(4)?));
+        let (Some(desc_start), Some(end)) = (desc_start, end) else {
+            return Err(format!(
+                "note {i} at offset {off:#x}: its sizes (name {namesz}, descriptor {descsz}) overflow"
+            ));
+        };
+        // The last note's descriptor padding may be left out.
+        if desc_start + descsz > data.len() {
+            return Err(format!(
+                "note {i} at offset {off:#x}: its name ({namesz} bytes) and descriptor ({descsz} bytes) run past the end of the section ({} bytes)",
+                data.len()
+            ));
+        }
+        let name = &data[name_start..name_start + namesz];
+        let desc = &data[desc_start..desc_start + descsz];
+        let owner = name.strip_suffix(b"\0").unwrap_or(name);
+        out.push((off, Note { owner, kind, desc }));
+        off = end;
+    }
+    Ok(out)
 }
 
 /// The notes of a NOTE section (4-byte aligned name and descriptor, as on x86-64 Linux);

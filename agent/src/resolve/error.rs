@@ -61,6 +61,14 @@ pub enum ResolveError {
         offset: u64,
     },
 
+    #[error("refusing to place a breakpoint at {symbol}+{offset:#x} (address {:#x}) in {}: no valid x86-64 instruction starts there (decoded from the function's first byte); the symbol tables may point at data", addr + offset, path.display())]
+    InvalidInstruction {
+        path: PathBuf,
+        symbol: String,
+        addr: u64,
+        offset: u64,
+    },
+
     #[error("refusing to probe {symbol} at {addr:#x} in {}: decoded from its first byte, its instructions run past its end (+{size:#x}) to +{end:#x}; the function table may be wrong", path.display())]
     CodePastEnd {
         path: PathBuf,
@@ -68,6 +76,13 @@ pub enum ResolveError {
         addr: u64,
         size: u64,
         end: u64,
+    },
+
+    #[error("refusing to probe {symbol} at {addr:#x} in {}: the address is not in an executable section of the file, so it is not code; the symbol tables may be wrong (check the binary)", path.display())]
+    NotCode {
+        path: PathBuf,
+        symbol: String,
+        addr: u64,
     },
 
     #[error("{} has no function table: it is not a Go binary and has no .symtab or .dynsym symbols; trace an unstripped build of the program", path.display())]
@@ -144,6 +159,12 @@ pub enum PlanError {
     },
     #[error("{symbol}: propagate: true applies to Go functions (whose goroutines carry the spans); this is a C function: remove propagate")]
     PropagateNotGo { symbol: String },
+    #[error("{symbol}: refusing a return probe (uretprobe) in {}: {reason}; a uretprobe in Go code kills the program when its goroutine's stack moves (\"unexpected return pc\"): probe the function as a Go function (by its Go name), or set latency: false and capture no results", path.display())]
+    UretprobeInGo {
+        symbol: String,
+        path: PathBuf,
+        reason: String,
+    },
     #[error("{symbol}: latency needs RET instructions but the function has none (it ends in a tail call or never returns); set latency: false")]
     NoReturn { symbol: String },
     #[error("{symbol}: the captures need up to {bytes} bytes per call; at most {limit} fit: capture fewer values or lower limits.maxStringBytes")]

@@ -20,6 +20,9 @@ mod dwarf_sections;
 mod elf;
 mod error;
 mod funcs;
+#[doc(hidden)]
+pub mod fuzzing;
+mod unwind;
 mod x86;
 
 #[cfg(test)]
@@ -92,6 +95,9 @@ pub struct Binary {
     /// what reports call it.
     opened: PathBuf,
     go: GoInfo,
+    /// Plans as if the Go marks were not there (tests of the checks that hold whatever
+    /// the detection says).
+    go_detection_off: bool,
     funcs: OnceLock<Vec<RawFunc>>,
     by_name: OnceLock<Vec<u32>>,
     dwarf: OnceLock<DwarfCache>,
@@ -123,12 +129,21 @@ impl Binary {
 
     /// Maps the file at `open` (e.g. /proc/PID/exe) and names it `path` in errors.
     pub fn open_as(open: &Path, path: &Path) -> Result<Binary, ResolveError> {
-        let elf = ElfFile::open_as(open, path)?;
+        Self::with_elf(ElfFile::open_as(open, path)?, open)
+    }
+
+    /// A binary held in memory (fuzzing, tests), named `path` in messages.
+    pub fn from_bytes(bytes: Vec<u8>, path: &Path) -> Result<Binary, ResolveError> {
+        Self::with_elf(ElfFile::from_bytes(bytes, path)?, path)
+    }
+
+    fn with_elf(elf: ElfFile, open: &Path) -> Result<Binary, ResolveError> {
         let go = GoInfo::open(&elf)?;
         Ok(Binary {
             elf,
             opened: open.to_path_buf(),
             go,
+            go_detection_off: false,
             funcs: OnceLock::new(),
             by_name: OnceLock::new(),
             dwarf: OnceLock::new(),
@@ -150,9 +165,25 @@ impl Binary {
         self.go.version()
     }
 
-    /// True when the binary has a Go function table (pclntab), of any Go release.
+    /// True when the binary bears a mark of the Go toolchain: a pclntab (a `.gopclntab`
+    /// section, or found by its magic), `.go.buildinfo`, `.note.go.buildid`, `.go.module`,
+    /// or the runtime's symbols.
     pub fn is_go(&self) -> bool {
-        self.go.is_go()
+        self.go.is_go() && !self.go_detection_off
+    }
+
+    /// The marks of the Go toolchain found in the binary, as messages say them.
+    pub fn go_marks(&self) -> &[String] {
+        self.go.marks()
+    }
+
+    /// Plans probes as if the binary were not Go (C functions from the ELF symbols): for
+    /// tests of the checks that hold whatever the detection says, such as that no
+    /// uretprobe goes into Go code.
+    #[doc(hidden)]
+    pub fn with_go_detection_off(mut self) -> Binary {
+        self.go_detection_off = true;
+        self
     }
 
     pub fn kind(&self) -> TargetKind {
@@ -332,26 +363,7 @@ impl Binary {
         // Go pads functions with INT3 up to the next one: the decode of a Go function ends
         // exactly at its end (checked on every function of the kubectl builds), and half
         // the functions of a table shifted by a few bytes do not.
-        match x86::check_sites(code, &sites, self.is_go()) {
-            Ok(()) => {}
-            Err(x86::SiteError::NotBoundary(offset)) => {
-                return Err(ResolveError::NotInstructionBoundary {
-                    path: self.path().to_path_buf(),
-                    symbol: f.name.clone(),
-                    addr: f.addr,
-                    offset,
-                })
-            }
-            Err(x86::SiteError::PastEnd(end)) => {
-                return Err(ResolveError::CodePastEnd {
-                    path: self.path().to_path_buf(),
-                    symbol: f.name.clone(),
-                    addr: f.addr,
-                    size: f.size,
-                    end,
-                })
-            }
-        }
+        x86::check_sites(code, &sites, self.is_go()).map_err(|e| self.site_error(f, e))?;
         Ok(ProbeSites {
             entry_offset: entry,
             body_offset: entry + body,
@@ -359,15 +371,75 @@ impl Binary {
         })
     }
 
-    /// The file offset and bytes of a function.
+    /// The error for a site of `f` that [`x86::check_sites`] refused.
+    pub(crate) fn site_error(&self, f: &FuncInfo, e: x86::SiteError) -> ResolveError {
+        let (path, symbol, addr) = (self.path().to_path_buf(), f.name.clone(), f.addr);
+        match e {
+            x86::SiteError::NotBoundary(offset) => ResolveError::NotInstructionBoundary {
+                path,
+                symbol,
+                addr,
+                offset,
+            },
+            x86::SiteError::Invalid(offset) => ResolveError::InvalidInstruction {
+                path,
+                symbol,
+                addr,
+                offset,
+            },
+            x86::SiteError::PastEnd(end) => ResolveError::CodePastEnd {
+                path,
+                symbol,
+                addr,
+                size: f.size,
+                end,
+            },
+        }
+    }
+
+    /// The file offset and bytes of a function, which must be code (an executable
+    /// section of an executable segment): a breakpoint anywhere else never fires or
+    /// corrupts data.
     fn code(&self, name: &str, addr: u64, size: u64) -> Result<(u64, &[u8]), ResolveError> {
-        self.elf
+        let found = self
+            .elf
             .code(addr, size)
             .ok_or_else(|| ResolveError::AddressNotMapped {
                 path: self.path().to_path_buf(),
                 symbol: name.to_string(),
                 addr,
-            })
+            })?;
+        if !self.elf.is_code(addr) {
+            return Err(ResolveError::NotCode {
+                path: self.path().to_path_buf(),
+                symbol: name.to_string(),
+                addr,
+            });
+        }
+        Ok(found)
+    }
+
+    /// Refuses a uretprobe on `f` when it lies in Go code: a uretprobe rewrites the return
+    /// address on the stack, which Go's stack growth and unwinder do not expect ("unexpected
+    /// return pc", the program dies). Decided from the pclntab, which is looked for by its
+    /// magic in every binary, whatever the detection of Go said.
+    pub(crate) fn check_uretprobe(&self, f: &FuncInfo) -> Result<(), PlanError> {
+        let refuse = |reason: String| PlanError::UretprobeInGo {
+            symbol: f.name.clone(),
+            path: self.path().to_path_buf(),
+            reason,
+        };
+        match self.go.code_at(&self.elf, f.addr) {
+            Ok(None) => Ok(()),
+            Ok(Some((name_off, entry))) => Err(refuse(format!(
+                "its address {:#x} is inside the Go function {} (at {entry:#x}) of the pclntab",
+                f.addr,
+                String::from_utf8_lossy(self.elf.name_bytes(name_off))
+            ))),
+            Err(e) => Err(refuse(format!(
+                "the binary has a Go function table, but where its Go code lies cannot be told ({e})"
+            ))),
+        }
     }
 
     /// Computes the probe sites of every function (on all cores) and returns how many

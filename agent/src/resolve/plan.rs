@@ -462,6 +462,10 @@ fn plan_c(
     let mut warnings = Vec::new();
     let caps = c::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
     let needs_return = probe.latency || !caps.ret.is_empty();
+    // Never a uretprobe in Go code, whatever the binary was taken for.
+    if needs_return {
+        bin.check_uretprobe(&func)?;
+    }
     Ok(ProbePlan {
         symbol: probe.symbol.clone(),
         entry_offset: entry,

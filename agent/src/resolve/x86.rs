@@ -57,14 +57,17 @@ pub(crate) enum SiteError {
     NotBoundary(u64),
     /// The last instruction runs past the end of the function, to this offset.
     PastEnd(u64),
+    /// An instruction starts at the site but does not decode (not code, or cut short).
+    Invalid(u64),
 }
 
 /// Decodes `code` linearly from its first byte with iced-x86 and checks that every one of
-/// `sites` (offsets into `code`) is where an instruction starts, and with `exact_end` that
-/// the last instruction ends where the code does. A breakpoint inside an instruction
+/// `sites` (offsets into `code`) is where a valid instruction starts, and with `exact_end`
+/// that the last instruction ends where the code does. A breakpoint inside an instruction
 /// corrupts it; a function table that points a few bytes off decodes into a different
 /// instruction stream, which often straddles the function's end (compilers pad functions
-/// with whole instructions, INT3 for Go).
+/// with whole instructions, INT3 for Go). Every probe site gprobe attaches to (Go entries,
+/// bodies and RETs, C entries, USDT notes) passes here.
 pub(crate) fn check_sites(code: &[u8], sites: &[u64], exact_end: bool) -> Result<(), SiteError> {
     let mut sorted = sites.to_vec();
     sorted.sort_unstable();
@@ -74,6 +77,7 @@ pub(crate) fn check_sites(code: &[u8], sites: &[u64], exact_end: bool) -> Result
     let mut insn = Instruction::default();
     while decoder.can_decode() {
         let at = decoder.position() as u64;
+        let mut is_site = false;
         while let Some(&s) = pending.peek() {
             if s < at {
                 return Err(SiteError::NotBoundary(s));
@@ -81,12 +85,16 @@ pub(crate) fn check_sites(code: &[u8], sites: &[u64], exact_end: bool) -> Result
             if s > at {
                 break;
             }
+            is_site = true;
             pending.next();
+        }
+        decoder.decode_out(&mut insn);
+        if is_site && insn.is_invalid() {
+            return Err(SiteError::Invalid(at));
         }
         if pending.peek().is_none() && !exact_end {
             return Ok(());
         }
-        decoder.decode_out(&mut insn);
     }
     // Sites at or past the end of the code.
     if let Some(s) = pending.next() {
@@ -99,6 +107,53 @@ pub(crate) fn check_sites(code: &[u8], sites: &[u64], exact_end: bool) -> Result
         return Err(SiteError::PastEnd(end.max(code.len() as u64 + 1)));
     }
     Ok(())
+}
+
+/// The instruction at a site, decoded linearly from the first byte of the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtSite {
+    /// A valid instruction starts there.
+    Starts { len: usize, nop: bool },
+    /// The site is inside the instruction that starts at `start` and is `len` bytes long.
+    Inside { start: u64, len: usize },
+    /// What starts there does not decode (or the site is at or past the end of the code).
+    Invalid,
+}
+
+/// What is at offset `site` of `code` (a function, from its first byte), decoded linearly.
+pub(crate) fn at_site(code: &[u8], site: u64) -> AtSite {
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut insn = Instruction::default();
+    while decoder.can_decode() {
+        let at = decoder.position() as u64;
+        decoder.decode_out(&mut insn);
+        let next = decoder.position() as u64;
+        if at == site {
+            return if insn.is_invalid() {
+                AtSite::Invalid
+            } else {
+                AtSite::Starts {
+                    len: insn.len(),
+                    nop: matches!(
+                        insn.code(),
+                        Code::Nopw
+                            | Code::Nopd
+                            | Code::Nopq
+                            | Code::Nop_rm16
+                            | Code::Nop_rm32
+                            | Code::Nop_rm64
+                    ),
+                }
+            };
+        }
+        if site < next {
+            return AtSite::Inside {
+                start: at,
+                len: (next - at) as usize,
+            };
+        }
+    }
+    AtSite::Invalid
 }
 
 /// How the one-byte and two-byte (0F) opcode maps continue after the opcode.
@@ -525,5 +580,18 @@ mod tests {
         // Cut one byte short, the MOV's immediate runs past the end.
         assert_eq!(check_sites(&code[..9], &[0], false), Ok(()));
         assert_eq!(check_sites(&code[..9], &[0], true), Err(PastEnd(10)));
+        // A site where no instruction decodes (a lone 0x0F at the end).
+        assert_eq!(check_sites(&[0x90, 0x0f], &[1], false), Err(Invalid(1)));
+    }
+
+    #[test]
+    fn what_is_at_a_site() {
+        // NOP; MOV EAX,imm32; 4-byte NOPL; RET
+        let code = [0x90, 0xb8, 1, 2, 3, 4, 0x0f, 0x1f, 0x40, 0x00, 0xc3];
+        assert_eq!(at_site(&code, 0), AtSite::Starts { len: 1, nop: true });
+        assert_eq!(at_site(&code, 1), AtSite::Starts { len: 5, nop: false });
+        assert_eq!(at_site(&code, 3), AtSite::Inside { start: 1, len: 5 });
+        assert_eq!(at_site(&code, 6), AtSite::Starts { len: 4, nop: true });
+        assert_eq!(at_site(&code, 11), AtSite::Invalid);
     }
 }

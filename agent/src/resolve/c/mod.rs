@@ -110,10 +110,17 @@ impl Binary {
     }
 
     /// The file offset of a C function's first byte: its entry probe, and where its
-    /// uretprobe is attached.
+    /// uretprobe is attached. It must be code, and a valid instruction must start there
+    /// (the same check as every other probe site: `x86::check_sites`).
     pub fn c_entry_offset(&self, f: &FuncInfo) -> Result<u64, ResolveError> {
         self.elf.check_x86_64()?;
-        let (off, _) = self.code(&f.name, f.addr, f.size.max(1))?;
+        // A symbol without a size (some assembly) is read as one instruction's worth.
+        let len = match f.size {
+            0 => self.elf.bytes_in_segment(f.addr).clamp(1, 15),
+            n => n,
+        };
+        let (off, code) = self.code(&f.name, f.addr, len)?;
+        super::x86::check_sites(code, &[0], false).map_err(|e| self.site_error(f, e))?;
         Ok(off)
     }
 

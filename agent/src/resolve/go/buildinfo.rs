@@ -2,6 +2,8 @@
 //! starting with "\xff Go buildinf:", then either (Go 1.18+, flag bit 2) the version as a
 //! varint-prefixed string, or (older) two pointers to Go string headers.
 
+use crate::resolve::elf::ElfFile;
+
 pub(crate) const MAGIC: &[u8; 14] = b"\xff Go buildinf:";
 const HEADER: usize = 32;
 
@@ -55,15 +57,28 @@ fn uvarint(b: &[u8]) -> Option<(u64, usize)> {
     None
 }
 
-/// Finds the buildinfo blob by its magic at a 16-byte boundary (for binaries without
-/// section headers).
-pub(crate) fn scan(data: &[u8]) -> Option<usize> {
-    let mut off = 0;
-    while off + HEADER <= data.len() {
+/// Finds the buildinfo blob by its magic at a 16-byte boundary of `data[start..end]`.
+pub(crate) fn scan(data: &[u8], start: usize, end: usize) -> Option<usize> {
+    let end = end.min(data.len());
+    let mut off = start.next_multiple_of(16);
+    while off + HEADER <= end {
         if data[off] == 0xff && &data[off..off + 14] == MAGIC {
             return Some(off);
         }
         off += 16;
     }
     None
+}
+
+/// Finds the buildinfo blob by its magic in the writable segments, where the Go linker
+/// puts it (for binaries whose section headers were removed or renamed). Segments start
+/// page-aligned in the file, so a 16-byte boundary of the file is one of memory.
+pub(crate) fn scan_segments(elf: &ElfFile) -> Option<usize> {
+    elf.loads().iter().filter(|l| l.writable).find_map(|l| {
+        scan(
+            elf.data(),
+            l.offset as usize,
+            (l.offset + l.filesz) as usize,
+        )
+    })
 }

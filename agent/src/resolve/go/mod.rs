@@ -34,6 +34,8 @@ pub(crate) struct GoInfo {
     /// Link-time address of the pclntab header.
     pcln_vaddr: Option<u64>,
     version: Option<String>,
+    /// The marks of the Go toolchain found in the binary, as said in messages.
+    marks: Vec<String>,
     module: OnceLock<Option<ModuleData>>,
 }
 
@@ -41,14 +43,24 @@ pub(crate) struct GoInfo {
 const RT0: &[u8] = b"_rt0_amd64_linux";
 
 impl GoInfo {
+    /// Reads every mark the Go toolchain leaves: the pclntab (`.gopclntab`; else found by
+    /// its magic, in `.data.rel.ro` where external linkers of position-independent builds
+    /// put it with Go 1.19, or in any non-executable segment), the `.go.buildinfo` section
+    /// (the version), the `.note.go.buildid` note, the `.go.module` section (Go 1.26+), and
+    /// the runtime's symbols. A binary with any of them is Go; one whose pclntab is then
+    /// nowhere to be found is refused (its functions are Go code whatever the symbols say).
     pub(crate) fn open(elf: &ElfFile) -> Result<GoInfo, ResolveError> {
         let data = elf.data();
+        let mut marks = Vec::new();
         let section = elf
             .section(b".gopclntab")
             .or_else(|| elf.section(b".data.rel.ro.gopclntab"));
-        let (pcln, pcln_vaddr) = match section {
+        let (mut pcln, mut pcln_vaddr) = match section {
             Some(s) => match s.offset {
-                Some(off) => (Pclntab::parse(data, off, s.size), Some(s.addr)),
+                Some(off) => {
+                    marks.push(format!("its {} section", String::from_utf8_lossy(&s.name)));
+                    (Pclntab::parse(data, off, s.size), Some(s.addr))
+                }
                 None => {
                     return Err(ResolveError::Malformed {
                         path: elf.path().to_path_buf(),
@@ -61,48 +73,125 @@ impl GoInfo {
                     })
                 }
             },
-            // No section headers (removed by a tool such as sstrip): scan the
-            // non-executable segments for a pclntab header.
-            None if !elf.has_section_headers() => {
-                let mut found = (PclnState::Absent, None);
-                for l in elf.loads().iter().filter(|l| !l.executable) {
-                    let (start, end) = (l.offset as usize, (l.offset + l.filesz) as usize);
-                    let s = Pclntab::scan(data, start, end);
-                    if !matches!(s, PclnState::Absent) {
-                        let vaddr = match &s {
-                            PclnState::Ok(p) => elf.vaddr_of(p.off as u64),
-                            _ => None,
-                        };
-                        found = (s, vaddr);
-                        break;
-                    }
-                }
-                found
-            }
             None => (PclnState::Absent, None),
         };
         let blob = match elf.section(b".go.buildinfo") {
-            Some(s) => s.offset.map(|off| (off, off + s.size)),
-            None if !elf.has_section_headers() => {
-                buildinfo::scan(data).map(|off| (off, data.len()))
+            Some(s) => {
+                marks.push("its .go.buildinfo section".into());
+                s.offset.map(|off| (off, off + s.size))
             }
-            None => None,
+            None => buildinfo::scan_segments(elf).map(|off| {
+                marks.push(format!(
+                    "Go build information at file offset {off:#x} (found by its magic)"
+                ));
+                (off, data.len())
+            }),
         };
         let version = blob.and_then(|(off, end)| {
             let blob = &data[off..end.min(off + 64 * 1024).min(data.len())];
             buildinfo::parse(blob, |addr, n| elf.read_vaddr(addr, n))
         });
+        if elf.note_section(b".note.go.buildid").is_some() {
+            marks.push("its .note.go.buildid note".into());
+        }
+        if elf.section(b".go.module").is_some() {
+            marks.push("its .go.module section".into());
+        }
+        if matches!(pcln, PclnState::Absent) {
+            let (found, vaddr) = Self::scan_pclntab(elf, !marks.is_empty());
+            if let (PclnState::Ok(p), Some(v)) = (&found, vaddr) {
+                marks.push(format!(
+                    "a Go function table (pclntab, magic {:#010x}) at {v:#x}, found by its magic",
+                    p.magic
+                ));
+            }
+            (pcln, pcln_vaddr) = (found, vaddr);
+        }
+        if marks.is_empty() {
+            for sym in [&b"runtime.buildVersion"[..], b"runtime.firstmoduledata"] {
+                if !elf.symbol_addrs(sym).is_empty() {
+                    marks.push(format!("its symbol {}", String::from_utf8_lossy(sym)));
+                }
+            }
+        }
+        if matches!(pcln, PclnState::Absent) && !marks.is_empty() {
+            pcln = PclnState::Bad(format!(
+                "the binary is Go ({}) but its function table was found nowhere (no \
+                 .gopclntab section, and no pclntab header in .data.rel.ro or any other \
+                 non-executable segment)",
+                marks.join(", ")
+            ));
+        }
         Ok(GoInfo {
             pcln,
             pcln_vaddr,
             version,
+            marks,
             module: OnceLock::new(),
         })
     }
 
-    /// True when the binary has a pclntab, of any Go release.
+    /// Finds a pclntab by its header in `.data.rel.ro` (external linkers put it there in
+    /// position-independent Go 1.19 builds, with no section of its own), then in every
+    /// non-executable segment. A pre-1.18 magic is reported only when the binary has other
+    /// marks of Go (`is_go`): without a consistency check it could be any eight bytes.
+    fn scan_pclntab(elf: &ElfFile, is_go: bool) -> (PclnState, Option<u64>) {
+        let data = elf.data();
+        let mut ranges = Vec::new();
+        if let Some(s) = elf.section(b".data.rel.ro") {
+            if let Some(off) = s.offset {
+                ranges.push((off, off.saturating_add(s.size)));
+            }
+        }
+        for l in elf.loads().iter().filter(|l| !l.executable) {
+            ranges.push((l.offset as usize, (l.offset + l.filesz) as usize));
+        }
+        for (start, end) in ranges {
+            match Pclntab::scan(data, start, end) {
+                PclnState::Absent => {}
+                PclnState::Unsupported { .. } if !is_go => {}
+                PclnState::Ok(p) => {
+                    let vaddr = elf.vaddr_of(p.off as u64);
+                    return (PclnState::Ok(p), vaddr);
+                }
+                other => return (other, None),
+            }
+        }
+        (PclnState::Absent, None)
+    }
+
+    /// True when the binary bears any mark of the Go toolchain (see [`GoInfo::open`]).
     pub(crate) fn is_go(&self) -> bool {
-        !matches!(self.pcln, PclnState::Absent)
+        !matches!(self.pcln, PclnState::Absent) || !self.marks.is_empty()
+    }
+
+    /// The marks of Go found, for messages.
+    pub(crate) fn marks(&self) -> &[String] {
+        &self.marks
+    }
+
+    /// The Go function at or around `addr`, for the check that no uretprobe goes into Go
+    /// code: `Ok(Some((name offset, entry)))` when `addr` is inside a function of the
+    /// pclntab or inside the Go code's range, `Ok(None)` when the binary has no Go code
+    /// there (or none at all), `Err` when it has a Go function table that cannot be read
+    /// (where its code is cannot be told).
+    pub(crate) fn code_at(
+        &self,
+        elf: &ElfFile,
+        addr: u64,
+    ) -> Result<Option<(usize, u64)>, ResolveError> {
+        if matches!(self.pcln, PclnState::Absent) {
+            return Ok(None);
+        }
+        let funcs = self.functions(elf)?.unwrap_or_default();
+        let (Some(first), Some(last)) = (funcs.first(), funcs.last()) else {
+            return Ok(None);
+        };
+        if addr < first.addr || addr >= last.addr.saturating_add(last.size) {
+            return Ok(None);
+        }
+        let i = funcs.partition_point(|f| f.addr <= addr).saturating_sub(1);
+        Ok(Some((funcs[i].name_off, funcs[i].addr)))
     }
 
     pub(crate) fn version(&self) -> Option<&str> {

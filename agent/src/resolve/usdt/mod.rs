@@ -14,10 +14,12 @@
 //! each with its own pc and often its own argument registers.
 
 pub mod args;
+mod check;
 pub(crate) mod plan;
 
 use super::elf::{self, ElfFile};
 use super::error::ResolveError;
+use super::unwind::FunctionStarts;
 
 const NT_STAPSDT: u32 = 3;
 
@@ -35,7 +37,7 @@ pub struct UsdtSite {
     /// The argument specs, e.g. `8@%rbp 8@%r12 -4@%eax`; empty for none.
     pub args: String,
     /// Why this site cannot be probed (its pc or semaphore is outside the segments it
-    /// must be in), if it cannot.
+    /// must be in, or its pc is not the start of the `nop` sys/sdt.h emits), if it cannot.
     pub problem: Option<String>,
 }
 
@@ -59,38 +61,51 @@ fn cstr(d: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&d[..end], &d[end + 1..]))
 }
 
-/// Reads the USDT probes of `elf`; an empty list when it has no `.note.stapsdt`.
+/// Reads the USDT probes of `elf`; an empty list when it has no `.note.stapsdt`. A section
+/// that is not a well-formed list of notes, or a stapsdt note whose descriptor is not
+/// three addresses and three NUL-terminated strings, is malformed: refused with what is
+/// wrong (nothing in it can be trusted to be what sys/sdt.h wrote).
 pub(crate) fn read_probes(elf: &ElfFile) -> Result<Vec<UsdtProbe>, ResolveError> {
     let Some(sec) = elf.note_section(b".note.stapsdt") else {
         return Ok(Vec::new());
     };
-    let data = elf
-        .section_data(sec)
-        .ok_or_else(|| ResolveError::Malformed {
-            path: elf.path().to_path_buf(),
-            reason: format!(
-                "section .note.stapsdt (+{:#x} bytes) is past the end of the file",
-                sec.size
-            ),
-        })?;
+    let malformed = |reason: String| ResolveError::Malformed {
+        path: elf.path().to_path_buf(),
+        reason: format!("its .note.stapsdt section is malformed: {reason}"),
+    };
+    let data = elf.section_data(sec).ok_or_else(|| {
+        malformed(format!(
+            "the section (+{:#x} bytes) is past the end of the file",
+            sec.size
+        ))
+    })?;
+    let notes = elf::notes_checked(data).map_err(malformed)?;
     let actual_base = elf.section(b".stapsdt.base").map(|s| s.addr);
+    let starts = std::cell::OnceCell::new();
     let mut probes: Vec<UsdtProbe> = Vec::new();
-    for note in elf::notes(data) {
+    for (i, (at, note)) in notes.into_iter().enumerate() {
         if note.owner != b"stapsdt" || note.kind != NT_STAPSDT {
             continue;
         }
+        let bad = |what: &str| malformed(format!("stapsdt note {i} at offset {at:#x}: {what}"));
         let d = note.desc;
         let (Some(pc), Some(base), Some(sema)) =
             (elf::u64_at(d, 0), elf::u64_at(d, 8), elf::u64_at(d, 16))
         else {
-            continue;
+            return Err(bad(&format!(
+                "its descriptor has {} bytes, less than its three addresses (24)",
+                d.len()
+            )));
         };
         let Some((provider, rest)) = d.get(24..).and_then(cstr) else {
-            continue;
+            return Err(bad("its provider name has no terminating NUL"));
         };
         let Some((name, rest)) = cstr(rest) else {
-            continue;
+            return Err(bad("its probe name has no terminating NUL"));
         };
+        if provider.is_empty() || name.is_empty() {
+            return Err(bad("its provider or probe name is empty"));
+        }
         let args = cstr(rest).map_or(rest, |(a, _)| a);
         // libbpf treats an argument string starting with ':' (an old sdt.h) as none.
         let args = if args.first() == Some(&b':') {
@@ -102,7 +117,11 @@ pub(crate) fn read_probes(elf: &ElfFile) -> Result<Vec<UsdtProbe>, ResolveError>
             Some(actual) if base != 0 => actual.wrapping_sub(base),
             _ => 0,
         };
-        let site = site(elf, pc.wrapping_add(adjust), sema, adjust, args);
+        let mut site = site(elf, pc.wrapping_add(adjust), sema, adjust, args);
+        if site.problem.is_none() {
+            let starts = starts.get_or_init(|| FunctionStarts::of(elf));
+            site.problem = check::probe_instruction(elf, starts, site.pc).err();
+        }
         let (provider, name) = (
             String::from_utf8_lossy(provider).into_owned(),
             String::from_utf8_lossy(name).into_owned(),
