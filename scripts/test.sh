@@ -32,6 +32,8 @@ step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnin
 # run `cargo build -p gprobe-agent`, whose features differ from the whole workspace's build.
 export GPROBE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gprobe"
 step "cargo test" cargo test --workspace --locked --no-fail-fast
+# Each fuzz target of the parsers of binary input for a fixed time (scripts/fuzz.sh).
+step "fuzz" scripts/fuzz.sh
 step "Helm chart" bash e2e/chart_test.sh
 
 if ((${#failed[@]})); then

@@ -10,6 +10,7 @@ mod bad_inputs;
 mod c_funcs;
 mod dwarf;
 mod functions;
+mod go_detection;
 mod kubectl;
 mod listing;
 mod native;
@@ -19,6 +20,7 @@ mod sites;
 mod traceparent;
 mod types;
 mod usdt;
+mod usdt_checks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
