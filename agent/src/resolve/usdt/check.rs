@@ -52,13 +52,16 @@ pub(super) fn probe_instruction(
             bytes(pc, len),
             f.what
         )),
-        AtSite::Inside { start, len } => Err(format!(
-            "its pc {pc:#x} is inside the instruction [{}] at {start:#x} of {} (decoded from \
+        AtSite::Inside { start, len } => {
+            let start = f.start + start;
+            Err(format!(
+                "its pc {pc:#x} is inside the instruction [{}] at {start:#x} of {} (decoded from \
              its start {:#x}): a breakpoint there would corrupt that instruction",
-            bytes(start, len),
-            f.what,
-            f.start
-        )),
+                bytes(start, len),
+                f.what,
+                f.start
+            ))
+        }
         AtSite::Invalid => Err(format!(
             "no valid instruction starts at its pc {pc:#x} in {} (decoded from its start {:#x})",
             f.what, f.start
