@@ -136,7 +136,8 @@ fn every_build_kind_is_go_and_its_latency_probes_return_through_ret_uprobes() {
 /// The uretprobe check does not rest on the detection: with it switched off (every
 /// function taken for C, as Go 1.19 PIE builds linked externally were), a latency probe
 /// on a Go function is refused with the Go function named, on every build that has the
-/// function in its symbol tables; a C function of a cgo build still gets its uretprobe.
+/// function in its symbol tables; a C function of an externally linked build still gets
+/// its uretprobe.
 #[test]
 fn no_uretprobe_is_planned_inside_go_code_whatever_the_detection_says() {
     let mut refused = 0;
@@ -168,12 +169,12 @@ fn no_uretprobe_is_planned_inside_go_code_whatever_the_detection_says() {
             );
             assert!(entry.is_ok(), "{what}: {entry:?}");
             if kind.contains("external") {
-                // x_cgo_init is runtime/cgo's C code, compiled by gcc: outside Go's text.
+                // _start is the C runtime's (crt1.o), outside Go's text: C code.
                 for b in [
                     open(&path),
                     Binary::open(&path).unwrap().with_go_detection_off(),
                 ] {
-                    let plan = plan_probe(&b, &latency_probe("x_cgo_init", None), 256)
+                    let plan = plan_probe(&b, &latency_probe("_start", None), 256)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(plan.uretprobe, "{what}: {plan:?}");
                 }

@@ -63,7 +63,10 @@ fn notes_that_sys_sdt_did_not_write_are_refused_with_the_reason() {
         let e = plan_probe(&b, &usdt(point), 64).unwrap_err();
         assert!(matches!(e, PlanError::UsdtBadNote { .. }), "{e:?}");
         let msg = e.to_string();
-        assert!(msg.starts_with(point) && msg.contains(why), "{msg}");
+        assert!(
+            msg.starts_with(&format!("usdt:{point}: ")) && msg.contains(why),
+            "{msg}"
+        );
     }
     let good = plan_probe(&b, &usdt("forged:good"), 64).unwrap();
     assert_eq!(good.entry_offset, site("good").offset);
