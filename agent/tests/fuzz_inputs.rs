@@ -1,7 +1,7 @@
 //! The fuzz targets' inputs in every `cargo test`: each file of `fuzz/regressions/<target>/`
 //! (inputs that once crashed a parser, kept when the bug was fixed) goes through its target
 //! again; and the seeds the fuzzers start from (containers of sections of real binaries:
-//! the forged-note C program, a C program with DWARF, Go 1.19 and 1.27 builds) are built
+//! the forged-note C program, the C target of the e2e tests, Go 1.19 and 1.27 builds) are built
 //! and shown to reach the parsers they are for. With `GPROBE_FUZZ_SEEDS=DIR` the seeds are
 //! also written to `DIR/<target>/` (scripts/fuzz.sh starts the fuzzers from them).
 
@@ -135,12 +135,17 @@ fn the_fuzz_seeds_reach_the_parsers_they_are_for() {
     fuzzing::dwarf(&seed);
     write_seed("dwarf", "forged", &seed);
 
-    let cprog = c_program("agent/tests/resolve/testdata/cprog/cprog.c", "cprog");
-    let seed = container_from_elf(&cprog, C_SECTIONS, false);
-    let b = fuzzing::binary(&seed).expect("cprog's container opens");
-    assert!(b.usdt_probes().unwrap().len() >= 4);
-    write_seed("stapsdt", "cprog", &seed);
-    write_seed("dwarf", "cprog", &seed);
+    // A semaphore-guarded probe with arguments, C functions with strings and lengths.
+    let ctarget = c_program("e2e/testdata/ctarget/ctarget.c", "ctarget");
+    let seed = container_from_elf(&ctarget, C_SECTIONS, false);
+    let b = fuzzing::binary(&seed).expect("ctarget's container opens");
+    let probes = b.usdt_probes().unwrap();
+    assert_eq!(probes.len(), 1);
+    assert!(probes[0].sites[0].semaphore != 0 && probes[0].sites[0].problem.is_none());
+    let f = b.find_c_function("greet").unwrap();
+    assert!(b.c_signature(&f).unwrap().is_some());
+    write_seed("stapsdt", "ctarget", &seed);
+    write_seed("dwarf", "ctarget", &seed);
 
     // Go's tables, by section and found by magic (no section headers; Go 1.19 PIE
     // linked externally), and Go's DWARF.
