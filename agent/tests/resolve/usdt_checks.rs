@@ -102,6 +102,9 @@ fn notes_that_sys_sdt_did_not_write_are_refused_with_the_reason() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// A change to the bytes of the file.
+type Corrupt = Box<dyn Fn(&mut Vec<u8>)>;
+
 /// Each way to break the section's framing or a note's descriptor is named; none reads as
 /// "no .note.stapsdt section".
 #[test]
@@ -110,7 +113,7 @@ fn a_malformed_note_section_is_reported_as_malformed() {
     let data = std::fs::read(&path).unwrap();
     let (off, _) = section_range(&path, ".note.stapsdt");
     let dir = path.parent().unwrap();
-    let cases: [(&str, Box<dyn Fn(&mut Vec<u8>)>, &str); 3] = [
+    let cases: [(&str, Corrupt, &str); 3] = [
         (
             "huge-name",
             Box::new(move |d| d[off..off + 4].copy_from_slice(&0x7fff_fff0u32.to_le_bytes())),
