@@ -19,8 +19,11 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "loc",
             "hops",
             "off",
+            "table",
         ],
     ),
+    ("gp_err_key", &["table", "hash"]),
+    ("gp_err_type", &["n", "kind", "off"]),
     (
         "gp_probe_cfg",
         &[
@@ -185,6 +188,15 @@ fn main() -> Result<()> {
         "GP_MAP_HMAP",
         "GP_MAP_SWISS",
         "GP_MAP_SWISS_SPLIT",
+        "GP_CAPF_LEN_SIGNED",
+        "GP_VAL_INVALID",
+        "GP_CAP_ERROR",
+        "GP_ERR_NODES",
+        "GP_ERR_FIELDS",
+        "GP_ERR_STRS",
+        "GP_EF_STR",
+        "GP_EF_IFACE",
+        "GP_EF_WORD",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

@@ -71,6 +71,36 @@ enum gp_cap_kind {
 			    * "Traceparent", max_len bytes; `size` is the map layout (GP_MAP_*) */
 	GP_CAP_SPAN = 9,   /* no location: the span the hit opened (GP_CFG_PROPAGATE), 32
 			    * bytes: trace id (high, low), span id, parent span id (0: none) */
+	GP_CAP_ERROR = 10, /* error: (itab, data) words; the error and the errors, addresses
+			    * and strings it holds, as the layouts of its table say (errtypes,
+			    * `table`): nodes of struct gp_err_type's fields (captures.h) */
+};
+
+/* An error capture (GP_CAP_ERROR) reads at most GP_ERR_NODES interfaces (the error and
+ * what it wraps, breadth first), GP_ERR_FIELDS fields of each, and the bytes of at most
+ * GP_ERR_STRS of their strings (each up to min(max_len, GP_MAX_ELEM_STR)). */
+#define GP_ERR_NODES 6
+#define GP_ERR_FIELDS 5
+#define GP_ERR_STRS 10
+
+/* What a field of an error type is (gp_err_type.kind). */
+#define GP_EF_STR 1   /* a string or []byte: its (ptr, len) at data + off, and its bytes */
+#define GP_EF_IFACE 2 /* a non-empty interface at data + off: read as a node of its own */
+#define GP_EF_WORD 3  /* the 8 bytes at data + off */
+
+/* The layout of one dynamic type of an error table: map errtypes, keyed by the table (a
+ * capture's `table`) and the type's hash (runtime._type.hash, copied into every itab at
+ * +16: the same in every process, whatever its load address). */
+struct gp_err_key {
+	__u32 table;
+	__u32 hash;
+};
+
+struct gp_err_type {
+	__u8 n; /* fields */
+	__u8 kind[GP_ERR_FIELDS];
+	__u8 off[GP_ERR_FIELDS];
+	__u8 _pad[5];
 };
 
 /* Go map layouts (GP_CAP_HEADER's size): gomap.h. */
@@ -82,6 +112,8 @@ enum gp_cap_kind {
 #define GP_CAPF_PATH 1     /* the words are in memory at the end of the path loc[0], hops, off */
 #define GP_CAPF_ITAB 2     /* IFACE(S): the first word is an itab: record *(itab + 8), the type */
 #define GP_CAPF_DATA_STR 4 /* IFACE(S): also read the string header at data and its bytes */
+#define GP_CAPF_LEN_SIGNED 8 /* BYTES: the length (`size` bytes) is a signed integer (C int,
+			      * ssize_t; Go's int): a negative one reads nothing (GP_VAL_INVALID) */
 
 enum gp_loc_kind {
 	GP_LOC_NONE = 0,
@@ -111,7 +143,7 @@ struct gp_capture {
 	 * nil check; the value is at v + off. */
 	__s32 hops[GP_MAX_HOPS];
 	__s32 off;
-	__u32 _pad2;
+	__u32 table; /* GP_CAP_ERROR: the table of its error types (errtypes) */
 };
 
 struct gp_probe_cfg {
@@ -146,6 +178,7 @@ struct gp_probe_cfg {
 #define GP_VAL_FAULT 2     /* the memory could not be read */
 #define GP_VAL_NIL 4       /* a pointer on a path was nil (set with GP_VAL_FAULT); full_len:
 			    * the hops not taken */
+#define GP_VAL_INVALID 8   /* a length (or element count) was negative: nothing was read, len 0 */
 
 /* Header of every record in the events ring buffer; captured values follow, each a
  * gp_value and `len` bytes, packed. */

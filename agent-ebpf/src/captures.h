@@ -35,10 +35,15 @@ static __always_inline __u32 clamp32(__u64 n)
 }
 
 /* min(len, max) bytes at ptr into the buffer at `o`: the bytes kept; TRUNCATED when len >
- * max, FAULT (and 0 kept) when unreadable. */
+ * max, FAULT (and 0 kept) when unreadable. `len` is a Go length (an int): a negative one
+ * (torn or foreign memory) reads nothing and is INVALID, never max bytes. */
 static __always_inline __u32 read_bytes(struct scratch *s, __u32 o, __u64 ptr, __u64 len,
 					__u32 max, __u8 *flags)
 {
+	if ((__s64)len < 0) {
+		*flags |= GP_VAL_INVALID;
+		return 0;
+	}
 	__u32 n = len > max ? max : (__u32)len;
 	if (n > GP_MAX_STR)
 		n = GP_MAX_STR;
@@ -93,6 +98,17 @@ static __always_inline __u8 cap_words(const __u64 *regs, const struct gp_capture
 	return bpf_probe_read_user(w, 16, a) ? GP_VAL_FAULT : 0;
 }
 
+/* A slice's length (Go's int): a negative one (torn or foreign memory) is INVALID, and no
+ * element is read. */
+static __always_inline __u64 elem_count(__u64 l, __u8 *flags)
+{
+	if ((__s64)l < 0) {
+		*flags |= GP_VAL_INVALID;
+		return 0;
+	}
+	return l;
+}
+
 #include "gomap.h"
 
 /* One string of a []string at `p`: u32 full length, u16 bytes kept, u8 flags, u8 0, the
@@ -107,7 +123,7 @@ __attribute__((noinline)) int gp_str_elem(struct scratch *s, __u32 p, __u64 src,
 	if (bpf_probe_read_user(h, sizeof(h), (void *)src)) {
 		ef = GP_VAL_FAULT;
 	} else {
-		full = clamp32(h[1]);
+		full = (__s64)h[1] < 0 ? 0 : clamp32(h[1]);
 		k = read_bytes(s, p + 8, h[0], h[1], max, &ef);
 	}
 	*(__u32 *)at(s, p) = full;
@@ -165,6 +181,124 @@ __attribute__((noinline)) int gp_iface_elem(struct scratch *s, const struct gp_c
 	return 40 + pad8(k);
 }
 
+/* One field of an error node at `p` (GP_CAP_ERROR): u8 kind, u8 off, u8 flags, u8 child
+ * (IFACE: the index of the node it was queued as; 0xff: nil, or no room), u16 bytes kept
+ * `k`, u16 0, u64 w (STR: the full length; WORD: the word), then (STR) the `k` bytes
+ * padded to 8. Returns the bytes written. */
+__attribute__((noinline)) int gp_err_field(struct scratch *s, const struct gp_capture *c,
+					   __u32 p, __u64 data, __u32 kind_off)
+{
+	if (!s || !c)
+		return 0;
+	/* One argument for both: BPF functions take five at most. */
+	__u32 kind = kind_off & 0xff, off = (kind_off >> 8) & 0xff;
+	__u64 h[2] = { 0, 0 };
+	__u64 w = 0;
+	__u8 ef = 0, child = 0xff;
+	__u32 k = 0;
+	/* A word field reads its 8 bytes only: a boxed word (syscall.Errno) may end its page. */
+	if (bpf_probe_read_user(h, kind == GP_EF_WORD ? 8 : 16, (void *)(data + off))) {
+		ef = GP_VAL_FAULT;
+	} else if (kind == GP_EF_STR) {
+		w = (__s64)h[1] < 0 ? 0 : h[1];
+		if (s->estrs >= GP_ERR_STRS) {
+			/* Over the bytes one error may take: recorded, not read. */
+			ef = GP_VAL_TRUNCATED;
+		} else {
+			s->estrs++;
+			__u32 max = c->max_len > GP_MAX_ELEM_STR ? GP_MAX_ELEM_STR : c->max_len;
+			k = read_bytes(s, p + 16, h[0], h[1], max, &ef);
+		}
+	} else if (kind == GP_EF_IFACE) {
+		if (!h[0]) {
+			ef = GP_VAL_NIL;
+		} else if (s->enq < GP_ERR_NODES) {
+			__u32 q = s->enq & 7;
+			s->eq[q][0] = h[0];
+			s->eq[q][1] = h[1];
+			child = q;
+			s->enq = q + 1;
+		} else {
+			ef = GP_VAL_TRUNCATED; /* no room for another node */
+		}
+	} else if (kind == GP_EF_WORD) {
+		w = h[0];
+	} else {
+		ef = GP_VAL_FAULT;
+	}
+	if (ef & GP_VAL_FAULT)
+		k = 0;
+	*at(s, p) = kind;
+	*at(s, p + 1) = off;
+	*at(s, p + 2) = ef;
+	*at(s, p + 3) = child;
+	*(__u32 *)at(s, p + 4) = k;
+	*(__u64 *)at(s, p + 8) = w;
+	return 16 + pad8(k);
+}
+
+/* Node i of an error capture at `p`: u64 its dynamic type (0: nil), u32 the type's hash,
+ * u8 fields that follow, u8 flags (FAULT: its itab was unreadable), u16 0; then its
+ * fields as its table's layout for that hash says (none for a type the table lacks).
+ * Returns the bytes written. */
+__attribute__((noinline)) int gp_err_node(struct scratch *s, const struct gp_capture *c,
+					  __u32 p, __u32 i)
+{
+	if (!s || !c)
+		return 0;
+	__u64 tab = s->eq[i & 7][0], data = s->eq[i & 7][1];
+	__u64 th[2] = { 0, 0 }; /* itab + 8: the type, then its hash */
+	__u8 nf = 0, nflags = 0;
+	struct gp_err_type et = {};
+	if (tab && bpf_probe_read_user(th, sizeof(th), (void *)(tab + 8))) {
+		nflags = GP_VAL_FAULT;
+		th[0] = 0;
+	} else if (tab && data) {
+		struct gp_err_key key = { .table = c->table, .hash = (__u32)th[1] };
+		struct gp_err_type *found = bpf_map_lookup_elem(&errtypes, &key);
+		if (found) {
+			et = *found;
+			nf = et.n > GP_ERR_FIELDS ? GP_ERR_FIELDS : et.n;
+		}
+	}
+	*(__u64 *)at(s, p) = th[0];
+	*(__u32 *)at(s, p + 8) = (__u32)th[1];
+	*at(s, p + 12) = nf;
+	*at(s, p + 13) = nflags;
+	*(__u16 *)at(s, p + 14) = 0;
+	__u32 q = p + 16;
+#pragma clang loop unroll(disable)
+	for (__u32 f = 0; f < GP_ERR_FIELDS; f++) {
+		if (f >= nf)
+			break;
+		__u32 got = gp_err_field(s, c, q, data, et.kind[f] | ((__u32)et.off[f] << 8));
+		/* Read back untracked: each field's outcomes do not multiply the next's. */
+		q = untracked(s, q + (got & (GP_SCRATCH - 1)));
+	}
+	return (q - p) & (GP_SCRATCH - 1);
+}
+
+/* The nodes of an error capture whose words are (tab, data), from `o`: breadth first, as
+ * the fields queue them. Returns the bytes written; *nodes the nodes. */
+static __always_inline __u32 error_value(struct scratch *s, const struct gp_capture *c, __u32 o,
+					 __u64 tab, __u64 data, __u32 *nodes)
+{
+	s->eq[0][0] = tab;
+	s->eq[0][1] = data;
+	s->enq = 1;
+	s->estrs = 0;
+	__u32 p = o, i = 0;
+#pragma clang loop unroll(disable)
+	for (; i < GP_ERR_NODES; i++) {
+		if (i >= s->enq)
+			break;
+		__u32 got = gp_err_node(s, c, p, i);
+		p = untracked(s, p + (got & (GP_SCRATCH - 1)));
+	}
+	*nodes = i;
+	return (p - o) & (GP_SCRATCH - 1);
+}
+
 /* One value of a capture with a path or of a composite kind, at `off`: its gp_value header
  * and bytes. Returns the bytes written (header included, padded to 8). */
 __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct gp_capture *c,
@@ -204,7 +338,7 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 		*(__u64 *)at(s, o) = w[0];
 		len = 8;
 	} else if (kind == GP_CAP_BYTES) {
-		__u64 n = len_of(w[1], c->size);
+		__u64 n = len_of(w[1], c->size, c->flags, &flags);
 		v->full_len = clamp32(n);
 		len = read_bytes(s, o, w[0], n, c->max_len, &flags);
 	} else if (kind == GP_CAP_IFACE) {
@@ -224,14 +358,14 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 				__u32 k = read_bytes(s, o + 24, h[0], h[1], c->max_len, &sf);
 				if (!(sf & GP_VAL_FAULT)) {
 					*(__u64 *)at(s, o + 16) = h[1];
-					v->full_len = clamp32(h[1]);
+					v->full_len = (sf & GP_VAL_INVALID) ? 0 : clamp32(h[1]);
 					flags |= sf;
 					len = 24 + k;
 				}
 			}
 		}
 	} else if (kind == GP_CAP_SLICE) {
-		__u64 l = w[1];
+		__u64 l = elem_count(w[1], &flags);
 		__u32 n = c->max_elems > GP_MAX_ELEMS ? GP_MAX_ELEMS : c->max_elems;
 		if (l < n)
 			n = (__u32)l;
@@ -240,6 +374,8 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 		v->full_len = clamp32(l);
 		__u32 size = c->size > 8 ? 8 : c->size;
 		__u32 bytes = n * size;
+		/* The compiler knows bytes <= 128 and drops the bound; the verifier needs it. */
+		asm volatile("" : "+r"(bytes));
 		if (bytes > GP_MAX_ELEMS * 8)
 			bytes = GP_MAX_ELEMS * 8;
 		if (bytes && bpf_probe_read_user(at(s, o), bytes, (void *)w[0]))
@@ -247,7 +383,7 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 		else
 			len = bytes;
 	} else if (kind == GP_CAP_STRS || kind == GP_CAP_IFACES) {
-		__u64 l = w[1];
+		__u64 l = elem_count(w[1], &flags);
 		__u32 n = c->max_elems > GP_MAX_ELEMS ? GP_MAX_ELEMS : c->max_elems;
 		if (l < n)
 			n = (__u32)l;
@@ -267,6 +403,10 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 			p = untracked(s, p + (got & (GP_SCRATCH - 1)));
 		}
 		len = (p - o) & (GP_SCRATCH - 1);
+	} else if (kind == GP_CAP_ERROR) {
+		__u32 nodes = 0;
+		len = error_value(s, c, o, w[0], w[1], &nodes);
+		v->full_len = nodes;
 	} else if (kind == GP_CAP_HEADER) {
 		int r = gp_header_lookup(s, w[0], c->size);
 		if (r == -2) {

@@ -118,6 +118,16 @@ struct {
 	__type(value, __u64);
 } held SEC(".maps");
 
+/* Error types of the Go binaries probed: see struct gp_err_type. The agent adds a table's
+ * entries when a probe with an error capture is added; a table is named by its contents,
+ * so probes of binaries of one Go release share one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct gp_err_key);
+	__type(value, struct gp_err_type);
+} errtypes SEC(".maps");
+
 struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
@@ -131,6 +141,9 @@ struct scratch {
 			     * offsets masked below 512, a word read past them stays inside) */
 	__u64 span[4]; /* spans.h: the span this hit opened (trace high, low, span, parent) */
 	struct gp_span_ctx fresh; /* spans.h: a goroutine's first, zeroed */
+	__u64 eq[8][2]; /* captures.h: the interfaces of an error capture still to read */
+	__u32 enq;      /* how many eq holds */
+	__u32 estrs;    /* strings of the error capture read */
 	__u8 buf[GP_SCRATCH];
 	/* Never part of a record: lets the verifier accept writes at masked offsets below
 	 * GP_SCRATCH of up to one string's bytes (captures.h). */
@@ -211,12 +224,23 @@ static __always_inline __u64 wake_flag(struct scratch *s, __u32 size)
 }
 
 /* A length of `size` bytes (1..7; 0 or 8 = the whole word): a C `int` leaves the upper
- * half of its register undefined. */
-static __always_inline __u64 len_of(__u64 len, __u8 size)
+ * half of its register undefined, so the length is cut to its size, and sign-extended
+ * from it when the capture says the length is signed (GP_CAPF_LEN_SIGNED). A negative
+ * signed length (a C `int len` of -1, taken as unsigned, would read max_len bytes past the
+ * buffer) sets INVALID and is 0: nothing is read. */
+static __always_inline __u64 len_of(__u64 len, __u8 size, __u8 cflags, __u8 *flags)
 {
-	if (size == 0 || size >= 8)
-		return len;
-	return len & ((1ULL << (size * 8)) - 1);
+	__u8 is_signed = cflags & GP_CAPF_LEN_SIGNED;
+	if (size > 0 && size < 8) {
+		__u32 shift = 64 - (__u32)size * 8;
+		len <<= shift;
+		len = is_signed ? (__u64)((__s64)len >> shift) : len >> shift;
+	}
+	if (is_signed && (__s64)len < 0) {
+		*flags |= GP_VAL_INVALID;
+		return 0;
+	}
+	return len;
 }
 
 #include "inplace.h"
@@ -284,7 +308,7 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			__u64 ptr = 0, len = 0;
 			if (read_word(s->regs, &c->loc[0], 8, &ptr) | read_word(s->regs, &c->loc[1], 8, &len))
 				flags |= GP_VAL_FAULT;
-			len = len_of(len, c->size);
+			len = len_of(len, c->size, c->flags, &flags);
 			__u32 n = len > c->max_len ? c->max_len : (__u32)len;
 			if (n > GP_MAX_STR)
 				n = GP_MAX_STR;

@@ -86,7 +86,7 @@ static __always_inline int emit_one_bytes(const struct x86_regs *r, const struct
 	__u8 flags = 0;
 	if (read_word_direct(r, &c->loc[0], 8, &ptr) | read_word_direct(r, &c->loc[1], 8, &len))
 		flags |= GP_VAL_FAULT;
-	len = len_of(len, c->size);
+	len = len_of(len, c->size, c->flags, &flags);
 	__u32 n = len > c->max_len ? c->max_len : (__u32)len;
 	if (n > GP_MAX_STR)
 		n = GP_MAX_STR;

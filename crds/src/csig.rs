@@ -69,7 +69,9 @@ impl CSignature {
             .is_some_and(|t| *t.resolved() != CType::Void)
     }
 
-    /// A parameter by name (or `p<i>`), or `r0` for the result.
+    /// A parameter by name (an unnamed one is `p<i>`), or `r0` for the result. A
+    /// positional name is not taken for a parameter the prototype names (see
+    /// [`CSignature::positional`]).
     pub fn lookup(&self, name: &str) -> Option<ValueRef> {
         if let Some(i) = self.params.iter().position(|p| p.name == name) {
             return Some(ValueRef::Param(i));
@@ -77,8 +79,19 @@ impl CSignature {
         if name == "r0" && self.has_result() {
             return Some(ValueRef::Result(0));
         }
-        let i: usize = name.strip_prefix('p')?.parse().ok()?;
-        (i < self.params.len()).then_some(ValueRef::Param(i))
+        None
+    }
+
+    /// Where `name` is `p<i>` of a parameter the prototype names: that parameter and its
+    /// name, for the message that refuses it.
+    pub fn positional(&self, name: &str) -> Option<(ValueRef, &str)> {
+        match crate::signature::positional_index(name)? {
+            ValueRef::Param(i) => {
+                let p = self.params.get(i)?;
+                (p.name != name).then_some((ValueRef::Param(i), p.name.as_str()))
+            }
+            ValueRef::Result(_) => None,
+        }
     }
 
     /// The type of a value `lookup` found.

@@ -48,8 +48,15 @@ fn the_design_prototypes() {
     );
     assert_eq!(s.lookup("num"), Some(ValueRef::Param(2)));
     assert_eq!(s.lookup("r0"), Some(ValueRef::Result(0)));
-    assert_eq!(s.lookup("p1"), Some(ValueRef::Param(1)));
+    // `p1` names buf by position: refused, with its name.
+    assert_eq!(s.lookup("p1"), None);
+    assert_eq!(s.positional("p1"), Some((ValueRef::Param(1), "buf")));
     assert_eq!(s.lookup("p3"), None);
+    assert_eq!(s.positional("p3"), None);
+    assert_eq!(s.positional("r0"), None);
+    let u = sig("int f(int, char *name)");
+    assert_eq!(u.lookup("p0"), Some(ValueRef::Param(0)));
+    assert_eq!(u.positional("p1"), Some((ValueRef::Param(1), "name")));
 
     let s = sig("(const char *query)");
     assert!(s.is_arg_list());

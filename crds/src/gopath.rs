@@ -118,6 +118,19 @@ impl Signature {
     /// the signature as `written`.
     pub fn check_capture(&self, entry: &str, written: &str) -> Result<ValueRef, String> {
         let c = parse_go_capture(entry).map_err(|e| e.to_string())?;
+        if let Some((r, real)) = self.positional(&c.root) {
+            return Err(format!(
+                "{}; known names: {}",
+                crate::signature::positional_message(
+                    entry,
+                    &c.root,
+                    r,
+                    real,
+                    &format!("{written:?}")
+                ),
+                self.capture_names().join(", ")
+            ));
+        }
         self.lookup(&c.root).ok_or_else(|| {
             let what = if c.is_plain() {
                 format!("{entry:?} is not")
@@ -196,5 +209,13 @@ mod tests {
         );
         let e = s.check_capture("x", text).unwrap_err();
         assert!(e.starts_with("\"x\" is not a parameter"), "{e}");
+        let e = s.check_capture("p1.URL.Path", text).unwrap_err();
+        assert_eq!(
+            e,
+            "\"p1.URL.Path\" starts at \"p1\", which names parameter 1 by its position, but \
+             \"func(w http.ResponseWriter, r *http.Request)\" names it \"r\": write r \
+             (positional names p0, p1, ... and r0, r1, ... stand only for unnamed parameters \
+             and results); known names: w, r"
+        );
     }
 }

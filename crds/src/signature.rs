@@ -66,8 +66,25 @@ pub enum ValueRef {
     Result(usize),
 }
 
+/// The position a positional name stands for: `p<i>` parameter i, `r<i>` result i.
+pub fn positional_index(name: &str) -> Option<ValueRef> {
+    let idx = |prefix: char| -> Option<usize> {
+        let digits = name.strip_prefix(prefix)?;
+        // `p01` is not a positional name: only what the parser makes (`p1`).
+        if digits.is_empty() || (digits.len() > 1 && digits.starts_with('0')) {
+            return None;
+        }
+        digits.parse().ok()
+    };
+    idx('p')
+        .map(ValueRef::Param)
+        .or_else(|| idx('r').map(ValueRef::Result))
+}
+
 impl Signature {
-    /// Resolves a `capture` entry: a parameter or result name, or `r<i>` for result i.
+    /// Resolves a `capture` entry: a parameter or result name. Unnamed parameters and
+    /// results are named by position (`p<i>`, `r<i>`) when parsed; a positional name is
+    /// not taken for a value the signature names (see [`Signature::positional`]).
     pub fn lookup(&self, name: &str) -> Option<ValueRef> {
         if let Some(i) = self.params.iter().position(|p| p.name == name) {
             return Some(ValueRef::Param(i));
@@ -75,14 +92,18 @@ impl Signature {
         if let Some(i) = self.results.iter().position(|p| p.name == name) {
             return Some(ValueRef::Result(i));
         }
-        let idx = |prefix: char| -> Option<usize> { name.strip_prefix(prefix)?.parse().ok() };
-        match idx('r') {
-            Some(i) if i < self.results.len() => Some(ValueRef::Result(i)),
-            _ => match idx('p') {
-                Some(i) if i < self.params.len() => Some(ValueRef::Param(i)),
-                _ => None,
-            },
-        }
+        None
+    }
+
+    /// Where `name` is a positional name (`p0`, `r1`) of a value the signature names: that
+    /// value and its name, for the message that refuses it.
+    pub fn positional(&self, name: &str) -> Option<(ValueRef, &str)> {
+        let r = positional_index(name)?;
+        let p = match r {
+            ValueRef::Param(i) => self.params.get(i)?,
+            ValueRef::Result(i) => self.results.get(i)?,
+        };
+        (p.name != name).then_some((r, p.name.as_str()))
     }
 
     /// Every name `capture` accepts, for error messages.
@@ -93,6 +114,24 @@ impl Signature {
             .map(|p| p.name.clone())
             .collect()
     }
+}
+
+/// The message that refuses a positional name of a named value: `what` is the signature
+/// as the message quotes it.
+pub fn positional_message(entry: &str, name: &str, r: ValueRef, real: &str, what: &str) -> String {
+    let (kind, i) = match r {
+        ValueRef::Param(i) => ("parameter", i),
+        ValueRef::Result(i) => ("result", i),
+    };
+    let entry = if entry == name {
+        format!("{entry:?}")
+    } else {
+        format!("{entry:?} starts at {name:?}, which")
+    };
+    format!(
+        "{entry} names {kind} {i} by its position, but {what} names it {real:?}: write {real} \
+         (positional names p0, p1, ... and r0, r1, ... stand only for unnamed parameters and results)"
+    )
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]

@@ -28,8 +28,18 @@ fn design_example() {
     assert_eq!(s.results[1].name, "err");
     assert_eq!(s.lookup("url"), Some(ValueRef::Param(1)));
     assert_eq!(s.lookup("err"), Some(ValueRef::Result(1)));
-    assert_eq!(s.lookup("r0"), Some(ValueRef::Result(0)));
+    // Positional names stand for unnamed values only: resp and url have names.
+    assert_eq!(s.lookup("r0"), None);
+    assert_eq!(s.positional("r0"), Some((ValueRef::Result(0), "resp")));
+    assert_eq!(s.positional("p1"), Some((ValueRef::Param(1), "url")));
+    assert_eq!(s.positional("p2"), None);
+    assert_eq!(s.positional("p01"), None);
     assert_eq!(s.lookup("nope"), None);
+    let u = parse_signature("func(int64, string) float64").unwrap();
+    assert_eq!(u.lookup("p0"), Some(ValueRef::Param(0)));
+    assert_eq!(u.lookup("p1"), Some(ValueRef::Param(1)));
+    assert_eq!(u.lookup("r0"), Some(ValueRef::Result(0)));
+    assert_eq!(u.positional("p0"), None);
 }
 
 #[test]

@@ -410,8 +410,18 @@ fn c_capture_issue(sig: &CSignature, text: &str, c: &str) -> Option<String> {
     } else {
         "a parameter or the result"
     };
+    let positional = |name: &str| {
+        sig.positional(name).map(|(r, real)| {
+            format!(
+                "{}; known names: {}",
+                crate::signature::positional_message(c, name, r, real, &format!("{text:?}")),
+                known()
+            )
+        })
+    };
     let param = |name: &str| match sig.lookup(name) {
         Some(ValueRef::Param(i)) => Ok(&sig.params[i]),
+        None if sig.positional(name).is_some() => Err(positional(name).unwrap_or_default()),
         Some(ValueRef::Result(_)) => Err(format!(
             "{c:?}: {name} is the result; NAME[:LEN] takes two parameters"
         )),
@@ -424,6 +434,9 @@ fn c_capture_issue(sig: &CSignature, text: &str, c: &str) -> Option<String> {
         CaptureExpr::Name(n) => {
             if sig.lookup(n).is_some() {
                 return None;
+            }
+            if let Some(m) = positional(n) {
+                return Some(m);
             }
             if n == "r0" {
                 return Some(if sig.is_arg_list() {

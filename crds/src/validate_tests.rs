@@ -224,6 +224,8 @@ fn c_captures_are_checked_against_the_prototype() {
         ("spec.probes[0].capture[2]", "n is size_t, not a pointer"),
         ("spec.probes[0].capture[3]", "d is double, not an integer"),
         ("spec.probes[0].capture[4]", "r0 is not a parameter or the result"),
+        // A positional name of a named parameter: refused, naming it.
+        ("spec.probes[0].capture[6]", "\"p1\" names parameter 1 by its position, but \"void f(const char *s, size_t n, double d, ...)\" names it \"n\": write n"),
         ("spec.probes[1].signature", "lacks the function's result type and name"),
         ("spec.probes[2].signature", "invalid C prototype"),
         ("spec.probes[3].signature", "a USDT probe's signature lists its arguments only"),

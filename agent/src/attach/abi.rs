@@ -69,6 +69,15 @@ pub const CAP_HEADER: u8 = c::GP_CAP_HEADER as u8;
 /// The span a propagating probe's entry opened (`CFG_PROPAGATE`), made in BPF: 32 bytes,
 /// the trace id (high, low u64), the span id, the parent span id (0: a root).
 pub const CAP_SPAN: u8 = c::GP_CAP_SPAN as u8;
+/// An `error` read with the layouts of the standard library's error types
+/// (`resolve/go/types/errtable.rs`): words (itab, data) like `CAP_IFACE`; the record is
+/// the error and the values it holds, breadth first, as nodes (see [`GpCapture`]).
+pub const CAP_ERROR: u8 = c::GP_CAP_ERROR as u8;
+/// The kinds of an error type's fields (`GpErrType::kind`).
+pub const EF_STR: u8 = c::GP_EF_STR as u8;
+pub const EF_IFACE: u8 = c::GP_EF_IFACE as u8;
+pub const EF_WORD: u8 = c::GP_EF_WORD as u8;
+pub use c::{GP_ERR_FIELDS, GP_ERR_NODES, GP_ERR_STRS};
 /// `GpProbeCfg::flags`: a Go latency probe with `propagate`: its open spans are kept per
 /// goroutine in BPF (ids made there, recorded by a `CAP_SPAN`), for the requests made in them.
 pub const CFG_PROPAGATE: u8 = c::GP_CFG_PROPAGATE as u8;
@@ -92,6 +101,9 @@ pub const CAPF_ITAB: u8 = 2;
 /// `max_len` of its bytes, whatever the dynamic type (the decoder keeps it for error types
 /// whose first field is the message, [`crate::resolve::go::types::ERROR_TYPES_WITH_MESSAGE`]).
 pub const CAPF_DATA_STR: u8 = 4;
+/// BYTES: the length (`size` bytes) is a signed integer (a C `int`/`ssize_t`, Go's `int`):
+/// BPF sign-extends it from its size, and a negative one reads nothing (`VAL_INVALID`).
+pub const CAPF_LEN_SIGNED: u8 = c::GP_CAPF_LEN_SIGNED as u8;
 
 /// Where a map's element count is in the map header its value points to: `hmap.count`
 /// (Go 1.18-1.23) and the swiss map's `Map.used` (Go 1.24-1.27) are both the first word.
@@ -132,6 +144,10 @@ pub const VAL_FAULT: u8 = 2;
 /// knows only FAULT shows null either way). No bytes follow; `full_len` is the number of
 /// hops not taken (see [`GpCapture`]).
 pub const VAL_NIL: u8 = 4;
+/// A length or element count was negative (a signed C length, or a Go length in torn or
+/// foreign memory): nothing was read, `len` is 0. The value shows as invalid, never as
+/// bytes past the buffer.
+pub const VAL_INVALID: u8 = c::GP_VAL_INVALID as u8;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -170,7 +186,10 @@ pub struct GpLoc {
 /// the pointer after the last hop, e.g. the map of `len(o.Meta)`, was nil).
 /// - `CAP_WORD`: `size` (1..8) bytes of the word, zero-extended to 8: `len` 8.
 /// - `CAP_BYTES` (string, []byte): words (ptr, len); `min(len, max_len)` bytes at ptr;
-///   `full_len` = len, TRUNCATED when longer.
+///   `full_len` = len, TRUNCATED when longer. With `CAPF_LEN_SIGNED` the length is
+///   sign-extended from `size` bytes, and a negative one reads nothing: INVALID, `len` 0.
+///   Go lengths (strings, slices, element strings) are always taken as signed: a negative
+///   one (memory that is not what the type says) is INVALID as well.
 /// - `CAP_IFACE` (interface, error): words (tab, data). `tab` 0 is a nil interface:
 ///   16 zero bytes. With `CAPF_ITAB` (non-empty interfaces), `type = *(u64 *)(tab + 8)`,
 ///   else `type = tab`. Bytes: `type` (u64), `data` (u64); with `CAPF_DATA_STR` and
@@ -192,6 +211,18 @@ pub struct GpLoc {
 ///   `w0`), u16 bytes kept `k`, u8 flags, 5 bytes 0, then with `CAPF_DATA_STR` `k =
 ///   min(w1, max_len)` bytes at `w0` (0 when unreadable: a boxed string is (w0, w1)),
 ///   padded to 8. `full_len` = len (elements), TRUNCATED when len > n.
+/// - `CAP_ERROR` (error): words (itab, data), the first node. `full_len` = the nodes
+///   recorded. Each node: u64 its dynamic type (`*(itab + 8)`; 0 for nil), u32 its hash
+///   (`*(itab + 16)`), u8 `nf`, u8 flags (FAULT: the itab was unreadable), u16 0; then,
+///   where the `errtypes` map has a layout for (`table`, hash) and data is not nil, one
+///   field record per field of that layout (`nf` of them): u8 kind (`EF_*`), u8 offset,
+///   u8 flags (FAULT; TRUNCATED: a string cut, or no room for its bytes or its node; NIL:
+///   a nil interface; INVALID: a negative length), u8 child (IFACE: the index of the node
+///   it was queued as, 0xff none), u32 bytes kept `k`, u64 w (STR: the full length; WORD:
+///   the 8 bytes at data + offset), then (STR: the (ptr, len) at data + offset) `k =
+///   min(len, max_len, GP_MAX_ELEM_STR)` bytes padded to 8. IFACE fields queue their
+///   interface as the next node (at most `GP_ERR_NODES` in all); at most `GP_ERR_STRS`
+///   strings have their bytes read.
 ///
 /// [`GpCapture::max_record`] is the most bytes a value of the capture takes.
 #[repr(C)]
@@ -214,7 +245,9 @@ pub struct GpCapture {
     pub hops: [i32; GP_MAX_HOPS],
     /// PATH: the value's offset from the last pointer (or from the base).
     pub off: i32,
-    pub _pad2: u32,
+    /// `CAP_ERROR`: the table of its error types in the `errtypes` map
+    /// ([`crate::resolve::go::types::ErrTable`]'s id).
+    pub table: u32,
 }
 
 impl GpCapture {
@@ -231,10 +264,33 @@ impl GpCapture {
             CAP_STRS => elems * (8 + pad(max_len)),
             CAP_IFACES => elems * (40 + if data_str { pad(max_len) } else { 0 }),
             CAP_SPAN => 32,
+            CAP_ERROR => {
+                let nodes = c::GP_ERR_NODES;
+                let strs = c::GP_ERR_STRS * pad(max_len.min(GP_MAX_ELEM_STR));
+                nodes * 16 + nodes * c::GP_ERR_FIELDS * 16 + strs
+            }
             // BYTES and kinds that read one string.
             _ => pad(max_len.max(8)),
         }
     }
+}
+
+/// `errtypes`'s key: an error table and a dynamic type's hash.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpErrKey {
+    pub table: u32,
+    pub hash: u32,
+}
+
+/// `errtypes`'s value: which fields of a dynamic type an error capture reads.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpErrType {
+    pub n: u8,
+    pub kind: [u8; GP_ERR_FIELDS],
+    pub off: [u8; GP_ERR_FIELDS],
+    pub _pad: [u8; 5],
 }
 
 /// `spanctx`'s key: a goroutine of a process (gprobe.bpf.c's spans.h).
@@ -332,6 +388,8 @@ unsafe impl aya::Pod for GpStats {}
 unsafe impl aya::Pod for GpControl {}
 unsafe impl aya::Pod for GpSpanKey {}
 unsafe impl aya::Pod for GpSpanCtx {}
+unsafe impl aya::Pod for GpErrKey {}
+unsafe impl aya::Pod for GpErrType {}
 
 macro_rules! check_layout {
     ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
@@ -344,7 +402,11 @@ check_layout!(GpLoc, SIZEOF_GP_LOC, kind => OFFSETOF_GP_LOC_KIND, reg => OFFSETO
 check_layout!(GpCapture, SIZEOF_GP_CAPTURE, kind => OFFSETOF_GP_CAPTURE_KIND, size => OFFSETOF_GP_CAPTURE_SIZE,
     max_len => OFFSETOF_GP_CAPTURE_MAX_LEN, flags => OFFSETOF_GP_CAPTURE_FLAGS, n_hops => OFFSETOF_GP_CAPTURE_N_HOPS,
     max_elems => OFFSETOF_GP_CAPTURE_MAX_ELEMS, loc => OFFSETOF_GP_CAPTURE_LOC, hops => OFFSETOF_GP_CAPTURE_HOPS,
-    off => OFFSETOF_GP_CAPTURE_OFF);
+    off => OFFSETOF_GP_CAPTURE_OFF, table => OFFSETOF_GP_CAPTURE_TABLE);
+check_layout!(GpErrKey, SIZEOF_GP_ERR_KEY, table => OFFSETOF_GP_ERR_KEY_TABLE,
+    hash => OFFSETOF_GP_ERR_KEY_HASH);
+check_layout!(GpErrType, SIZEOF_GP_ERR_TYPE, n => OFFSETOF_GP_ERR_TYPE_N,
+    kind => OFFSETOF_GP_ERR_TYPE_KIND, off => OFFSETOF_GP_ERR_TYPE_OFF);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
     flags => OFFSETOF_GP_PROBE_CFG_FLAGS, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT,

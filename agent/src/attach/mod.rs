@@ -103,6 +103,8 @@ pub struct BpfTracer {
     watch_ino: BpfHashMap<MapData, u64, u8>,
     watch_comm: BpfHashMap<MapData, [u8; GP_COMM_LEN], u8>,
     held: BpfHashMap<MapData, u32, u64>,
+    /// The layouts of error captures' types (resolve/go/types/errtable.rs), by table.
+    errtypes: BpfHashMap<MapData, abi::GpErrKey, abi::GpErrType>,
     /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
     free_ids: VecDeque<u32>,
     pool: DetachPool<Link>,
@@ -210,6 +212,7 @@ impl BpfTracer {
             watch_ino: take(&mut ebpf, "watch_ino")?,
             watch_comm: take(&mut ebpf, "watch_comm")?,
             held: take(&mut ebpf, "held")?,
+            errtypes: take(&mut ebpf, "errtypes")?,
             ebpf,
             free_ids: (0..GP_MAX_PROBES as u32).collect(),
             pool: DetachPool::new(),
@@ -242,6 +245,33 @@ impl BpfTracer {
             return Err(trace_map_err("probes")(e));
         }
         Ok(id)
+    }
+
+    /// Adds the error table of `plan`'s binary where a capture of it reads errors with it.
+    /// A table is named by its contents and never changes: entries already there are
+    /// the same (or, in a 32-bit name collision, another table's, which the decoder
+    /// notices: it checks every field against its own table).
+    fn add_error_table(&mut self, plan: &ProbePlan) -> Result<(), TraceError> {
+        let Some(names) = &plan.type_names else {
+            return Ok(());
+        };
+        let uses = plan
+            .entry_sites()
+            .flat_map(|(_, caps)| caps.iter())
+            .chain(&plan.return_captures)
+            .any(|c| c.bpf.kind == abi::CAP_ERROR);
+        if !uses {
+            return Ok(());
+        }
+        for (k, v) in names.errors().bpf_entries() {
+            if self.errtypes.get(&k, 0).is_ok() {
+                continue;
+            }
+            self.errtypes
+                .insert(k, v, 0)
+                .map_err(trace_map_err("errtypes"))?;
+        }
+        Ok(())
     }
 
     fn remove_config(&mut self, id: CfgId) {
@@ -366,6 +396,7 @@ impl Tracer for BpfTracer {
     type Links = Vec<Link>;
 
     fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError> {
+        self.add_error_table(plan)?;
         let groups = plan.entry_groups();
         let (_, ret) = plan.configs(0, rate_limit);
         let mut cfgs: Vec<GpProbeCfg> = groups

@@ -2,7 +2,7 @@
 //! them, to values.
 
 use super::decode::{float, int, text, word, DecodeCtx, ValueKind};
-use crate::attach::abi::{VAL_FAULT, VAL_TRUNCATED};
+use crate::attach::abi::{VAL_FAULT, VAL_INVALID, VAL_TRUNCATED};
 use crate::plan::Elem;
 use crate::resolve::go::types::ERROR_TYPES_WITH_MESSAGE;
 
@@ -31,6 +31,9 @@ pub(super) fn interface(error: bool, flags: u8, bytes: &[u8], ctx: &DecodeCtx<'_
     }
     match ctx.type_name(ty) {
         Some(n) if error && bytes.len() >= 24 && ERROR_TYPES_WITH_MESSAGE.contains(&n) => {
+            if flags & VAL_INVALID != 0 {
+                return ValueKind::Invalid;
+            }
             text(&bytes[24..], flags & VAL_TRUNCATED != 0, ctx.redact)
         }
         _ => type_name(ty, ctx),
@@ -55,6 +58,7 @@ pub(super) fn slice(elem: Elem, flags: u8, bytes: &[u8]) -> ValueKind {
                 Elem::Bool => ValueKind::Bool(w & 0xff != 0),
                 Elem::Int { size, signed } => int(w, size, signed),
                 Elem::Float { size } => float(w, size),
+                Elem::Pointer if w == 0 => ValueKind::Null,
                 Elem::Pointer => ValueKind::Pointer(w),
             }
         })
@@ -82,6 +86,8 @@ pub(super) fn strings(flags: u8, bytes: &[u8], ctx: &DecodeCtx<'_>) -> ValueKind
         };
         items.push(if ef & VAL_FAULT != 0 {
             ValueKind::Fault
+        } else if ef & VAL_INVALID != 0 {
+            ValueKind::Invalid
         } else {
             text(b, ef & VAL_TRUNCATED != 0, ctx.redact)
         });
@@ -131,9 +137,14 @@ pub(super) fn interfaces(errors: bool, flags: u8, bytes: &[u8], ctx: &DecodeCtx<
         items.push(match name {
             _ if ef & VAL_FAULT != 0 => ValueKind::Fault,
             _ if ty == 0 => ValueKind::Null,
+            Some("string") if ef & VAL_INVALID != 0 => ValueKind::Invalid,
             Some("string") => text(b, truncated, ctx.redact),
             Some(n) if errors && ERROR_TYPES_WITH_MESSAGE.contains(&n) => {
-                text(b, truncated, ctx.redact)
+                if ef & VAL_INVALID != 0 {
+                    ValueKind::Invalid
+                } else {
+                    text(b, truncated, ctx.redact)
+                }
             }
             Some(n) => boxed(n, w0).unwrap_or_else(|| type_name(ty, ctx)),
             None => ValueKind::Interface { nil: false },

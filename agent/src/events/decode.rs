@@ -4,7 +4,7 @@
 use super::composite;
 use super::dyntypes::TypeLookup;
 use super::redact;
-use crate::attach::abi::{values, VAL_FAULT, VAL_NIL, VAL_TRUNCATED};
+use crate::attach::abi::{values, VAL_FAULT, VAL_INVALID, VAL_NIL, VAL_TRUNCATED};
 use crate::plan::Decode;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -36,6 +36,21 @@ pub enum ValueKind {
     },
     /// The value's memory could not be read.
     Fault,
+    /// A string or bytes whose length was negative (a signed C length, or a Go length in
+    /// memory that is not what its type says): nothing was read. JSONL shows `""` and lists
+    /// the value's key in `"invalid"`.
+    Invalid,
+}
+
+impl ValueKind {
+    /// The value, or an element of it, is [`ValueKind::Invalid`].
+    pub fn has_invalid(&self) -> bool {
+        match self {
+            ValueKind::Invalid => true,
+            ValueKind::Array { items, .. } => items.iter().any(ValueKind::has_invalid),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -118,13 +133,30 @@ pub fn decode_one(
             _ => ValueKind::Fault,
         };
     }
+    // A negative length or element count: nothing was read (interfaces decide for
+    // themselves: their string is read only in case the dynamic type holds one).
+    if flags & VAL_INVALID != 0
+        && matches!(
+            decode,
+            Decode::Str
+                | Decode::Bytes
+                | Decode::Slice { .. }
+                | Decode::Strings
+                | Decode::Interfaces { .. }
+        )
+    {
+        return ValueKind::Invalid;
+    }
     let w = word(bytes);
     match decode {
         Decode::Bool => ValueKind::Bool(w & 0xff != 0),
         Decode::Int { size, signed } => int(w, size, signed),
         Decode::Float { size } => float(w, size),
+        // A nil pointer (map, channel, func) is null, as a nil interface or error is.
+        Decode::Pointer if w == 0 => ValueKind::Null,
         Decode::Pointer => ValueKind::Pointer(w),
         Decode::Len { .. } => ValueKind::Int(w as i64),
+        Decode::ErrorText { max_len } => super::errtext::error_text(bytes, max_len, ctx),
         Decode::Interface | Decode::Error => {
             composite::interface(decode == Decode::Error, flags, bytes, ctx)
         }
@@ -353,6 +385,64 @@ mod tests {
             decode_values(&data, &caps, &ctx(false))[0].kind,
             ValueKind::Str {
                 text: "a=1&password=x".into(),
+                truncated: false
+            }
+        );
+    }
+
+    #[test]
+    fn nil_pointers_are_null_and_negative_lengths_invalid() {
+        assert_eq!(
+            decode_one(Decode::Pointer, 0, 0, &0u64.to_le_bytes(), &ctx(false)),
+            ValueKind::Null
+        );
+        assert_eq!(
+            decode_one(
+                Decode::Pointer,
+                0,
+                0,
+                &0xc0001u64.to_le_bytes(),
+                &ctx(false)
+            ),
+            ValueKind::Pointer(0xc0001)
+        );
+        let ptrs = Decode::Slice {
+            elem: crate::plan::Elem::Pointer,
+        };
+        let mut b = 0u64.to_le_bytes().to_vec();
+        b.extend_from_slice(&8u64.to_le_bytes());
+        assert_eq!(
+            decode_one(ptrs, 0, 2, &b, &ctx(false)),
+            ValueKind::Array {
+                items: vec![ValueKind::Null, ValueKind::Pointer(8)],
+                truncated: false
+            }
+        );
+        for d in [Decode::Bytes, Decode::Str, Decode::Strings] {
+            assert_eq!(
+                decode_one(d, VAL_INVALID, 0, &[], &ctx(false)),
+                ValueKind::Invalid,
+                "{d:?}"
+            );
+        }
+        // An interface's string is read in case its type holds one: INVALID means
+        // something only for those.
+        assert_eq!(
+            decode_one(
+                Decode::Interface,
+                VAL_INVALID,
+                0,
+                &8u64.to_le_bytes(),
+                &ctx(false)
+            ),
+            ValueKind::Interface { nil: false }
+        );
+        // A []string element of a negative length.
+        let b = [0, 0, 0, 0, 0, 0, VAL_INVALID, 0];
+        assert_eq!(
+            decode_one(Decode::Strings, 0, 1, &b, &ctx(false)),
+            ValueKind::Array {
+                items: vec![ValueKind::Invalid],
                 truncated: false
             }
         );

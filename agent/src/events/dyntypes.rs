@@ -24,10 +24,23 @@ pub struct TypeLookup<'a> {
     bias: u64,
 }
 
+impl<'a> TypeLookup<'a> {
+    /// The names of a process that loaded the binary at `bias` (tests).
+    #[doc(hidden)]
+    pub fn with_bias(names: &'a TypeNames, bias: u64) -> Self {
+        TypeLookup { names, bias }
+    }
+}
+
 impl TypeLookup<'_> {
     /// The `%T` name of the type whose descriptor (or itab) is at runtime address `addr`.
     pub fn name(&self, addr: u64) -> Option<&str> {
         self.names.name_at(addr, self.bias)
+    }
+
+    /// The binary's error types whose text is built from their fields.
+    pub fn errors(&self) -> &crate::resolve::go::types::ErrTable {
+        self.names.errors()
     }
 }
 

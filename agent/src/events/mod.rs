@@ -4,6 +4,8 @@
 mod composite;
 mod decode;
 mod dyntypes;
+mod errno;
+mod errtext;
 mod nesting;
 mod pairing;
 pub mod reader;

@@ -30,6 +30,8 @@ fn value(out: &mut Vec<u8>, v: &ValueKind) {
             let _ = write!(out, "\"{p:#x}\"");
         }
         ValueKind::Str { text, .. } => string(out, text),
+        // Listed in the record's "invalid" as well.
+        ValueKind::Invalid => out.extend_from_slice(b"\"\""),
         ValueKind::Interface { nil: false } => out.extend_from_slice(b"\"non-nil\""),
         ValueKind::Interface { nil: true } | ValueKind::Null | ValueKind::Fault => {
             out.extend_from_slice(b"null")
@@ -111,6 +113,23 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
     if !truncated.is_empty() {
         out.extend_from_slice(b",\"truncated\":[");
         for (i, t) in truncated.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(out, t);
+        }
+        out.push(b']');
+    }
+    let invalid: Vec<&str> = rec
+        .args
+        .iter()
+        .chain(rec.returns.iter().flatten())
+        .filter(|v| v.kind.has_invalid())
+        .map(|v| &*v.name)
+        .collect();
+    if !invalid.is_empty() {
+        out.extend_from_slice(b",\"invalid\":[");
+        for (i, t) in invalid.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
@@ -243,5 +262,43 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["args"]["o.Tags"][0], "a");
         assert_eq!(v["truncated"][0], "o.Tags");
+        assert!(v.get("invalid").is_none());
+    }
+
+    #[test]
+    fn a_negative_length_is_an_empty_value_listed_as_invalid() {
+        let val = |name: &str, kind| Value {
+            name: name.into(),
+            kind,
+        };
+        let rec = CallRecord {
+            probe: Arc::new(ProbeMeta::simple("p", "put", false)),
+            pid: 1,
+            tid: 1,
+            start_time_unix_nano: 0,
+            duration_ns: None,
+            args: vec![
+                val("buf[:len]", ValueKind::Invalid),
+                val("len", ValueKind::Int(-1)),
+                val(
+                    "names",
+                    ValueKind::Array {
+                        items: vec![ValueKind::Invalid],
+                        truncated: false,
+                    },
+                ),
+            ],
+            returns: None,
+            resource: Arc::new(Resource::default()),
+            unfinished: false,
+            span: crate::events::SpanIds::default(),
+        };
+        let mut out = Vec::new();
+        write_record(&rec, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["args"]["buf[:len]"], "");
+        assert_eq!(v["args"]["names"], serde_json::json!([""]));
+        assert_eq!(v["invalid"], serde_json::json!(["buf[:len]", "names"]));
+        assert!(v.get("truncated").is_none());
     }
 }

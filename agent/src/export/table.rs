@@ -51,6 +51,7 @@ fn show(kind: &ValueKind) -> String {
             )
         }
         ValueKind::Fault => "<unreadable>".to_string(),
+        ValueKind::Invalid => "<invalid length>".to_string(),
     }
 }
 

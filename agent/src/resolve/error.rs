@@ -137,6 +137,10 @@ pub enum PlanError {
         name: String,
         known: Vec<String>,
     },
+    /// `p0` (or `r1`, `arg2`) for a value the signature or DWARF names: refused, so that a
+    /// capture never reads a value other than the one its author had in mind.
+    #[error("{0}")]
+    PositionalName(Box<PositionalName>),
     #[error("{symbol}: cannot capture {name:?}: the {what} is passed in register X{reg}; uprobes see only the general-purpose registers (the kernel gives BPF no SSE state), so floats in registers cannot be read. Floats passed on the stack can")]
     FloatInRegister {
         symbol: String,
@@ -428,4 +432,43 @@ fn usdt_not_found_message(
     }
     let _ = write!(s, "; list them with: gprobe symbols {}", path.display());
     s
+}
+
+/// A positional name (`p0`) of a value that has a name of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PositionalName {
+    pub symbol: String,
+    /// The capture entry (`p1.URL.Path`), and the name in it (`p1`).
+    pub capture: String,
+    pub name: String,
+    pub position: gprobe_crds::signature::ValueRef,
+    /// The value's own name.
+    pub real: String,
+    /// What named it: "the signature", "DWARF".
+    pub described_by: &'static str,
+    pub known: Vec<String>,
+}
+
+impl std::fmt::Display for PositionalName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: cannot capture {:?}: {:?} names {} by its position, but {} names it {:?}: write {} (positional names stand only for unnamed values); known names: {}",
+            self.symbol,
+            self.capture,
+            self.name,
+            position_text(self.position),
+            self.described_by,
+            self.real,
+            self.real,
+            self.known.join(", ")
+        )
+    }
+}
+
+fn position_text(r: gprobe_crds::signature::ValueRef) -> String {
+    match r {
+        gprobe_crds::signature::ValueRef::Param(i) => format!("parameter {i}"),
+        gprobe_crds::signature::ValueRef::Result(i) => format!("result {i}"),
+    }
 }

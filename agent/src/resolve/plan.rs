@@ -57,7 +57,7 @@ pub enum Decode {
     Float {
         size: u8,
     },
-    /// Pointers, maps, chans, funcs: the address.
+    /// Pointers, maps, chans, funcs: the address; null when nil.
     Pointer,
     Str,
     Bytes,
@@ -67,6 +67,13 @@ pub enum Decode {
     /// An `error` (`GP_CAP_IFACE` with `CAPF_DATA_STR`): null when nil; the message for
     /// the dynamic types of `ERROR_TYPES_WITH_MESSAGE`; else the dynamic type's name.
     Error,
+    /// An `error` (`GP_CAP_ERROR`): null when nil; the text its `Error()` returns where the
+    /// error and everything it holds are of the standard library's types of the binary's
+    /// error table (`resolve/go/types/errtable.rs`), cut at `max_len` bytes; else the
+    /// dynamic type's name.
+    ErrorText {
+        max_len: u16,
+    },
     /// `len(x)` (`GP_CAP_WORD`): an int; a nil map or channel on the way (`VAL_NIL`) has
     /// length 0, a nil pointer before it makes the value null.
     Len {
@@ -97,7 +104,10 @@ impl Decode {
     pub fn shows_type(&self) -> bool {
         matches!(
             self,
-            Decode::Interface | Decode::Error | Decode::Interfaces { .. }
+            Decode::Interface
+                | Decode::Error
+                | Decode::ErrorText { .. }
+                | Decode::Interfaces { .. }
         )
     }
 }

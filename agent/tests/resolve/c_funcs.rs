@@ -197,6 +197,8 @@ fn captures_are_placed_by_the_system_v_abi() {
         )
     );
     assert_eq!(p.entry_captures[1].bpf.loc[1], reg_at(reg::RDX));
+    // `size_t cap`: unsigned, any value is a length.
+    assert_eq!(p.entry_captures[1].bpf.flags, 0);
     assert_eq!(p.entry_captures[0].bpf.max_len, 64);
     let u8 = Decode::Int {
         size: 8,

@@ -106,9 +106,18 @@ fn leaves_read_what_their_types_hold() {
                 (d, c.kind, c.size),
                 (Decode::Slice { elem: Elem::Bool }, abi::CAP_SLICE, 1)
             );
+            // An error: read with the layouts of the binary's standard error types.
             let (d, c) = cap(&p, "o.Err");
-            let f = abi::CAPF_PATH | abi::CAPF_ITAB | abi::CAPF_DATA_STR;
-            assert_eq!((d, c.kind, c.flags), (Decode::Error, abi::CAP_IFACE, f));
+            assert_eq!(
+                (d, c.kind, c.flags),
+                (
+                    Decode::ErrorText { max_len: 64 },
+                    abi::CAP_ERROR,
+                    abi::CAPF_PATH
+                )
+            );
+            assert_ne!(c.table, 0, "the binary's error table");
+            assert_eq!(c.table, b.error_table().id);
             let (d, c) = cap(&p, "o.Any");
             assert_eq!(
                 (d, c.kind, c.flags),
@@ -147,7 +156,8 @@ fn leaves_read_what_their_types_hold() {
                 (
                     Decode::Str,
                     abi::CAP_BYTES,
-                    0,
+                    // Go's lengths are ints: a negative one is not read.
+                    abi::CAPF_LEN_SIGNED,
                     [reg(abi::reg::RAX), reg(abi::reg::RBX)]
                 )
             );
@@ -168,11 +178,7 @@ fn leaves_read_what_their_types_hold() {
             let (d, c) = cap(&p, "r0");
             assert_eq!(
                 (d, c.kind, c.flags),
-                (
-                    Decode::Error,
-                    abi::CAP_IFACE,
-                    abi::CAPF_ITAB | abi::CAPF_DATA_STR
-                )
+                (Decode::ErrorText { max_len: 64 }, abi::CAP_ERROR, 0)
             );
             assert_eq!(c.loc, [reg(abi::reg::RAX), reg(abi::reg::RBX)]);
         }

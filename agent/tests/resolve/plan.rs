@@ -56,7 +56,7 @@ fn signature_that_agrees_with_dwarf_is_used() {
                         signed: true
                     }
                 ),
-                ("err", Decode::Error)
+                ("err", Decode::ErrorText { max_len: 64 })
             ]
         );
         // Without a signature DWARF gives the same plan under its own names.

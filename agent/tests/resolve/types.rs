@@ -250,3 +250,63 @@ fn gprobe_types_lists_layouts_of_stripped_binaries() {
         );
     }
 }
+
+#[test]
+fn error_tables_read_each_binary_s_layouts() {
+    use gprobe_agent::resolve::go::types::ErrFormat;
+    for v in GoVersion::ALL {
+        let mut ids = Vec::new();
+        for kind in KINDS {
+            let b = open(&values_bin(v, kind));
+            let t = b.error_table();
+            let what = format!("{} {kind}", v.tag());
+            assert_ne!(t.id, 0, "{what}");
+            let names: Vec<&str> = t.types.iter().map(|t| t.name.as_str()).collect();
+            for want in [
+                "*errors.errorString",
+                "*fmt.wrapError",
+                "*fs.PathError",
+                "*os.SyscallError",
+                "*net.OpError",
+                "*url.Error",
+                "syscall.Errno",
+                "*net.TCPAddr",
+            ] {
+                assert!(names.contains(&want), "{what}: {want} not in {names:?}");
+            }
+            let op = t.by_name("*net.OpError").unwrap();
+            assert_eq!(op.format, ErrFormat::Op);
+            let (s, i, w) = (abi::EF_STR, abi::EF_IFACE, abi::EF_WORD);
+            assert_eq!(
+                op.fields,
+                [(s, 0), (s, 16), (i, 32), (i, 48), (i, 64)],
+                "{what}"
+            );
+            assert_eq!(t.by_name("syscall.Errno").unwrap().fields, [(w, 0)]);
+            assert_eq!(
+                t.by_name("*net.TCPAddr").unwrap().fields,
+                [(s, 0), (w, 24), (s, 32)]
+            );
+            // Go 1.23 put UnwrapErr before Err: the offsets come from the binary.
+            if let Some(dns) = t.by_name("*net.DNSError") {
+                let err_at = if matches!(v, GoVersion::Go119 | GoVersion::Go121) {
+                    0
+                } else {
+                    16
+                };
+                assert_eq!(
+                    dns.fields,
+                    [(s, err_at), (s, err_at + 16), (s, err_at + 32)],
+                    "{what}"
+                );
+            }
+            // Each hash is unique in the binary, so BPF cannot take one type for another.
+            let mut hashes: Vec<u32> = t.types.iter().map(|t| t.hash).collect();
+            hashes.dedup();
+            assert_eq!(hashes.len(), t.types.len(), "{what}");
+            ids.push(t.id);
+        }
+        // The descriptors of one build are the same stripped or not: one table.
+        assert_eq!(ids[0], ids[1], "{}", v.tag());
+    }
+}

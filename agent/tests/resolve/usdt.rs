@@ -409,6 +409,8 @@ fn libjvm_class_loaded() {
         ),
     );
     assert_eq!(p.ref_ctr_offset, 0, "class__loaded has no semaphore");
+    // The note's `-4@%eax` length is signed: a negative one reads nothing.
+    assert_eq!(p.entry_captures[0].bpf.flags, abi::CAPF_LEN_SIGNED);
     let c: Vec<_> = p
         .entry_captures
         .iter()

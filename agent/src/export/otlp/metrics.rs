@@ -154,6 +154,7 @@ fn label_value(kind: &ValueKind) -> String {
             String::from_utf8_lossy(&out).into_owned()
         }
         ValueKind::Fault => "<unreadable>".to_string(),
+        ValueKind::Invalid => "<invalid>".to_string(),
     }
 }
 

@@ -117,6 +117,7 @@ fn push_values(
             ValueKind::Null => KeyValue::new(key, "nil"),
             ValueKind::Array { items, .. } => KeyValue::new(key, array(items)),
             ValueKind::Fault => KeyValue::new(key, "<unreadable>"),
+            ValueKind::Invalid => KeyValue::new(key, "<invalid>"),
         });
     }
 }

@@ -90,12 +90,13 @@ pub(crate) fn value(
 }
 
 /// The capture `NAME[:LEN]`: `LEN` bytes at the pointer at `ptr`, the length read at `len`
-/// (`len_size` bytes of it).
+/// (`len_width.size` bytes of it). A signed length that is negative reads nothing: the
+/// value is marked invalid (`CAPF_LEN_SIGNED`), never read as a huge unsigned one.
 pub(crate) fn bytes(
     name: &str,
     ptr: GpLoc,
     len: GpLoc,
-    len_size: u8,
+    len_width: Width,
     max_string_bytes: u32,
 ) -> CapturePlan {
     CapturePlan {
@@ -103,8 +104,13 @@ pub(crate) fn bytes(
         decode: Decode::Bytes,
         bpf: GpCapture {
             kind: abi::CAP_BYTES,
-            size: len_size,
+            size: len_width.size,
             max_len: max_len(max_string_bytes),
+            flags: if len_width.signed {
+                abi::CAPF_LEN_SIGNED
+            } else {
+                0
+            },
             loc: [ptr, len],
             ..Default::default()
         },

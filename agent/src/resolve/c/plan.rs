@@ -8,7 +8,7 @@ use gprobe_crds::signature::ValueRef;
 use gprobe_crds::Probe;
 
 use super::abi::{layout, Place};
-use super::capture::{self, mem_loc, reg_loc};
+use super::capture::{self, mem_loc, reg_loc, Width};
 use crate::attach::abi::{reg, GpLoc};
 use crate::resolve::error::{CProblem, PlanError};
 use crate::resolve::plan::{Captures, PlanWarning, SignatureDifference, SignatureSource};
@@ -58,10 +58,26 @@ pub(crate) fn plan_captures(
         source: Some(typed.source),
         ..Default::default()
     };
-    let unknown = |name: &str| PlanError::UnknownCapture {
-        symbol: symbol.to_string(),
-        name: name.to_string(),
-        known: typed.known(),
+    let unknown = |name: &str| match typed.sig.positional(name) {
+        Some((position, real)) => {
+            PlanError::PositionalName(Box::new(crate::resolve::error::PositionalName {
+                symbol: symbol.to_string(),
+                capture: name.to_string(),
+                name: name.to_string(),
+                position,
+                real: real.to_string(),
+                described_by: match typed.source {
+                    SignatureSource::Dwarf => "DWARF",
+                    _ => "the signature",
+                },
+                known: typed.known(),
+            }))
+        }
+        None => PlanError::UnknownCapture {
+            symbol: symbol.to_string(),
+            name: name.to_string(),
+            known: typed.known(),
+        },
     };
     for c in &probe.capture {
         match CaptureExpr::parse(c) {
@@ -84,6 +100,7 @@ pub(crate) fn plan_captures(
             CaptureExpr::Slice { ptr, len } => {
                 let param = |n: &str| match typed.lookup(n) {
                     Some(ValueRef::Param(i)) => Ok(i),
+                    None if typed.sig.positional(n).is_some() => Err(unknown(n)),
                     _ => Err(PlanError::BadSlice {
                         symbol: symbol.to_string(),
                         capture: c.clone(),
@@ -94,24 +111,25 @@ pub(crate) fn plan_captures(
                     }),
                 };
                 let (p, l) = (param(ptr)?, param(len)?);
-                let len_size = slice_types(symbol, c, &tys[p], &tys[l])?;
+                let len = slice_types(symbol, c, &tys[p], &tys[l])?;
                 let ploc = place_loc(symbol, c, &tys[p], &lay.params[p])?;
                 let lloc = place_loc(symbol, c, &tys[l], &lay.params[l])?;
                 caps.entry
-                    .push(capture::bytes(c, ploc, lloc, len_size, max_string_bytes));
+                    .push(capture::bytes(c, ploc, lloc, len, max_string_bytes));
             }
         }
     }
     Ok(caps)
 }
 
-/// Checks `NAME[:LEN]`'s types: a pointer and an integer; returns the length's size.
+/// Checks `NAME[:LEN]`'s types: a pointer and an integer; returns the length's size and
+/// sign (a negative signed length reads nothing).
 pub(crate) fn slice_types(
     symbol: &str,
     capture: &str,
     ptr: &CType,
     len: &CType,
-) -> Result<u8, PlanError> {
+) -> Result<Width, PlanError> {
     let bad = |why: String| PlanError::BadSlice {
         symbol: symbol.to_string(),
         capture: capture.to_string(),
@@ -123,8 +141,11 @@ pub(crate) fn slice_types(
         )));
     }
     match len.class() {
-        CClass::Int { size, .. } if size <= 8 => Ok(size),
-        CClass::Bool => Ok(1),
+        CClass::Int { size, signed } if size <= 8 => Ok(Width { size, signed }),
+        CClass::Bool => Ok(Width {
+            size: 1,
+            signed: false,
+        }),
         _ => Err(bad(format!(
             "its length has type {len}: NAME[:LEN] takes its length from an integer"
         ))),

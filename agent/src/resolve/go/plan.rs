@@ -43,12 +43,18 @@ impl Typed {
         if let Some((_, r)) = self.aliases.iter().find(|(n, _)| n == name) {
             return Some(*r);
         }
-        let idx = |p: char| name.strip_prefix(p)?.parse::<usize>().ok();
-        match (idx('r'), idx('p')) {
-            (Some(i), _) if i < self.results.len() => Some(ValueRef::Result(i)),
-            (_, Some(i)) if i < self.params.len() => Some(ValueRef::Param(i)),
-            _ => None,
-        }
+        None
+    }
+
+    /// Where `name` is a positional name (`p0`, `r1`) of a value that has a name of its
+    /// own: that value's name. Unnamed values are named by position already.
+    fn positional(&self, name: &str) -> Option<(ValueRef, &str)> {
+        let r = gprobe_crds::signature::positional_index(name)?;
+        let real = match r {
+            ValueRef::Param(i) => self.params.get(i)?,
+            ValueRef::Result(i) => self.results.get(i)?,
+        };
+        (real != name).then_some((r, real.as_str()))
     }
 
     fn known(&self) -> Vec<String> {
@@ -102,10 +108,26 @@ pub(crate) fn plan_captures(
             Some(ValueRef::Param(i)) => (&typed.layout.params[i], typed.param_types[i], false),
             Some(ValueRef::Result(i)) => (&typed.layout.results[i], typed.result_types[i], true),
             None => {
-                return Err(PlanError::UnknownCapture {
-                    symbol: symbol.clone(),
-                    name: entry.clone(),
-                    known: typed.known(),
+                return Err(match typed.positional(&cap.root) {
+                    Some((position, real)) => {
+                        PlanError::PositionalName(Box::new(crate::resolve::error::PositionalName {
+                            symbol: symbol.clone(),
+                            capture: entry.clone(),
+                            name: cap.root.clone(),
+                            position,
+                            real: real.to_string(),
+                            described_by: match typed.source {
+                                SignatureSource::Dwarf => "DWARF",
+                                _ => "the signature",
+                            },
+                            known: typed.known(),
+                        }))
+                    }
+                    None => PlanError::UnknownCapture {
+                        symbol: symbol.clone(),
+                        name: entry.clone(),
+                        known: typed.known(),
+                    },
                 })
             }
         };
@@ -578,7 +600,27 @@ mod tests {
         assert_eq!(typed.lookup("n"), Some(ValueRef::Result(0)));
         // failure is result 1, which DWARF does not have.
         assert_eq!(typed.lookup("failure"), None);
+        // Positional names of named values are refused, naming the value.
+        assert_eq!(typed.lookup("r0"), None);
+        assert_eq!(typed.lookup("p1"), None);
+        assert_eq!(typed.positional("p1"), Some((ValueRef::Param(1), "url")));
+        assert_eq!(typed.positional("r0"), Some((ValueRef::Result(0), "err")));
+        assert_eq!(typed.positional("p2"), None);
+    }
+
+    #[test]
+    fn positional_names_stand_for_unnamed_values_only() {
+        let d = dwarf(
+            &[("p0", INT), ("s", GoType::String)],
+            &[("r0", GoType::Bool)],
+        );
+        let bin = Binary::open(&std::env::current_exe().unwrap()).unwrap();
+        let mut store = TypeStore::new(&bin, "main");
+        let typed = from_dwarf(&mut store, false, &d, Vec::new());
+        assert_eq!(typed.lookup("p0"), Some(ValueRef::Param(0)));
         assert_eq!(typed.lookup("r0"), Some(ValueRef::Result(0)));
-        assert_eq!(typed.lookup("p1"), Some(ValueRef::Param(1)));
+        assert_eq!(typed.lookup("p1"), None);
+        assert_eq!(typed.positional("p1"), Some((ValueRef::Param(1), "s")));
+        assert_eq!(typed.positional("p0"), None);
     }
 }

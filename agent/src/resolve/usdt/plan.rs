@@ -126,17 +126,25 @@ fn signature(point: &str, text: &str) -> Result<CSignature, PlanError> {
     Ok(sig)
 }
 
-/// The names of a site's arguments: the signature's, else arg0, arg1, ...
+/// The names of a site's arguments: the signature's, else arg0, arg1, ... A positional
+/// name (`arg1`, `p1`) stands only for an argument the signature does not name.
 fn arg_index(sig: Option<&CSignature>, count: usize, name: &str) -> Option<usize> {
     if let Some(i) = sig.and_then(|s| s.params.iter().position(|p| p.name == name)) {
         return Some(i);
     }
-    let i: usize = name
-        .strip_prefix("arg")
+    let i = positional_arg(sig, name)?;
+    let named = sig
+        .and_then(|s| s.params.get(i))
+        .is_some_and(|p| p.name != format!("p{i}"));
+    (i < count && !named).then_some(i)
+}
+
+/// The argument a positional name (`arg<i>`, or with a signature `p<i>`) stands for.
+fn positional_arg(sig: Option<&CSignature>, name: &str) -> Option<usize> {
+    name.strip_prefix("arg")
         .or_else(|| sig.and(name.strip_prefix('p')))?
         .parse()
-        .ok()?;
-    (i < count).then_some(i)
+        .ok()
 }
 
 fn known(sig: Option<&CSignature>, count: usize) -> Vec<String> {
@@ -185,10 +193,30 @@ fn site_captures(
         }
     };
     let index = |name: &str| {
-        arg_index(sig, parsed.len(), name).ok_or_else(|| PlanError::UnknownCapture {
-            symbol: point.clone(),
-            name: name.to_string(),
-            known: known(sig, parsed.len()),
+        arg_index(sig, parsed.len(), name).ok_or_else(|| {
+            // A positional name of an argument the signature names: say which.
+            let named = sig.and_then(|s| {
+                let i = positional_arg(Some(s), name)?;
+                Some((i, s.params.get(i)?.name.clone()))
+            });
+            match named {
+                Some((i, real)) => {
+                    PlanError::PositionalName(Box::new(crate::resolve::error::PositionalName {
+                        symbol: point.clone(),
+                        capture: name.to_string(),
+                        name: name.to_string(),
+                        position: gprobe_crds::signature::ValueRef::Param(i),
+                        real,
+                        described_by: "the signature",
+                        known: known(sig, parsed.len()),
+                    }))
+                }
+                None => PlanError::UnknownCapture {
+                    symbol: point.clone(),
+                    name: name.to_string(),
+                    known: known(sig, parsed.len()),
+                },
+            }
         })
     };
     let const_pointer = |name: &str, i: usize, a: &UsdtArg| {
@@ -230,16 +258,25 @@ fn site_captures(
             CaptureExpr::Slice { ptr, len } => {
                 let (pi, li) = (index(ptr)?, index(len)?);
                 let ((pa, pl), (la, ll)) = (arg(c, pi)?, arg(c, li)?);
-                let len_size = match sig {
+                // The note's `-N@` says the value is signed, whatever the prototype says:
+                // a length either calls signed is refused when negative.
+                let len = match sig {
                     Some(s) => {
-                        slice_types(&point, c, &s.params[pi].ty, &s.params[li].ty)?.min(la.size)
+                        let t = slice_types(&point, c, &s.params[pi].ty, &s.params[li].ty)?;
+                        Width {
+                            size: t.size.min(la.size),
+                            signed: t.signed || la.signed,
+                        }
                     }
-                    None => la.size,
+                    None => Width {
+                        size: la.size,
+                        signed: la.signed,
+                    },
                 };
                 if let Some(e) = const_pointer(c, pi, &pa) {
                     return Err(e);
                 }
-                caps.push(capture::bytes(c, pl, ll, len_size, max_string_bytes));
+                caps.push(capture::bytes(c, pl, ll, len, max_string_bytes));
             }
         }
     }

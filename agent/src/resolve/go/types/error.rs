@@ -85,6 +85,11 @@ fn not_found(name: &str, path: &std::path::Path, source: TypeSource, similar: &[
         s.push_str("; similar: ");
         s.push_str(&similar.join(", "));
     }
+    if source != TypeSource::None {
+        // Aliases of the standard library are followed; others cannot be: no binary
+        // records an alias, only the type it names.
+        s.push_str("; if it is a type alias (type A = B) of your program, write the type it names");
+    }
     s
 }
 

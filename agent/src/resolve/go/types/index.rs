@@ -29,6 +29,12 @@ pub(crate) struct DescIndex {
     pub(super) itabs: HashMap<u64, u64>,
     /// Descriptors that could not be read (skipped), for diagnostics.
     pub(super) unreadable: usize,
+    /// How many descriptors have each `hash` (errtable.rs keeps only unique ones).
+    pub(super) hash_counts: HashMap<u32, u32>,
+    /// The pointer type `*T` of each type `T` that has one, by address.
+    pub(super) ptr_to: HashMap<u64, u64>,
+    /// The error types whose text gprobe builds (errtable.rs), made on first use.
+    pub(super) errors: super::errtable::ErrTableCell,
 }
 
 impl DescIndex {
@@ -65,6 +71,7 @@ impl DescIndex {
         let mut strings = HashMap::new();
         let (mut by_name, mut short) = (HashMap::new(), HashMap::<String, Vec<String>>::new());
         let mut unreadable = 0;
+        let (mut hash_counts, mut ptr_to) = (HashMap::new(), HashMap::new());
         let mut kids = Vec::new();
         while let Some(addr) = roots.pop() {
             if seen.len() >= MAX_TYPES || !seen.insert(addr) {
@@ -75,6 +82,12 @@ impl DescIndex {
                 continue;
             };
             strings.insert(addr, Box::from(s));
+            super::errtable::count_hash(&mut hash_counts, h.hash);
+            if h.kind == super::rtype::kind::PTR {
+                if let Some(elem) = r.word(addr + 48) {
+                    ptr_to.insert(elem, addr);
+                }
+            }
             if h.tflag & 4 != 0 {
                 if let Ok(full) = r.full_name(addr, 0) {
                     let key = short_name(&full).to_string();
@@ -92,6 +105,8 @@ impl DescIndex {
         idx.short = short;
         idx.itabs = itab_types;
         idx.unreadable = unreadable;
+        idx.hash_counts = hash_counts;
+        idx.ptr_to = ptr_to;
         idx
     }
 

@@ -9,6 +9,7 @@
 
 mod dwarf;
 mod error;
+mod errtable;
 pub mod generic;
 mod index;
 mod names;
@@ -17,6 +18,7 @@ mod rtype;
 mod store;
 
 pub use error::{PathError, TypeError, TypeSource};
+pub use errtable::{ErrFormat, ErrTable, ErrType};
 pub use names::{TypeNames, ERROR_TYPES_WITH_MESSAGE};
 pub(crate) use store::TypeStore;
 
@@ -220,6 +222,15 @@ impl Binary {
                 0
             },
         })
+    }
+
+    /// The standard library's error types whose text error captures build, with their
+    /// layouts in this binary (errtable.rs).
+    #[doc(hidden)]
+    pub fn error_table(&self) -> ErrTable {
+        self.desc_index()
+            .error_table(&self.elf, self.go_version())
+            .clone()
     }
 
     /// The names of the named types the runtime type descriptors describe, sorted.

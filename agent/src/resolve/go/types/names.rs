@@ -35,6 +35,8 @@ pub struct TypeNames {
     names: Arc<HashMap<u64, Box<str>>>,
     /// (vaddr, file offset, file size) of each PT_LOAD segment, for the bias.
     loads: Vec<(u64, u64, u64)>,
+    /// The error types whose text the decoder builds from their fields.
+    errors: Arc<super::ErrTable>,
 }
 
 impl TypeNames {
@@ -52,6 +54,7 @@ impl TypeNames {
             }
         }
         TypeNames {
+            errors: Arc::new(idx.error_table(&bin.elf, bin.go_version()).clone()),
             names: Arc::new(names),
             loads: bin
                 .elf
@@ -59,6 +62,16 @@ impl TypeNames {
                 .iter()
                 .map(|l| (l.vaddr, l.offset, l.filesz))
                 .collect(),
+        }
+    }
+
+    /// Names and an error table given directly, for tests of the decoder.
+    #[doc(hidden)]
+    pub fn from_parts(names: &[(u64, &str)], errors: super::ErrTable) -> TypeNames {
+        TypeNames {
+            names: Arc::new(names.iter().map(|&(a, n)| (a, Box::from(n))).collect()),
+            loads: Vec::new(),
+            errors: Arc::new(errors),
         }
     }
 
@@ -87,6 +100,11 @@ impl TypeNames {
 
     pub fn len(&self) -> usize {
         self.names.len()
+    }
+
+    /// The binary's error types whose text is built from their fields (errtable.rs).
+    pub fn errors(&self) -> &super::ErrTable {
+        &self.errors
     }
 
     pub fn is_empty(&self) -> bool {

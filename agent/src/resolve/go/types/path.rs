@@ -348,7 +348,19 @@ impl Planner<'_, '_> {
             Kind::String => {
                 let mut c = cap(abi::CAP_BYTES, 0);
                 c.max_len = str_max;
+                // Go's lengths are ints: a negative one is not read (see CAPF_LEN_SIGNED).
+                c.flags = abi::CAPF_LEN_SIGNED;
                 (Decode::Str, c, 2)
+            }
+            // An error of a binary that has some of the standard library's error types:
+            // read with their layouts, shown as the text their Error() builds.
+            Kind::Interface { empty: false }
+                if t.name == "error" && !self.store.error_table().is_empty() =>
+            {
+                let mut c = cap(abi::CAP_ERROR, 0);
+                c.max_len = str_max;
+                c.table = self.store.error_table().id;
+                (Decode::ErrorText { max_len: str_max }, c, 2)
             }
             Kind::Interface { empty } => {
                 let error = t.name == "error";
@@ -380,6 +392,7 @@ impl Planner<'_, '_> {
                     } => {
                         let mut c = cap(abi::CAP_BYTES, 0);
                         c.max_len = str_max;
+                        c.flags = abi::CAPF_LEN_SIGNED;
                         (Decode::Bytes, c)
                     }
                     Kind::Bool => scalar(Elem::Bool),

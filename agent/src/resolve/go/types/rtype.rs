@@ -57,6 +57,8 @@ fn ext_size(k: u8) -> &'static [u64] {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Header {
     pub size: u64,
+    /// `Hash`: the type's hash, which every itab of it copies (errtable.rs).
+    pub hash: u32,
     pub tflag: u8,
     pub align: u8,
     pub kind: u8,
@@ -112,6 +114,7 @@ impl<'a> DescReader<'a> {
             .ok_or("past the end of the file")?;
         let h = Header {
             size: u64_at(b, 0).unwrap_or(0),
+            hash: u32_at(b, 16).unwrap_or(0),
             tflag: b[20],
             align: b[21],
             kind: b[23] & 0x1f,

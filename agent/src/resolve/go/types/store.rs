@@ -285,12 +285,26 @@ impl<'a> TypeStore<'a> {
             };
             (source, similar(idx.by_name.keys(), &full))
         };
+        // An alias of the standard library names a type the binary describes under that
+        // type's own name (`os.FileInfo` is `io/fs.FileInfo`).
+        if let Some(target) = std_alias(&full) {
+            if let Ok(r) = self.lookup(target) {
+                return Ok(r);
+            }
+        }
         Err(TypeError::NotFound {
             name: full,
             path,
             described_by: source,
             similar,
         })
+    }
+
+    /// The binary's error types whose text an error capture builds (errtable.rs).
+    pub(crate) fn error_table(&self) -> &super::ErrTable {
+        self.bin
+            .desc_index()
+            .error_table(&self.bin.elf, self.bin.go_version())
     }
 
     /// The DWARF type named exactly `name` (`*main.order`), if the binary has DWARF.
@@ -366,6 +380,36 @@ impl<'a> TypeStore<'a> {
     }
 }
 
+/// The standard library's exported type aliases on linux/amd64, Go 1.19 to 1.27, with the
+/// types they name. Neither DWARF nor the runtime type descriptors record an alias: a
+/// binary describes `io/fs.FileInfo`, never `os.FileInfo`. encoding/json's are aliases only
+/// in builds with encoding/json/v2 (GOEXPERIMENT=jsonv2); elsewhere the binary has the
+/// type itself, found before this table is asked.
+const STD_ALIASES: [(&str, &str); 10] = [
+    ("os.FileInfo", "io/fs.FileInfo"),
+    ("os.FileMode", "io/fs.FileMode"),
+    ("os.PathError", "io/fs.PathError"),
+    ("os.DirEntry", "io/fs.DirEntry"),
+    ("html/template.FuncMap", "text/template.FuncMap"),
+    ("debug/buildinfo.BuildInfo", "runtime/debug.BuildInfo"),
+    ("encoding/json.Marshaler", "encoding/json/v2.Marshaler"),
+    ("encoding/json.Unmarshaler", "encoding/json/v2.Unmarshaler"),
+    ("encoding/json.RawMessage", "encoding/json/jsontext.Value"),
+    (
+        "encoding/json.Options",
+        "encoding/json/internal/jsonopts.Options",
+    ),
+];
+
+/// The type the standard library's alias `full` names, written with an import path
+/// (`os.FileInfo`, `encoding/json.RawMessage`) or a package name (`json.RawMessage`).
+fn std_alias(full: &str) -> Option<&'static str> {
+    STD_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == full || short_name(alias) == full)
+        .map(|&(_, target)| target)
+}
+
 /// Names of the table like `full` in another package, or differing in case: a typo's fix.
 fn similar<'k>(names: impl Iterator<Item = &'k String>, full: &str) -> Vec<String> {
     let want = short_name(full);
@@ -416,5 +460,29 @@ fn predeclared(name: &str) -> Option<TypeInfo> {
         "error" => t(16, Kind::Interface { empty: false }),
         "any" => t(16, Kind::Interface { empty: true }),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_aliases_name_their_types() {
+        assert_eq!(std_alias("os.FileInfo"), Some("io/fs.FileInfo"));
+        assert_eq!(std_alias("os.PathError"), Some("io/fs.PathError"));
+        assert_eq!(
+            std_alias("json.RawMessage"),
+            Some("encoding/json/jsontext.Value")
+        );
+        assert_eq!(
+            std_alias("html/template.FuncMap"),
+            Some("text/template.FuncMap")
+        );
+        assert_eq!(std_alias("main.FileInfo"), None);
+        // No alias names an alias: one lookup reaches the type.
+        for (_, target) in STD_ALIASES {
+            assert_eq!(std_alias(target), None, "{target}");
+        }
     }
 }
