@@ -54,12 +54,29 @@ pub enum Input {
     },
     Spec(SpecEvent),
     Containers(Vec<Container>),
+    /// gprobe started `pid` itself and holds it at its exec: attach now what selects it,
+    /// then answer (the caller resumes it).
+    AttachStarted {
+        pid: u32,
+        done: oneshot::Sender<StartedReport>,
+    },
     /// Resume held processes, detach everything (waiting for the kernel until `deadline`),
     /// then answer whether every detach finished.
     Stop {
         deadline: Instant,
         done: oneshot::Sender<bool>,
     },
+}
+
+/// What the engine did with a process gprobe started ([`Input::AttachStarted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StartedReport {
+    /// Some spec selects it.
+    pub selected: bool,
+    /// Probes attached in it.
+    pub attached: usize,
+    /// Probes that could not be attached in it (the reasons are logged and in the summary).
+    pub failed: usize,
 }
 
 /// The running engine thread.
@@ -196,6 +213,9 @@ fn run<T: Tracer, R: Resolver>(
                 }
                 changed = true;
             }
+            Some(Input::AttachStarted { pid, done }) => {
+                let _ = done.send(attach_started(&mut engine, pid));
+            }
             Some(Input::Stop { deadline, done }) => {
                 let ok = engine.shutdown(deadline);
                 let _ = snap.send(Arc::new(engine.snapshot()));
@@ -216,6 +236,21 @@ fn run<T: Tracer, R: Resolver>(
         if engine.take_dirty() || changed {
             let _ = snap.send(Arc::new(engine.snapshot()));
         }
+    }
+}
+
+fn attach_started<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>, pid: u32) -> StartedReport {
+    match inspect(pid, None) {
+        Ok(info) => engine.process_seen(info, Origin::Started),
+        Err(e) => tracing::debug!("{e}"),
+    }
+    match engine.procs.get(&pid) {
+        None => StartedReport::default(),
+        Some(p) => StartedReport {
+            selected: true,
+            attached: p.links.iter().filter(|a| a.outcome.is_ok()).count(),
+            failed: p.links.iter().filter(|a| a.outcome.is_err()).count(),
+        },
     }
 }
 

@@ -30,6 +30,7 @@ fn value(out: &mut Vec<u8>, v: &ValueKind) {
             let _ = write!(out, "\"{p:#x}\"");
         }
         ValueKind::Str { text, .. } => string(out, text),
+        ValueKind::Bytes { bytes, .. } => string(out, &String::from_utf8_lossy(bytes)),
         ValueKind::Interface { nil: false } => out.extend_from_slice(b"\"non-nil\""),
         ValueKind::Interface { nil: true } | ValueKind::Null | ValueKind::Fault => {
             out.extend_from_slice(b"null")
@@ -98,6 +99,9 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
             matches!(
                 v.kind,
                 ValueKind::Str {
+                    truncated: true,
+                    ..
+                } | ValueKind::Bytes {
                     truncated: true,
                     ..
                 } | ValueKind::Array {
