@@ -208,8 +208,13 @@ fn os_err(what: &'static str) -> CommandError {
 }
 
 /// Starts `argv` held at its exec: returns once it has exec'd (and is stopped before its
-/// first instruction), or why it could not run.
-pub fn start(argv: &[OsString], stdout: ChildStdout) -> Result<Held, CommandError> {
+/// first instruction), or why it could not run. `before_exec` is told the child's pid
+/// before the child may exec.
+pub fn start(
+    argv: &[OsString],
+    stdout: ChildStdout,
+    before_exec: impl FnOnce(u32) + Send + 'static,
+) -> Result<Held, CommandError> {
     let prepared = prepare(argv)?;
     let (started_tx, started_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel();
@@ -217,7 +222,7 @@ pub fn start(argv: &[OsString], stdout: ChildStdout) -> Result<Held, CommandErro
     std::thread::Builder::new()
         .name("gprobe-command".into())
         .spawn(move || {
-            let pid = match spawn_seized(&prepared, stdout) {
+            let pid = match spawn_seized(&prepared, stdout, before_exec) {
                 Ok(pid) => pid,
                 Err(e) => {
                     let _ = started_tx.send(Err(e));
@@ -269,7 +274,11 @@ fn wait_exit(pid: libc::pid_t) -> Result<ExitedWith, CommandError> {
 }
 
 /// Forks, seizes the child, lets it exec and waits for the exec stop. Returns its pid.
-fn spawn_seized(p: &Prepared, stdout: ChildStdout) -> Result<libc::pid_t, CommandError> {
+fn spawn_seized(
+    p: &Prepared,
+    stdout: ChildStdout,
+    before_exec: impl FnOnce(u32),
+) -> Result<libc::pid_t, CommandError> {
     let mut sync = [0; 2];
     let mut err = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the arrays we pass.
@@ -328,6 +337,7 @@ fn spawn_seized(p: &Prepared, stdout: ChildStdout) -> Result<libc::pid_t, Comman
         let _ = wait_exit(pid);
         return Err(e);
     }
+    before_exec(pid as u32);
     // SAFETY: writing one byte we own into our pipe.
     unsafe { libc::write(sync[1], b"x".as_ptr().cast(), 1) };
     close_parent(&[sync[1]]);
@@ -553,7 +563,7 @@ mod tests {
     fn a_started_program_is_held_at_exec_until_released() {
         // `sh -c 'exit 7'`: if it ran before the release, its status would be there early.
         let argv: Vec<OsString> = ["sh", "-c", "exit 7"].iter().map(|s| s.into()).collect();
-        let mut held = start(&argv, ChildStdout::Inherit).expect("start sh");
+        let mut held = start(&argv, ChildStdout::Inherit, |_| {}).expect("start sh");
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", held.pid)).unwrap();
         let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
         assert_eq!(state, Some("t"), "traced-stopped at exec: {stat}");
@@ -576,13 +586,13 @@ mod tests {
         let f = dir.join("not-exec");
         std::fs::write(&f, "#!/bin/sh\n").unwrap();
         let argv = vec![f.clone().into_os_string()];
-        let e = start(&argv, ChildStdout::Inherit).err().unwrap();
+        let e = start(&argv, ChildStdout::Inherit, |_| {}).err().unwrap();
         assert_eq!(e.exit_code(), 126, "{e}");
         // Executable, but not a format the kernel runs: execve fails in the child.
         use std::os::unix::fs::PermissionsExt;
         std::fs::write(&f, [0u8; 64]).unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = start(&argv, ChildStdout::Inherit).err().unwrap();
+        let e = start(&argv, ChildStdout::Inherit, |_| {}).err().unwrap();
         assert!(e.to_string().contains("Exec format error"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

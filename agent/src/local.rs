@@ -305,7 +305,10 @@ async fn start_command(
     pipeline: &Pipeline,
     c: &CommandOptions,
 ) -> Result<command::Held, CommandError> {
-    let held = command::start(&c.argv, c.stdout)?;
+    let tx = pipeline.engine.tx.clone();
+    let held = command::start(&c.argv, c.stdout, move |pid| {
+        let _ = tx.send(Input::Starting { pid });
+    })?;
     let shown = printable(&held.path.to_string_lossy()).into_owned();
     let t0 = Instant::now();
     let (done, report) = tokio::sync::oneshot::channel();
