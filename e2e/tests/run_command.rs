@@ -646,7 +646,7 @@ int main(void) {
     );
     for r in &rows {
         assert!(
-            r.contains(" a-spec-name-lon… …e_longer_than_the_column "),
+            r.contains(" a-spec-name-lon… …is_longer_than_the_column "),
             "{r}"
         );
     }
@@ -654,5 +654,9 @@ int main(void) {
         text.matches("    p[:n]=\"caf\\xe9 \\xff!\"\n").count(),
         800,
         "{text}"
+    );
+    eprintln!(
+        "800 rows, times from {} to {} (UTC+05:30), never backwards",
+        times[0], times[799]
     );
 }
