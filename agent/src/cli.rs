@@ -56,17 +56,28 @@ pub struct OtlpArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Trace the processes of this machine that the ProbeSpecs select, printing each call.
+    /// Trace the processes of this machine that the ProbeSpecs select, printing each call;
+    /// or, after `--`, start a program held until its probes are attached and trace it
+    /// until it exits.
     Run {
         /// ProbeSpec YAML files (several documents per file are fine).
         #[arg(required = true, value_name = "SPEC.yaml")]
         specs: Vec<PathBuf>,
         /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
-        #[arg(long, value_parser = parse_duration)]
+        #[arg(long, value_parser = parse_duration, conflicts_with = "command")]
         duration: Option<Duration>,
-        /// Output format on stdout.
+        /// Output format (on stdout, or --output-file).
         #[arg(long, value_enum)]
         output: Option<OutputFormat>,
+        /// Write the calls to this file instead of stdout (JSON lines unless --output says
+        /// otherwise). With a command, its stdout is then left as it is.
+        #[arg(long, value_name = "PATH")]
+        output_file: Option<PathBuf>,
+        /// The program to start and trace, after `--`: it is held before its first
+        /// instruction until its probes are attached; gprobe stops when it exits and
+        /// exits with its status (128 + N when signal N killed it).
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
         #[command(flatten)]
         otlp: OtlpArgs,
         /// Size of the kernel ring buffer for call events (power of two, >= 4KiB). The
@@ -90,6 +101,21 @@ pub enum Command {
         /// traceparents that would have been written (for kernels that forbid the write).
         #[arg(long)]
         propagate_dry_run: bool,
+    },
+    /// Check ProbeSpecs without attaching anything: validate them and, against a binary or
+    /// a running process, resolve every symbol, USDT probe, signature and capture. Exit 0,
+    /// or 1 with each problem listed once.
+    Check {
+        /// ProbeSpec YAML files.
+        #[arg(required = true, value_name = "SPEC.yaml")]
+        specs: Vec<PathBuf>,
+        /// Resolve the probes in this executable.
+        #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+        binary: Option<PathBuf>,
+        /// Resolve the probes in this running process: its executable, and the shared
+        /// libraries it has mapped for probes with `library`.
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
     },
     /// Cluster mode on one node (the DaemonSet): ProbeSpecs from the API server (or
     /// --spec-dir), containers from the node's runtime over CRI.

@@ -1,8 +1,10 @@
 //! gprobe's agent: the pipeline discover -> resolve -> attach -> events -> export.
 
 pub mod attach;
+pub mod check;
 pub mod cli;
 pub mod cluster;
+pub mod command;
 pub mod discover;
 pub mod duration;
 pub mod engine;

@@ -1,13 +1,16 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use gprobe_agent::attach::LoadOptions;
+use gprobe_agent::check;
 use gprobe_agent::cli::{Cli, Command, OutputFormat};
 use gprobe_agent::cluster::{self, AgentOptions};
+use gprobe_agent::command::ChildStdout;
 use gprobe_agent::export::otlp::OtlpConfig;
 use gprobe_agent::export::Format;
-use gprobe_agent::local::{self, RunOptions};
+use gprobe_agent::local::{self, CommandOptions, RunError, RunOptions};
 use gprobe_agent::pipeline::PipelineOptions;
-use std::io::IsTerminal;
+use gprobe_agent::util::{error_chain, printable};
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 fn init_logs(level: &str) -> Result<()> {
@@ -59,21 +62,61 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Exit status of `gprobe run` when no probe was ever attached.
+/// Exit status of `gprobe run` when no probe was ever attached, or when no spec can select
+/// anything on this machine.
 const EXIT_NOTHING_ATTACHED: u8 = 3;
+
+/// Writes to stderr; a closed stderr is not worth a panic (which `eprint!` would be).
+fn say(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// True when `e` came from writing to a stdout whose reader went away (`| head`): the
+/// listing commands write nothing else that could fail so.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The exit status for an error: what a shell would give for a command that cannot run,
+/// 3 when nothing can be selected, 128 + N for a signal, else 1.
+fn exit_code_of(e: &anyhow::Error) -> u8 {
+    match e.downcast_ref::<RunError>() {
+        Some(RunError::SelectsNothing(_)) => EXIT_NOTHING_ATTACHED,
+        Some(RunError::Command(c)) => c.exit_code(),
+        Some(RunError::Interrupted(sig)) => (128 + *sig).min(255) as u8,
+        _ => 1,
+    }
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // User errors are printed as their message and its causes, not as a Debug dump with a
-    // backtrace (anyhow would print one with RUST_BACKTRACE=1).
+    // User errors are printed as their message and its causes (each once), not as a Debug
+    // dump with a backtrace (anyhow would print one with RUST_BACKTRACE=1).
     let result = init_logs(&cli.log_level).and_then(|_| run(cli.command));
     match result {
         Ok(code) => code,
+        // The reader of the listing has what it wanted.
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            say(&format!("error: {}\n", error_chain(e.chain())));
+            ExitCode::from(exit_code_of(&e))
         }
     }
+}
+
+/// Writes a listing to stdout, flushed before returning (so that a closed pipe is an error
+/// here, not a silent loss at drop).
+fn to_stdout<E: Into<anyhow::Error>>(
+    f: impl FnOnce(&mut dyn Write) -> Result<usize, E>,
+) -> Result<ExitCode> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    f(&mut out).map_err(Into::into)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run(command: Command) -> Result<ExitCode> {
@@ -83,20 +126,15 @@ fn run(command: Command) -> Result<ExitCode> {
             pid,
             filter,
             verbose,
-        } => {
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            match (binary, pid) {
-                (Some(b), _) => {
-                    gprobe_agent::symbols::list(&b, filter.as_deref(), verbose, &mut out)?
-                }
-                (None, Some(p)) => {
-                    gprobe_agent::symbols::list_pid(p, filter.as_deref(), verbose, &mut out)?
-                }
-                (None, None) => unreachable!("clap requires one"),
-            };
-            Ok(ExitCode::SUCCESS)
-        }
+        } => match (binary, pid) {
+            (Some(b), _) => {
+                to_stdout(|out| gprobe_agent::symbols::list(&b, filter.as_deref(), verbose, out))
+            }
+            (None, Some(p)) => {
+                to_stdout(|out| gprobe_agent::symbols::list_pid(p, filter.as_deref(), verbose, out))
+            }
+            (None, None) => unreachable!("clap requires one"),
+        },
         Command::Types {
             binary,
             pid,
@@ -107,10 +145,22 @@ fn run(command: Command) -> Result<ExitCode> {
                 (None, Some(p)) => format!("/proc/{p}/exe").into(),
                 (None, None) => unreachable!("clap requires one"),
             };
-            let stdout = std::io::stdout();
-            let mut out = std::io::BufWriter::new(stdout.lock());
-            gprobe_agent::types::list(&path, filter.as_deref(), &mut out)?;
-            Ok(ExitCode::SUCCESS)
+            to_stdout(|out| gprobe_agent::types::list(&path, filter.as_deref(), out))
+        }
+        Command::Check { specs, binary, pid } => {
+            let target = match (binary, pid) {
+                (Some(b), _) => check::Target::Binary(b),
+                (None, Some(p)) => check::Target::Pid(p),
+                (None, None) => check::Target::None,
+            };
+            let report = check::check(&specs, &target)?;
+            let failed = !report.problems.is_empty();
+            to_stdout(|out| write_check(&report, &target, out))?;
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Agent {
             node_name,
@@ -162,13 +212,15 @@ fn run(command: Command) -> Result<ExitCode> {
                 duration,
             };
             let summary = runtime()?.block_on(cluster::run(opts, Box::new(std::io::stdout())))?;
-            eprint!("{}", summary.summary().render());
+            say(&summary.summary().render());
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {
             specs,
             duration,
             output,
+            output_file,
+            command,
             otlp,
             ring_buffer_size,
             wakeup_size,
@@ -176,7 +228,23 @@ fn run(command: Command) -> Result<ExitCode> {
             summary_file,
             propagate_dry_run,
         } => {
-            let format = format_of(output);
+            // Before any thread starts, so that every thread inherits the blocked set.
+            let signals = if command.is_empty() {
+                None
+            } else {
+                Some(gprobe_agent::command::block().context("setting up signal handling")?)
+            };
+            let out: Box<dyn Write + Send> = match &output_file {
+                Some(p) => Box::new(
+                    std::fs::File::create(p)
+                        .with_context(|| format!("creating --output-file {}", p.display()))?,
+                ),
+                None => Box::new(std::io::stdout()),
+            };
+            let format = match (output, &output_file) {
+                (None, Some(_)) => Format::Jsonl,
+                _ => format_of(output),
+            };
             let otlp = OtlpConfig::from_flags_and_env(
                 otlp.otlp_endpoint,
                 otlp.otlp_protocol,
@@ -185,6 +253,10 @@ fn run(command: Command) -> Result<ExitCode> {
             .map_err(anyhow::Error::msg)?;
             check_ring_size(ring_buffer_size)?;
             check_wakeup_size(wakeup_size, ring_buffer_size)?;
+            let command = (!command.is_empty()).then(|| CommandOptions {
+                stdout: child_stdout(format, output_file.is_some()),
+                argv: command,
+            });
             let opts = RunOptions {
                 spec_files: specs,
                 duration,
@@ -198,25 +270,95 @@ fn run(command: Command) -> Result<ExitCode> {
                     },
                     poll_interval,
                 },
+                command,
             };
-            let summary = runtime()?.block_on(local::run(opts, Box::new(std::io::stdout())))?;
+            let outcome = runtime()?.block_on(local::run(opts, out, signals))?;
+            let summary = outcome.summary;
             let report = summary.summary();
-            eprint!("{}", report.render());
+            say(&report.render());
             if let Some(path) = summary_file {
                 report
                     .write_file(&path)
                     .with_context(|| format!("writing --summary-file {}", path.display()))?;
             }
             if !summary.any_attached() {
-                eprintln!(
-                    "error: no probe was attached at any time: {}",
+                say(&format!(
+                    "{}: no probe was attached at any time: {}\n",
+                    if outcome.command.is_some() {
+                        "warning"
+                    } else {
+                        "error"
+                    },
                     summary.why_nothing_attached()
-                );
+                ));
+            }
+            // A command's status is gprobe's, as with strace and perf record.
+            if let Some(end) = outcome.command {
+                return Ok(ExitCode::from(end.status()));
+            }
+            if !summary.any_attached() {
                 return Ok(ExitCode::from(EXIT_NOTHING_ATTACHED));
             }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Where a command's stdout goes: gprobe's stdout, unless that carries the calls to
+/// something other than a terminal (a pipe, a file), where the program's output would
+/// corrupt them: then gprobe's stderr, so the program's output still shows.
+fn child_stdout(format: Format, output_file: bool) -> ChildStdout {
+    if output_file || format == Format::None || std::io::stdout().is_terminal() {
+        ChildStdout::Inherit
+    } else {
+        ChildStdout::Stderr
+    }
+}
+
+/// `gprobe check`'s report: each problem and note on a line, then the verdict.
+fn write_check(
+    r: &check::Report,
+    target: &check::Target,
+    out: &mut dyn Write,
+) -> std::io::Result<usize> {
+    for p in &r.problems {
+        writeln!(out, "error: {p}")?;
+    }
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let resolved = match target {
+        check::Target::None => String::new(),
+        check::Target::Binary(p) => format!(
+            "; {} resolved in {}",
+            plural(r.resolved, "probe"),
+            printable(&p.to_string_lossy())
+        ),
+        check::Target::Pid(pid) => {
+            format!(
+                "; {} resolved in process {pid}",
+                plural(r.resolved, "probe")
+            )
+        }
+    };
+    if r.problems.is_empty() {
+        writeln!(
+            out,
+            "ok: {} ({}){resolved}",
+            plural(r.specs, "ProbeSpec"),
+            plural(r.probes, "probe")
+        )?;
+    } else {
+        writeln!(
+            out,
+            "{} in {} ({}){resolved}",
+            plural(r.problems.len(), "problem"),
+            plural(r.specs, "ProbeSpec"),
+            plural(r.probes, "probe")
+        )?;
+    }
+    Ok(r.problems.len())
 }
 
 #[cfg(test)]

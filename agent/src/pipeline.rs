@@ -138,6 +138,11 @@ impl Pipeline {
         ))
     }
 
+    /// Turns true when the reader of the output went away (broken pipe).
+    pub fn output_closed(&self) -> watch::Receiver<bool> {
+        self.export.output_closed()
+    }
+
     /// Detaches every probe (waiting for the kernel until `deadline`), drains the ring
     /// buffer, flushes the exporters.
     pub async fn stop(self, deadline: Instant) -> Result<RunSummary, PipelineError> {
@@ -269,7 +274,12 @@ impl RunSummary {
             .filter_map(|(k, p)| p.error.as_ref().map(|e| format!("{k}: {e}")))
             .collect();
         if !errors.is_empty() {
-            return errors.join("; ");
+            // Each is in the summary just printed.
+            return format!(
+                "every probe failed ({} error{} in the summary above)",
+                errors.len(),
+                if errors.len() == 1 { "" } else { "s" }
+            );
         }
         if self.stats.processes().matched == 0 {
             return "no process matched the selectors while gprobe ran (check selector.executable against the program's path)".into();

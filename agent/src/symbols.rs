@@ -59,14 +59,41 @@ pub fn list_pid(
         path: maps,
         source,
     })?;
+    let mut quiet = 0;
     for lib in mapped_libraries(&text, &shown) {
-        writeln!(out)?;
         let open = PathBuf::from(format!("/proc/{pid}/root{}", lib.display()));
+        // A library is listed only when it has something to list: most have no USDT
+        // probes, and with --filter most have no match.
+        let mut section = Vec::new();
         match Binary::open_as(&open, &lib) {
             // Functions of a library are many (libc: thousands): listed on request only.
-            Ok(b) => n += list_binary(&b, re.as_ref(), re.is_some(), verbose, out)?,
-            Err(e) => writeln!(out, "# {}: {e}", lib.display())?,
+            Ok(b) => match list_binary(&b, re.as_ref(), re.is_some(), verbose, &mut section)? {
+                0 => {
+                    quiet += 1;
+                    continue;
+                }
+                k => n += k,
+            },
+            Err(e) => writeln!(section, "# {}: {e}", lib.display())?,
         }
+        writeln!(out)?;
+        out.write_all(&section)?;
+    }
+    if quiet > 0 {
+        writeln!(
+            out,
+            "\n# {quiet} more mapped {} nothing to list{}",
+            if quiet == 1 {
+                "library has"
+            } else {
+                "libraries have"
+            },
+            if re.is_some() {
+                " that matches --filter"
+            } else {
+                " (no USDT probes; list their functions with --filter RE)"
+            }
+        )?;
     }
     Ok(n)
 }

@@ -54,12 +54,34 @@ pub enum Input {
     },
     Spec(SpecEvent),
     Containers(Vec<Container>),
+    /// gprobe is about to let `pid`, a child of its own, exec the program it starts (and
+    /// holds it at that exec): its exec event is then not a process that ran unheld.
+    Starting {
+        pid: u32,
+    },
+    /// gprobe started `pid` itself and holds it at its exec: attach now what selects it,
+    /// then answer (the caller resumes it).
+    AttachStarted {
+        pid: u32,
+        done: oneshot::Sender<StartedReport>,
+    },
     /// Resume held processes, detach everything (waiting for the kernel until `deadline`),
     /// then answer whether every detach finished.
     Stop {
         deadline: Instant,
         done: oneshot::Sender<bool>,
     },
+}
+
+/// What the engine did with a process gprobe started ([`Input::AttachStarted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StartedReport {
+    /// Some spec selects it.
+    pub selected: bool,
+    /// Probes attached in it.
+    pub attached: usize,
+    /// Probes that could not be attached in it (the reasons are logged and in the summary).
+    pub failed: usize,
 }
 
 /// The running engine thread.
@@ -149,6 +171,8 @@ fn run<T: Tracer, R: Resolver>(
     snap: watch::Sender<Arc<Snapshot>>,
 ) {
     let mut next_tick = Instant::now() + TICK;
+    // Pids gprobe starts itself (`gprobe run -- CMD`) until they are attached.
+    let mut starting = std::collections::BTreeSet::new();
     loop {
         let wait = next_tick.saturating_duration_since(Instant::now());
         let input = match rx.recv_timeout(wait) {
@@ -167,7 +191,16 @@ fn run<T: Tracer, R: Resolver>(
                 filename,
                 ino,
                 at,
-            }) => on_exec(&mut engine, pid, held, filename, ino, at),
+            }) => {
+                let origin = match starting.contains(&pid) {
+                    true => Origin::Started,
+                    false => Origin::Exec { held, at },
+                };
+                on_exec(&mut engine, pid, held, filename, ino, origin)
+            }
+            Some(Input::Starting { pid }) => {
+                starting.insert(pid);
+            }
             Some(Input::Exit { pid }) => engine.process_exited(pid),
             Some(Input::Loader { pid, held }) => {
                 engine.loader_event(pid, held, libraries_of(pid));
@@ -196,6 +229,10 @@ fn run<T: Tracer, R: Resolver>(
                 }
                 changed = true;
             }
+            Some(Input::AttachStarted { pid, done }) => {
+                starting.remove(&pid);
+                let _ = done.send(attach_started(&mut engine, pid));
+            }
             Some(Input::Stop { deadline, done }) => {
                 let ok = engine.shutdown(deadline);
                 let _ = snap.send(Arc::new(engine.snapshot()));
@@ -219,13 +256,28 @@ fn run<T: Tracer, R: Resolver>(
     }
 }
 
+fn attach_started<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>, pid: u32) -> StartedReport {
+    match inspect(pid, None) {
+        Ok(info) => engine.process_seen(info, Origin::Started),
+        Err(e) => tracing::debug!("{e}"),
+    }
+    match engine.procs.get(&pid) {
+        None => StartedReport::default(),
+        Some(p) => StartedReport {
+            selected: true,
+            attached: p.links.iter().filter(|a| a.outcome.is_ok()).count(),
+            failed: p.links.iter().filter(|a| a.outcome.is_err()).count(),
+        },
+    }
+}
+
 fn on_exec<T: Tracer, R: Resolver>(
     engine: &mut Engine<T, R>,
     pid: u32,
     held: bool,
     filename: PathBuf,
     ino: u64,
-    at: Instant,
+    origin: Origin,
 ) {
     let inspected = inspect(pid, Some(&filename));
     if let Ok(info) = &inspected {
@@ -249,7 +301,14 @@ fn on_exec<T: Tracer, R: Resolver>(
     // A new program in a traced pid: the old one's probes and calls in flight end here.
     engine.process_exited(pid);
     match inspected {
-        Ok(info) => engine.process_seen(info, Origin::Exec { held, at }),
+        Ok(info) => {
+            engine.process_seen(info, origin);
+            // A process gprobe starts is resumed by gprobe, but the exec watch may have
+            // stopped it as well.
+            if held && origin == Origin::Started {
+                engine.resume_held(pid);
+            }
+        }
         Err(ProcError::Gone { .. }) => {
             engine.process_exec_gone(pid, &filename);
             if held {

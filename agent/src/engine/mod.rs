@@ -13,7 +13,7 @@ pub mod error;
 mod loader;
 mod newproc;
 mod propagate;
-use loader::LibraryGlob;
+pub use loader::LibraryGlob;
 pub use tracer::monotonic_ns;
 mod procs;
 pub mod resource;
@@ -74,6 +74,9 @@ pub enum Origin {
     Exec { held: bool, at: Instant },
     /// Forked by a traced process (not held: it ran on until attached).
     Fork { at: Instant },
+    /// Started by gprobe itself (`gprobe run -- CMD`), which holds it at its exec until
+    /// the engine has attached (and resumes it; the engine does not).
+    Started,
 }
 
 /// Why a spec was not taken.

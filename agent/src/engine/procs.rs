@@ -121,9 +121,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         match (origin, attached, first_error) {
             _ if waiting => self.stats.process_traced(&names),
-            (_, 0, Some(e)) => {
-                self.missed(&names, &info, format!("no probe could be attached: {e}"))
-            }
+            // The probe's error was said where it arose (once per spec or binary, or for
+            // this process when the kernel refused): not again here.
+            (_, 0, Some(e)) => self.missed_said(&names, &info, not_attached(&e)),
             (_, 0, None) => self.missed(&names, &info, "no probe could be attached".into()),
             (Origin::Fork { at }, _, _) => self.missed(
                 &names,
@@ -184,6 +184,16 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     fn missed(&self, specs: &[Arc<str>], info: &ProcInfo, reason: String) {
         tracing::warn!(
             "pid {} ({}): not traced from its first call: {reason}",
+            info.pid,
+            printable(&info.exe.to_string_lossy())
+        );
+        self.missed_said(specs, info, reason);
+    }
+
+    /// Counts a missed process whose cause was logged already.
+    fn missed_said(&self, specs: &[Arc<str>], info: &ProcInfo, reason: String) {
+        tracing::debug!(
+            "pid {} ({}): not traced: {reason}",
             info.pid,
             printable(&info.exe.to_string_lossy())
         );
@@ -255,5 +265,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         } else {
             self.watch_propagate(pid);
         }
+    }
+}
+
+/// Why no probe of a process was attached: a cause of this process (the kernel refused)
+/// in full; a cause of the spec or the binary, which every process of it shares and the
+/// probe's own error holds, by reference only.
+fn not_attached(e: &super::ProbeError) -> String {
+    match e {
+        super::ProbeError::Trace(t) => format!("no probe could be attached: {t}"),
+        _ => "no probe could be attached (each probe's error is in the summary)".into(),
     }
 }

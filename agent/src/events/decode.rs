@@ -22,6 +22,13 @@ pub enum ValueKind {
         text: String,
         truncated: bool,
     },
+    /// A string or []byte whose bytes are not valid UTF-8 (and that redaction left
+    /// alone): JSONL and OTLP show it lossily (U+FFFD for each invalid sequence, as
+    /// before), the table with `\xNN` for each byte that is not UTF-8.
+    Bytes {
+        bytes: Vec<u8>,
+        truncated: bool,
+    },
     /// An interface whose dynamic type has no known name (or, `nil`, a nil one where the
     /// capture could only tell nil from non-nil).
     Interface {
@@ -92,10 +99,17 @@ pub(super) fn float(w: u64, size: u8) -> ValueKind {
 
 /// Bytes as a string, redacted when `redact`.
 pub(super) fn text(bytes: &[u8], truncated: bool, redact: bool) -> ValueKind {
-    let text = String::from_utf8_lossy(bytes);
-    let text = match redact.then(|| redact::redact(&text, truncated)) {
+    let lossy = String::from_utf8_lossy(bytes);
+    let text = match redact.then(|| redact::redact(&lossy, truncated)) {
         Some(Cow::Owned(redacted)) => redacted,
-        _ => text.into_owned(),
+        // Not UTF-8: the bytes are kept for the table.
+        _ if matches!(lossy, Cow::Owned(_)) => {
+            return ValueKind::Bytes {
+                bytes: bytes.to_vec(),
+                truncated,
+            }
+        }
+        _ => lossy.into_owned(),
     };
     ValueKind::Str { text, truncated }
 }

@@ -32,6 +32,7 @@ fn value(out: &mut Vec<u8>, v: &ValueKind) {
         ValueKind::Str { text, .. } => string(out, text),
         // Listed in the record's "invalid" as well.
         ValueKind::Invalid => out.extend_from_slice(b"\"\""),
+        ValueKind::Bytes { bytes, .. } => string(out, &String::from_utf8_lossy(bytes)),
         ValueKind::Interface { nil: false } => out.extend_from_slice(b"\"non-nil\""),
         ValueKind::Interface { nil: true } | ValueKind::Null | ValueKind::Fault => {
             out.extend_from_slice(b"null")
@@ -100,6 +101,9 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
             matches!(
                 v.kind,
                 ValueKind::Str {
+                    truncated: true,
+                    ..
+                } | ValueKind::Bytes {
                     truncated: true,
                     ..
                 } | ValueKind::Array {

@@ -104,6 +104,7 @@ pub struct Finished {
 /// The running export stage.
 pub struct ExportHandle {
     output: oneshot::Receiver<writer::WriterEnd>,
+    closed: tokio::sync::watch::Receiver<bool>,
     otlp: Option<otlp::OtlpHandle>,
 }
 
@@ -124,11 +125,13 @@ pub fn start(
     };
     let (tx, rx) = mpsc::channel(opts.channel_batches.max(1));
     let (done_tx, done_rx) = oneshot::channel();
+    let (closed_tx, closed) = tokio::sync::watch::channel(false);
     let w = writer::Writer {
         format: opts.format,
         out,
         stats,
         otlp: sink,
+        closed: closed_tx,
     };
     std::thread::Builder::new()
         .name("gprobe-output".into())
@@ -140,12 +143,18 @@ pub fn start(
         tx,
         ExportHandle {
             output: done_rx,
+            closed,
             otlp,
         },
     ))
 }
 
 impl ExportHandle {
+    /// Turns true when the reader of the output went away (broken pipe).
+    pub fn output_closed(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.closed.clone()
+    }
+
     /// How full the OTLP span queue is, and was at most (`None` without OTLP).
     pub fn otlp_queue(&self) -> Option<otlp::QueueLevel> {
         self.otlp.as_ref().map(|o| o.level())

@@ -8,6 +8,7 @@ use crate::events::CallRecord;
 use crate::stats::{ProbeKey, Stats};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Write};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub(crate) struct Writer {
@@ -15,6 +16,8 @@ pub(crate) struct Writer {
     pub(crate) out: Box<dyn Write + Send>,
     pub(crate) stats: Stats,
     pub(crate) otlp: Option<OtlpSink>,
+    /// Turns true when the reader of the output went away (broken pipe).
+    pub(crate) closed: tokio::sync::watch::Sender<bool>,
 }
 
 /// How the output thread ended.
@@ -26,7 +29,7 @@ pub(crate) struct WriterEnd {
 
 struct State {
     buf: Vec<u8>,
-    table_header: bool,
+    table: table::Table,
     /// The reader of stdout went away: nothing more is written (OTLP goes on).
     closed: bool,
     first_error: Option<std::io::Error>,
@@ -41,16 +44,48 @@ impl Writer {
     pub(crate) fn run(mut self, mut rx: mpsc::Receiver<Vec<CallRecord>>) -> WriterEnd {
         let mut st = State {
             buf: Vec::with_capacity(256 << 10),
-            table_header: false,
+            table: table::Table::default(),
             closed: false,
             first_error: None,
             write_warn: LogLimiter::new(WARN_EVERY),
             queue_warn: LogLimiter::new(WARN_EVERY),
             dropped_unlogged: 0,
         };
-        while let Some(batch) = rx.blocking_recv() {
-            self.batch(batch, &mut st);
+        // Table rows wait a moment for calls that ended before them (table.rs): the
+        // thread then wakes when the oldest is due, with a timer of its own.
+        let timer = match self.format {
+            Format::Table => tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .ok(),
+            _ => None,
+        };
+        loop {
+            let due = st.table.next_due();
+            let next = match (&timer, due) {
+                (Some(rt), Some(due)) => {
+                    let wait = Duration::from_nanos(due.saturating_sub(unix_now_ns()));
+                    match rt.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
+                        Ok(b) => b,
+                        Err(_) => {
+                            self.write_table(Some(unix_now_ns()), &mut st);
+                            continue;
+                        }
+                    }
+                }
+                (None, Some(_)) => {
+                    // No timer: rows are written as they come, each batch in order.
+                    self.write_table(None, &mut st);
+                    rx.blocking_recv()
+                }
+                (_, None) => rx.blocking_recv(),
+            };
+            match next {
+                Some(batch) => self.batch(batch, &mut st),
+                None => break,
+            }
         }
+        self.write_table(None, &mut st);
         if !st.closed {
             if let Err(e) = self.out.flush() {
                 self.write_failed(e, &mut st);
@@ -74,21 +109,20 @@ impl Writer {
             // One write per batch: a batch is a natural flush point, so tailing readers see
             // calls within a poll period.
             st.buf.clear();
-            for rec in &batch {
-                match self.format {
-                    Format::Jsonl => jsonl::write_record(rec, &mut st.buf),
-                    Format::Table => {
-                        if !st.table_header {
-                            table::write_header(&mut st.buf);
-                            st.table_header = true;
-                        }
-                        table::write_row(rec, &mut st.buf)
+            match self.format {
+                Format::Jsonl => {
+                    for rec in &batch {
+                        jsonl::write_record(rec, &mut st.buf);
                     }
-                    Format::None => {}
                 }
+                // Written when due (`write_table`).
+                Format::Table => st.table.push(batch.clone(), unix_now_ns()),
+                Format::None => {}
             }
-            if let Err(e) = self.out.write_all(&st.buf).and_then(|()| self.out.flush()) {
-                self.write_failed(e, st);
+            if !st.buf.is_empty() {
+                if let Err(e) = self.out.write_all(&st.buf).and_then(|()| self.out.flush()) {
+                    self.write_failed(e, st);
+                }
             }
             if st.buf.capacity() > 4 << 20 {
                 // One huge batch must not pin its buffer for the rest of the run.
@@ -116,6 +150,21 @@ impl Writer {
         }
     }
 
+    /// Writes the table rows due at `now` (all with `None`).
+    fn write_table(&mut self, now: Option<u64>, st: &mut State) {
+        if st.closed || self.format != Format::Table {
+            return;
+        }
+        st.buf.clear();
+        st.table.write_due(now, &mut st.buf);
+        if st.buf.is_empty() {
+            return;
+        }
+        if let Err(e) = self.out.write_all(&st.buf).and_then(|()| self.out.flush()) {
+            self.write_failed(e, st);
+        }
+    }
+
     /// Adds the batch to the delivered counts, once per probe and pid.
     fn count(&self, batch: &[CallRecord]) {
         let mut counts: HashMap<(usize, u32), (&ProbeKey, u64)> = HashMap::new();
@@ -131,15 +180,17 @@ impl Writer {
 
     fn write_failed(&self, e: std::io::Error, st: &mut State) {
         if e.kind() == ErrorKind::BrokenPipe {
+            // Whoever read the output (`| head`) is done with it: not an error.
             st.closed = true;
-            tracing::warn!(
-                "the output was closed (broken pipe): calls are no longer written{}",
+            tracing::info!(
+                "the output was closed (its reader exited): calls are no longer written{}",
                 if self.otlp.is_some() {
                     " (OTLP export goes on)"
                 } else {
                     ""
                 }
             );
+            let _ = self.closed.send(true);
             return;
         }
         if let Some(suppressed) = st.write_warn.allow() {
@@ -150,4 +201,10 @@ impl Writer {
         }
         st.first_error.get_or_insert(e);
     }
+}
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }

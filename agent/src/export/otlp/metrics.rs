@@ -145,6 +145,7 @@ fn label_value(kind: &ValueKind) -> String {
         ValueKind::Float(f) => f.to_string(),
         ValueKind::Pointer(p) => format!("{p:#x}"),
         ValueKind::Str { text, .. } => text.to_string(),
+        ValueKind::Bytes { bytes, .. } => String::from_utf8_lossy(bytes).into_owned(),
         ValueKind::Interface { nil } => (if *nil { "nil" } else { "non-nil" }).to_string(),
         ValueKind::Null => "nil".to_string(),
         // A slice as its JSONL text: a label is one string.

@@ -111,6 +111,9 @@ fn push_values(
             ValueKind::Float(f) => KeyValue::new(key, *f),
             ValueKind::Pointer(p) => KeyValue::new(key, format!("{p:#x}")),
             ValueKind::Str { text, .. } => KeyValue::new(key, text.clone()),
+            ValueKind::Bytes { bytes, .. } => {
+                KeyValue::new(key, String::from_utf8_lossy(bytes).into_owned())
+            }
             ValueKind::Interface { nil } => {
                 KeyValue::new(key, if *nil { "nil" } else { "non-nil" })
             }
@@ -144,9 +147,12 @@ fn array(items: &[ValueKind]) -> opentelemetry::Value {
         });
         return Value::Array(Array::F64(v.collect()));
     }
-    if all(|v| matches!(v, ValueKind::Str { .. })) {
+    if all(|v| matches!(v, ValueKind::Str { .. } | ValueKind::Bytes { .. })) {
         let v = items.iter().map(|v| match v {
             ValueKind::Str { text, .. } => StringValue::from(text.clone()),
+            ValueKind::Bytes { bytes, .. } => {
+                StringValue::from(String::from_utf8_lossy(bytes).into_owned())
+            }
             _ => StringValue::from(""),
         });
         return Value::Array(Array::String(v.collect()));
