@@ -40,6 +40,8 @@ pub struct ProcessSummary {
     /// Every missed process; `missed` lists the latest of them.
     pub missed_total: u64,
     pub missed: Vec<MissedSummary>,
+    /// Process events (exec, fork, exit) lost from a full process ring buffer.
+    pub events_lost: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -129,6 +131,7 @@ impl Summary {
                         reason: m.reason,
                     })
                     .collect(),
+                events_lost: p.events_lost,
             },
             otlp: OtlpSummary {
                 spans_exported,
@@ -267,12 +270,19 @@ impl Summary {
             }
         }
         let pr = &self.processes;
-        if pr.matched > 0 || pr.missed_total > 0 {
+        if pr.matched > 0 || pr.missed_total > 0 || pr.events_lost > 0 {
             let _ = writeln!(
                 s,
                 "  processes: {} matched, {} traced, {} missed",
                 pr.matched, pr.traced, pr.missed_total
             );
+            if pr.events_lost > 0 {
+                let _ = writeln!(
+                    s,
+                    "    {} lost: the process ring buffer was full (processes that started meanwhile were looked for in /proc)",
+                    count(pr.events_lost, "process event", "process events")
+                );
+            }
             for m in pr.missed.iter().take(MISSED_SHOWN) {
                 let _ = writeln!(
                     s,
