@@ -373,3 +373,156 @@ fn a_crowd_of_new_processes_is_traced_from_their_first_calls() {
         );
     }
 }
+
+/// Creates a BPF hash map shaped as gprobe's map of held processes (pid -> gp_hold),
+/// holding `pid` as held at exec by the agent `agent`, and pins it at `path`. Raw bpf(2):
+/// an agent that died, as the kernel would keep its pin.
+fn pin_orphan_hold(path: &Path, pid: u32, agent: u32) {
+    fn bpf(cmd: libc::c_long, attr: &[u8]) -> i64 {
+        // SAFETY: a zero-initialized bpf_attr of the size passed; what it points to
+        // outlives the call.
+        unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_ptr(), attr.len() as u32) }
+    }
+    // BPF_MAP_CREATE: map_type, key_size, value_size, max_entries.
+    let mut attr = [0u8; 72];
+    for (i, w) in [1u32, 4, 24, 4096].iter().enumerate() {
+        attr[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+    }
+    let fd = bpf(0, &attr);
+    assert!(
+        fd >= 0,
+        "BPF_MAP_CREATE: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let since = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    // struct gp_hold: since_ns, holder, kind (1: at exec), ppid, pad.
+    let mut value = Vec::new();
+    value.extend_from_slice(&since.to_ne_bytes());
+    for w in [agent, 1, 0, 0] {
+        value.extend_from_slice(&w.to_ne_bytes());
+    }
+    let key = pid.to_ne_bytes();
+    // BPF_MAP_UPDATE_ELEM: map_fd, key, value, flags.
+    let mut attr = [0u8; 32];
+    attr[0..4].copy_from_slice(&(fd as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(key.as_ptr() as u64).to_ne_bytes());
+    attr[16..24].copy_from_slice(&(value.as_ptr() as u64).to_ne_bytes());
+    assert_eq!(bpf(2, &attr), 0, "{}", std::io::Error::last_os_error());
+    // BPF_OBJ_PIN: pathname, bpf_fd.
+    let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut attr = [0u8; 16];
+    attr[0..8].copy_from_slice(&(cpath.as_ptr() as u64).to_ne_bytes());
+    attr[8..12].copy_from_slice(&(fd as u32).to_ne_bytes());
+    assert_eq!(bpf(6, &attr), 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: closing the fd bpf(2) gave us; the pin keeps the map.
+    unsafe { libc::close(fd as i32) };
+}
+
+/// bpffs at /sys/fs/bpf for the test, mounted if nothing is (and unmounted at the end).
+struct Bpffs {
+    mounted: bool,
+}
+
+impl Bpffs {
+    fn ensure() -> Bpffs {
+        let is_bpffs = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.get(4) == Some(&"/sys/fs/bpf") && l.contains(" - bpf ")
+            });
+        if is_bpffs {
+            return Bpffs { mounted: false };
+        }
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let (src, dst, ty) = (c("gprobe-test"), c("/sys/fs/bpf"), c("bpf"));
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let r =
+            unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), ty.as_ptr(), 0, std::ptr::null()) };
+        assert_eq!(r, 0, "mount bpffs: {}", std::io::Error::last_os_error());
+        Bpffs { mounted: true }
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = std::fs::remove_dir("/sys/fs/bpf/gprobe");
+            let dst = std::ffi::CString::new("/sys/fs/bpf").unwrap();
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// A process that an agent which died left held (stopped, in its pinned map of holds):
+/// a new gprobe takes it over, attaches to it, then resumes it, so its first call after
+/// the hold is traced; the old pin is removed.
+#[test]
+fn a_new_gprobe_takes_over_the_holds_an_agent_that_died_left() {
+    if !can_trace("orphan holds") {
+        return;
+    }
+    let bin = crowd();
+    let spec = crowd_spec("orphans", &bin);
+    let _guard = serial();
+    let _bpffs = Bpffs::ensure();
+    let mut kids = Kids::default();
+    // Its first calls come after 500 ms; it is stopped well before, as a hold would.
+    let pid = kids.spawn(
+        Command::new(&bin)
+            .args(["-calls", "0", "-rate", "20", "-delay", "500ms"])
+            .stdout(Stdio::null()),
+    );
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == bin)
+    }));
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    assert!(wait_until(Duration::from_secs(5), || stopped(pid)));
+    std::fs::create_dir_all("/sys/fs/bpf/gprobe").unwrap();
+    // No process has pid_max + 7: its agent has ended.
+    let pin = PathBuf::from("/sys/fs/bpf/gprobe/held_4194311_1");
+    pin_orphan_hold(&pin, pid, 4_194_311);
+    // Longer than its delay: when resumed, it calls at once.
+    std::thread::sleep(Duration::from_millis(600));
+
+    let g = Gprobe::cmd(&spec).summary_file().start();
+    g.wait_for_stderr(
+        |s| s.contains(&format!("pid {pid})")),
+        Duration::from_secs(30),
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !stopped(pid)),
+        "still stopped"
+    );
+    assert!(!pin.exists(), "the ended agent's pin is removed");
+    let first_calls = wait_until(Duration::from_secs(10), || {
+        g.stdout_now()
+            .lines()
+            .filter(|l| l.contains("\"main.f1\""))
+            .count()
+            >= 3
+    });
+    let run = g.stop();
+    drop(kids);
+    assert!(first_calls, "{}", run.stderr);
+    assert!(run.stderr.contains("takes them over"), "{}", run.stderr);
+    let mut f1: Vec<i64> = run
+        .records_of("main.f1")
+        .iter()
+        .filter(|r| r["pid"] == pid)
+        .map(|r| r["args"]["i"].as_i64().unwrap())
+        .collect();
+    f1.sort();
+    assert_eq!(f1.first(), Some(&0), "attached before it was resumed");
+    let s = run.summary();
+    assert_eq!((s.processes.matched, s.processes.traced), (1, 1));
+}

@@ -106,12 +106,10 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let waiting = attached == 0 && first_error.is_none() && self.has_library_probes(pid);
         if let Some(h) = hold {
             self.tracer.resume(pid, h);
-            if let Origin::Exec { at, .. } | Origin::Fork { at, .. } = origin {
-                tracing::debug!(
-                    "pid {pid} resumed {} µs after its event arrived",
-                    at.elapsed().as_micros()
-                );
-            }
+            tracing::debug!(
+                "pid {pid} resumed after a hold of {} µs",
+                super::monotonic_ns().saturating_sub(h.since_ns) / 1000
+            );
         }
         // Held since before its first instruction, and not let go by the deadline: none of
         // its calls can have come before its probes.

@@ -29,10 +29,13 @@ func f5(i int64) int64 { return i + 5 }
 func main() {
 	calls := flag.Int64("calls", 100, "rounds of calls (one call of each function a round); 0: until killed")
 	rate := flag.Float64("rate", 50, "rounds a second")
+	delay := flag.Duration("delay", 0, "pause before the first round")
 	flag.Parse()
+	time.Sleep(*delay)
 	var made [5]int64
 	every := time.Duration(float64(time.Second) / *rate)
-	// The first round comes at once: the process's first instructions call the probes.
+	// Without -delay the first round comes at once: the process's first instructions
+	// call the probes.
 	for i := int64(0); *calls == 0 || i < *calls; i++ {
 		made[0] += f1(i) - i
 		made[1] += (f2(i) - i) / 2
