@@ -391,6 +391,7 @@ mod tests {
         for _ in 0..24 {
             st.process_traced(&[]);
         }
+        st.set_process_events_lost(3);
         for pid in 4711..4718 {
             st.process_missed(
                 &[],
@@ -456,6 +457,7 @@ mod tests {
         assert_eq!(v["processes"]["matched"], 31);
         assert_eq!(v["processes"]["traced"], 24);
         assert_eq!(v["processes"]["missed_total"], 7);
+        assert_eq!(v["processes"]["events_lost"], 3);
         assert_eq!(
             v["processes"]["missed"][0],
             serde_json::json!({"pid": 4711, "executable": "/app/shop", "reason": "exited before attach"})
@@ -491,6 +493,7 @@ mod tests {
         has("  http-client-urls / net/http.(*Client).Get: 812 calls delivered, 0 lost, 0 throttled\n");
         has("  shop / main.handleOrder: 0 calls delivered, 0 lost, 0 throttled\n    failed: not attached: symbol main.handleOrder not found in /app/shop\n");
         has("  processes: 31 matched, 24 traced, 7 missed\n");
+        has("    3 process events lost: the process ring buffer was full");
         has("    missed pid 4711 (/app/shop): exited before attach\n");
         has("    and 2 more missed");
         assert!(
