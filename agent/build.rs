@@ -62,7 +62,9 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "too_deep",
         ],
     ),
-    ("gp_control", &["holds_until_ns"]),
+    ("gp_control", &["holds_until_ns", "agent"]),
+    ("gp_hold", &["since_ns", "holder", "kind", "ppid"]),
+    ("gp_proc_stats", &["lost", "hold_failed", "released"]),
     ("gp_span_key", &["goroutine", "tgid"]),
     (
         "gp_span_ctx",
@@ -77,7 +79,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ),
     (
         "gp_proc_event",
-        &["kind", "pid", "flags", "ino", "filename"],
+        &["kind", "pid", "ppid", "hold", "ino", "filename"],
     ),
 ];
 
@@ -121,7 +123,6 @@ fn main() -> Result<()> {
         .join("agent-ebpf");
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let include = ebpf.join("include");
-    let src = ebpf.join("src/gprobe.bpf.c");
     println!("cargo:rerun-if-changed={}", ebpf.display());
     println!("cargo:rerun-if-env-changed=CLANG");
     let clang = clang()?;
@@ -129,27 +130,30 @@ fn main() -> Result<()> {
     if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
         bail!("bpf/bpf_helpers.h was not found: install it with `apt-get install libbpf-dev` (or run scripts/setup.sh)");
     }
-    run(
-        Command::new(&clang)
-            .args([
-                "-O2",
-                "-g",
-                "-target",
-                "bpf",
-                "-mcpu=v3",
-                "-D__TARGET_ARCH_x86",
-                "-Wall",
-                "-Werror",
-            ])
-            .arg("-I")
-            .arg(&include)
-            .arg("-I/usr/include/x86_64-linux-gnu")
-            .arg("-c")
-            .arg(&src)
-            .arg("-o")
-            .arg(out.join("gprobe.bpf.o")),
-        "clang (BPF programs)",
-    )?;
+    // The uprobe programs (loaded by aya) and the process hooks (loaded by attach/hooks.rs).
+    for name in ["gprobe", "procs"] {
+        run(
+            Command::new(&clang)
+                .args([
+                    "-O2",
+                    "-g",
+                    "-target",
+                    "bpf",
+                    "-mcpu=v3",
+                    "-D__TARGET_ARCH_x86",
+                    "-Wall",
+                    "-Werror",
+                ])
+                .arg("-I")
+                .arg(&include)
+                .arg("-I/usr/include/x86_64-linux-gnu")
+                .arg("-c")
+                .arg(ebpf.join(format!("src/{name}.bpf.c")))
+                .arg("-o")
+                .arg(out.join(format!("{name}.bpf.o"))),
+            "clang (BPF programs)",
+        )?;
+    }
 
     // Layout probe: a host program printing each struct's size and field offsets.
     let mut c = String::from(
@@ -197,6 +201,10 @@ fn main() -> Result<()> {
         "GP_EF_STR",
         "GP_EF_IFACE",
         "GP_EF_WORD",
+        "GP_HOLD_EXEC",
+        "GP_HOLD_FORK",
+        "GP_HOLD_LOADER",
+        "GP_PROC_EVENT_HEAD",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

@@ -46,12 +46,11 @@ enum gp_event_kind {
 	GP_EV_RETURN = 2,
 	GP_EV_EXEC = 3,
 	GP_EV_EXIT = 4,
-	GP_EV_LOADER = 5, /* proc_events: a held process changed its list of libraries */
-	GP_EV_FORK = 6,
+	GP_EV_LOADER = 5, /* proc_events: a process changed its list of libraries */
+	GP_EV_FORK = 6,   /* proc_events: a process forked a new one (pid: the child) */
 	/* A flag in gp_event.kind: a record of this CPU could not be written just before this
 	 * one (the ring was full), so a RETURN may be missing: the reader's nesting restarts. */
-	GP_EV_AFTER_LOSS = 0x8000,   /* proc_events: a process forked a new one (pid: the child; flags: the
-			   * parent's pid) */
+	GP_EV_AFTER_LOSS = 0x8000,
 };
 
 /* What a capture reads, and the bytes of its value in a record. agent/src/attach/abi.rs
@@ -267,25 +266,51 @@ struct gp_rate {
 	__u64 count;
 };
 
-/* What the agent tells the exec tracepoint. */
+/* What the agent tells the process hooks (map `control`). */
 struct gp_control {
-	/* Hold (SIGSTOP) a candidate process at exec only before this time: the agent pushes
-	 * it forward while it runs, so a stopped or dead agent holds nothing. */
+	/* Hold (SIGSTOP) a process only before this time: the agent pushes it forward while it
+	 * runs, so a stopped or stuck agent holds nothing new. */
 	__u64 holds_until_ns;
+	/* The agent's tgid: the hooks hold only while this process lives, and the exit hook
+	 * resumes every held process when it dies. 0: hold nothing. */
+	__u32 agent;
+	__u32 _pad;
 };
 
-/* Flags of an exec event. */
-#define GP_EXEC_HELD 1 /* the process was stopped (SIGSTOP) at exec; the agent resumes it */
+/* Why a process is held. */
+#define GP_HOLD_EXEC 1   /* stopped at exec, before its first instruction */
+#define GP_HOLD_FORK 2   /* a child of a traced process, stopped before its first instruction */
+#define GP_HOLD_LOADER 3 /* stopped in its dynamic loader's _dl_debug_state */
 
-/* Records of the process ring buffer (exec / exit of any process on the host). An exit
- * record is only the first 8 bytes. */
-struct gp_proc_event {
-	__u32 kind; /* GP_EV_EXEC or GP_EV_EXIT */
-	__u32 pid;
-	__u32 flags;
+/* A held process (map `held`, by pid). */
+struct gp_hold {
+	__u64 since_ns; /* bpf_ktime_get_ns() when it was held: names this hold */
+	__u32 holder;   /* the tgid of the agent that holds it */
+	__u32 kind;     /* GP_HOLD_* */
+	__u32 ppid;     /* GP_HOLD_FORK: the parent */
 	__u32 _pad;
-	__u64 ino;                  /* inode number of the executed file */
-	char filename[GP_PATH_MAX]; /* the path given to execve (may be relative) */
+};
+
+/* Records of the process ring buffer (exec, fork and exit of any process on the host; the
+ * dynamic loader hook of traced ones). Only exec records are whole: the others are the
+ * first GP_PROC_EVENT_HEAD bytes. */
+struct gp_proc_event {
+	__u32 kind;  /* GP_EV_EXEC, GP_EV_EXIT, GP_EV_FORK or GP_EV_LOADER */
+	__u32 pid;
+	__u32 ppid;  /* GP_EV_FORK: the parent */
+	__u32 _pad;
+	__u64 hold;  /* the process is held: its gp_hold.since_ns; 0: it is not */
+	__u64 ino;                  /* EXEC: inode number of the executed file */
+	char filename[GP_PATH_MAX]; /* EXEC: the path given to execve (may be relative) */
+};
+
+#define GP_PROC_EVENT_HEAD 24
+
+/* Counters of the process hooks (per CPU). */
+struct gp_proc_stats {
+	__u64 lost;        /* process events that found the ring buffer full */
+	__u64 hold_failed; /* holds the kernel refused (the stop signal could not be sent) */
+	__u64 released;    /* held processes the exit hook resumed because the agent died */
 };
 
 #endif

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-/* gprobe's BPF programs: one generic uprobe program for every probe (configured through
- * the `probes` map, selected by the attach cookie) and two BTF tracepoints that report
- * exec and exit so the agent can attach to new processes and forget old ones.
+/* gprobe's uprobe programs: one generic uprobe program for every probe (configured through
+ * the `probes` map, selected by the attach cookie). The process hooks (exec, fork, exit)
+ * are in procs.bpf.c; the maps they share with this object are in procmaps.h.
  *
  * Uprobes are attached per process (perf events with a pid): the kernel inserts their
  * breakpoints only into the processes the agent selected, so this program needs no pid
@@ -12,49 +12,16 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-#define SIGSTOP 19
-
 /* struct pt_regs on x86_64, as the kernel passes it to uprobe programs. */
 struct x86_regs {
 	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
 	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
 
-/* The kernel structures the exec tracepoint reads, reduced to the fields it uses; CO-RE
- * relocations (preserve_access_index) place them at this kernel's offsets. */
-struct qstr {
-	union {
-		struct {
-			__u32 hash;
-			__u32 len;
-		};
-		__u64 hash_len;
-	};
-	const unsigned char *name;
-} __attribute__((preserve_access_index));
-
-struct inode {
-	unsigned long i_ino;
-} __attribute__((preserve_access_index));
-
-struct file {
-	struct inode *f_inode;
-} __attribute__((preserve_access_index));
-
-struct linux_binprm {
-	struct file *file;
-	const char *filename;
-} __attribute__((preserve_access_index));
-
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20); /* the agent sets it before load (--ring-buffer-size) */
 } events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20);
-} proc_events SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -85,38 +52,7 @@ struct {
 	__type(value, struct gp_inflight);
 } inflight SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gp_control);
-} control SEC(".maps");
-
-/* Exec candidates: processes whose executable has one of these inode numbers, or whose
- * name (comm, the executed path's last component) is one of these, are held at exec until
- * the agent has attached to them. The agent decides whether they are selected. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u64);
-	__type(value, __u8);
-} watch_ino SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, char[GP_COMM_LEN]);
-	__type(value, __u8);
-} watch_comm SEC(".maps");
-
-/* Processes stopped at exec, by pid, with the time: the agent resumes each when it has
- * attached, and any it never heard of (a lost event) after a timeout. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u64);
-} held SEC(".maps");
+#include "procmaps.h"
 
 /* Error types of the Go binaries probed: see struct gp_err_type. The agent adds a table's
  * entries when a probe with an error capture is added; a table is named by its contents,
@@ -156,13 +92,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct scratch);
 } scratch SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct gp_proc_event);
-} proc_scratch SEC(".maps");
 
 /* Wake the reader only once about this much data was written on one CPU; it also polls on
  * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
@@ -332,22 +261,18 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 /* The dynamic loader is about to change, or has changed, the process's list of objects
  * (dlopen, dlclose, and the libraries of its start): stop the process until the agent has
  * attached the probes of any library that came, so their first calls are seen. A process
- * whose event is lost is resumed by the agent's hold timeout. */
+ * whose event is lost is found in the `held` map by the agent. */
 static __always_inline int loader_hit(void)
 {
-	struct {
-		__u32 kind;
-		__u32 pid;
-		__u32 flags;
-	} ev = { .kind = GP_EV_LOADER, .pid = bpf_get_current_pid_tgid() >> 32 };
+	struct gp_proc_event ev = {
+		.kind = GP_EV_LOADER,
+		.pid = bpf_get_current_pid_tgid() >> 32,
+	};
 	__u64 now = bpf_ktime_get_ns();
-	if (bpf_map_update_elem(&held, &ev.pid, &now, BPF_ANY) == 0) {
-		if (bpf_send_signal(SIGSTOP) == 0)
-			ev.flags = GP_EXEC_HELD;
-		else
-			bpf_map_delete_elem(&held, &ev.pid);
-	}
-	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
+	struct gp_control *ctl = control_of();
+	if (ctl && lease_fresh(ctl, now))
+		ev.hold = hold_current(ctl, ev.pid, GP_HOLD_LOADER, now);
+	proc_output(&ev, GP_PROC_EVENT_HEAD);
 	return 0;
 }
 
@@ -475,89 +400,6 @@ int gprobe_uprobe(struct x86_regs *r)
 		in->call_id[d] = h.call_id;
 		in->depth = d + 1;
 	}
-	return 0;
-}
-
-/* Whether a process that just exec'd is one the agent may want: then it is stopped before
- * its first instruction, and the agent attaches before resuming it. */
-static __always_inline int exec_candidate(__u64 ino, const char *comm)
-{
-	__u32 zero = 0;
-	struct gp_control *ctl = bpf_map_lookup_elem(&control, &zero);
-	if (!ctl || bpf_ktime_get_ns() >= ctl->holds_until_ns)
-		return 0;
-	return bpf_map_lookup_elem(&watch_ino, &ino) || bpf_map_lookup_elem(&watch_comm, comm);
-}
-
-SEC("tp_btf/sched_process_exec")
-int gprobe_exec(unsigned long long *ctx)
-{
-	struct linux_binprm *bprm = (struct linux_binprm *)ctx[2];
-	__u32 zero = 0;
-	struct gp_proc_event *ev = bpf_map_lookup_elem(&proc_scratch, &zero);
-	if (!ev)
-		return 0;
-	ev->kind = GP_EV_EXEC;
-	ev->pid = bpf_get_current_pid_tgid() >> 32;
-	ev->flags = 0;
-	ev->_pad = 0;
-	ev->ino = bprm->file->f_inode->i_ino;
-	ev->filename[0] = 0;
-	bpf_probe_read_kernel_str(ev->filename, sizeof(ev->filename), bprm->filename);
-	char comm[GP_COMM_LEN] = {};
-	bpf_get_current_comm(comm, sizeof(comm));
-	if (exec_candidate(ev->ino, comm)) {
-		__u64 now = bpf_ktime_get_ns();
-		/* Recorded first: a hold the agent does not know of is one it cannot undo. */
-		if (bpf_map_update_elem(&held, &ev->pid, &now, BPF_ANY) == 0) {
-			if (bpf_send_signal(SIGSTOP) == 0)
-				ev->flags |= GP_EXEC_HELD;
-			else
-				bpf_map_delete_elem(&held, &ev->pid);
-		}
-	}
-	bpf_ringbuf_output(&proc_events, ev, sizeof(*ev), 0);
-	return 0;
-}
-
-struct task_struct {
-	int pid;
-	int tgid;
-	void *mm;
-} __attribute__((preserve_access_index));
-
-/* A process forked (not a thread): the agent attaches to the child of a traced process,
- * which runs the same program (postgres backends, nginx workers) and which the kernel's
- * per-process uprobes do not cover. */
-SEC("tp_btf/sched_process_fork")
-int gprobe_fork(unsigned long long *ctx)
-{
-	struct task_struct *parent = (struct task_struct *)ctx[0];
-	struct task_struct *child = (struct task_struct *)ctx[1];
-	if (child->pid != child->tgid)
-		return 0; /* a thread */
-	if (child->mm == parent->mm)
-		return 0; /* vfork (posix_spawn, os/exec): it runs no code of its own until it execs */
-	struct {
-		__u32 kind;
-		__u32 pid;
-		__u32 ppid;
-	} ev = { .kind = GP_EV_FORK, .pid = child->tgid, .ppid = parent->tgid };
-	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exit")
-int gprobe_exit(void *ctx)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)pid_tgid != (__u32)(pid_tgid >> 32))
-		return 0; /* a thread, not the process */
-	struct {
-		__u32 kind;
-		__u32 pid;
-	} ev = { .kind = GP_EV_EXIT, .pid = pid_tgid >> 32 };
-	bpf_ringbuf_output(&proc_events, &ev, sizeof(ev), 0);
 	return 0;
 }
 

@@ -4,7 +4,7 @@
 use crate::attach::{BpfTracer, LoadError, LoadOptions};
 use crate::discover::{self, ProcEvent};
 use crate::engine::driver::{self, EngineHandle, Input};
-use crate::engine::{Engine, EngineOptions, Mode, SpecRejected};
+use crate::engine::{Engine, EngineOptions, Hold, Mode, SpecRejected};
 use crate::events::reader::{self, Processor, ReaderStats, Registry};
 use crate::events::Clock;
 use crate::export::otlp::OtlpConfig;
@@ -90,24 +90,26 @@ impl Pipeline {
         let (in_tx, in_rx) = std::sync::mpsc::channel();
         let feed = in_tx.clone();
         let watcher_task = tokio::spawn(discover::watch_processes(rings.procs, move |ev| {
+            let hold = |h: Option<u64>| h.map(Hold::new);
             let input = match ev {
                 ProcEvent::Exec {
                     pid,
-                    held,
+                    hold: h,
                     filename,
                     ino,
                 } => Input::Exec {
                     pid,
-                    held,
+                    hold: hold(h),
                     filename,
                     ino,
                     at: Instant::now(),
                 },
                 ProcEvent::Exit(pid) => Input::Exit { pid },
-                ProcEvent::Loader { pid, held } => Input::Loader { pid, held },
-                ProcEvent::Fork { pid, ppid } => Input::Fork {
+                ProcEvent::Loader { pid, hold: h } => Input::Loader { pid, hold: hold(h) },
+                ProcEvent::Fork { pid, ppid, hold: h } => Input::Fork {
                     pid,
                     ppid,
+                    hold: hold(h),
                     at: Instant::now(),
                 },
             };

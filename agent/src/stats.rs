@@ -91,6 +91,9 @@ pub struct ProcessStats {
     /// keeps the latest [`MAX_MISSED_LISTED`].
     pub missed_total: u64,
     pub missed: VecDeque<Missed>,
+    /// Process events (exec, fork, exit) that found the process ring buffer full: the
+    /// processes they announced are looked for by a rescan (and counted missed).
+    pub events_lost: u64,
 }
 
 #[derive(Debug, Default)]
@@ -255,6 +258,11 @@ impl Stats {
 
     pub fn processes(&self) -> ProcessStats {
         lock(&self.0.processes).clone()
+    }
+
+    /// The process events lost so far (a total: it only grows).
+    pub fn set_process_events_lost(&self, n: u64) {
+        lock(&self.0.processes).events_lost = n;
     }
 
     /// The processes one spec selected (`ProbeKey::spec` names it).

@@ -236,6 +236,28 @@ impl Gprobe {
         }
     }
 
+    /// Sends SIGKILL (by pid): gprobe ends without its stop, as an OOM kill or a crash
+    /// ends it. [`Gprobe::wait_exit`] reaps it.
+    pub fn kill(&self) {
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGKILL) };
+    }
+
+    /// Waits until gprobe has exited and reaps it; false if it still runs after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let child = self.child.as_mut().expect("running");
+        let t0 = Instant::now();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            if t0.elapsed() > timeout {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Sends SIGINT (by pid) and collects the output.
     pub fn stop(mut self) -> Run {
         let mut child = self.child.take().unwrap();

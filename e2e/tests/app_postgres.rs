@@ -270,8 +270,8 @@ fn logged_and_traced(
     (logged, traced)
 }
 
-/// A backend forked (without exec) by the postmaster after gprobe started: gprobe attaches
-/// to it when its fork is reported; every query after that is traced.
+/// A backend forked (without exec) by the postmaster after gprobe started: held at fork
+/// until gprobe has attached to it, so every query it runs is traced, the first included.
 #[test]
 fn query_start_of_backends_forked_after_gprobe_started() {
     let Some((uid, gid)) = setup("postgres fork") else {
@@ -283,11 +283,6 @@ fn query_start_of_backends_forked_after_gprobe_started() {
     let pg = Postgres::start(uid, gid);
     let mut psql = Psql::connect(pg.socket_dir());
     let backend: u32 = psql.query("select pg_backend_pid();").parse().unwrap();
-    // A forked process cannot be held: wait for the attach its fork brought, not a time.
-    g.wait_for_stderr(
-        |s| s.contains(&format!("pid {backend})")),
-        Duration::from_secs(30),
-    );
     let sent = queries();
     for q in &sent {
         psql.query(q);
@@ -296,15 +291,73 @@ fn query_start_of_backends_forked_after_gprobe_started() {
     let run = g.stop();
     assert!(run.status.success(), "{}", run.stderr);
     let (logged, traced) = logged_and_traced(&pg, &run, backend, &sent);
-    // Every query after the attach, exactly; the first one too when the attach came first.
-    let after_attach = if traced.len() == logged.len() {
-        &traced[1..]
-    } else {
-        &traced[..]
+    assert_eq!(traced, logged, "stderr:\n{}", run.stderr);
+    let missed = run.summary().processes.missed;
+    assert!(
+        missed.iter().all(|m| m.pid != backend),
+        "the backend is listed as missed: {missed:?}"
+    );
+}
+
+/// 30 sessions, each served by a new backend (a fork of the postmaster) whose first query
+/// comes at once: each backend is held at fork until its probe is attached, so every first
+/// query is traced, in the backend the server's statement log names.
+#[test]
+fn the_first_query_of_every_new_backend_is_traced() {
+    let Some((uid, gid)) = setup("postgres first queries") else {
+        return;
     };
-    assert_eq!(after_attach, &logged[1..], "stderr:\n{}", run.stderr);
-    assert!(traced.len() == logged.len() || traced.len() + 1 == logged.len());
-    if traced.len() == logged.len() {
-        assert_eq!(traced[0], logged[0]);
+    let _guard = serial();
+    let g = Gprobe::cmd(&spec()).summary_file().start();
+    let pg = Postgres::start(uid, gid);
+    let mut sent = Vec::new();
+    for i in 0..30 {
+        let q = format!("select 'first query {i}';");
+        let out = Command::new("psql")
+            .arg("-h")
+            .arg(pg.socket_dir())
+            .args([
+                "-U", "postgres", "-d", "postgres", "-X", "-A", "-t", "-q", "-c",
+            ])
+            .arg(&q)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            format!("first query {i}")
+        );
+        sent.push(q);
     }
+    let run = g.stop();
+    assert!(run.status.success(), "{}", run.stderr);
+    // The backend that ran each query, from the server's log.
+    let log = pg.log();
+    let ran: std::collections::BTreeMap<&str, u64> = log
+        .lines()
+        .filter_map(|l| l.split_once(" LOG:  statement: "))
+        .filter(|(_, q)| sent.iter().any(|s| s == q))
+        .map(|(pid, q)| (q, pid.parse().unwrap()))
+        .collect();
+    assert_eq!(ran.len(), 30, "the server's statement log:\n{log}");
+    let traced: std::collections::BTreeSet<(u64, String)> = run
+        .records_of(PROBE)
+        .into_iter()
+        .map(|r| {
+            (
+                r["pid"].as_u64().unwrap(),
+                r["args"]["query"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let got = ran
+        .iter()
+        .filter(|(q, pid)| traced.contains(&(**pid, q.to_string())))
+        .count();
+    eprintln!("first queries of 30 new backends traced: {got}");
+    assert_eq!(got, 30, "stderr:\n{}", run.stderr);
 }

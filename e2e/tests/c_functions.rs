@@ -355,7 +355,8 @@ fn children_forked_by_a_traced_process_are_traced_too() {
             forked.push(pid.to_string());
         }
     }
-    // Each child waits for its go-ahead until gprobe has attached to it.
+    // Each child waits for its go-ahead; it prints its pid only once it runs, after gprobe
+    // has attached to it.
     for pid in &forked {
         g.wait_for_stderr(
             |s| s.contains(&format!("pid {pid})")),
@@ -382,14 +383,9 @@ fn children_forked_by_a_traced_process_are_traced_too() {
             .collect(),
     );
     assert_eq!(got, want);
-    // The children ran code before gprobe attached (a forked process cannot be held):
-    // listed as missed, with the reason.
-    let missed = run.summary().processes.missed;
-    for pid in &forked {
-        let m = missed
-            .iter()
-            .find(|m| m.pid.to_string() == *pid)
-            .unwrap_or_else(|| panic!("pid {pid} not listed: {missed:?}"));
-        assert!(m.reason.contains("forked"), "{m:?}");
-    }
+    // Each child was held at fork until its probes were attached: traced from its first
+    // call, not missed.
+    let s = run.summary();
+    assert!(s.processes.missed.is_empty(), "{:?}", s.processes.missed);
+    assert_eq!((s.processes.matched, s.processes.traced), (4, 4));
 }

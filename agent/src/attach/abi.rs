@@ -136,7 +136,13 @@ pub mod reg {
     pub const R15: u8 = 15;
 }
 
-pub const EXEC_HELD: u32 = 1;
+/// Why a process is held (`GpHold::kind`): stopped at exec, a traced process's child
+/// stopped at fork, or stopped in its dynamic loader.
+pub const HOLD_EXEC: u32 = c::GP_HOLD_EXEC as u32;
+pub const HOLD_FORK: u32 = c::GP_HOLD_FORK as u32;
+pub const HOLD_LOADER: u32 = c::GP_HOLD_LOADER as u32;
+/// Bytes of an exit, fork or loader record of the process ring (exec records are whole).
+pub const PROC_EVENT_HEAD: usize = c::GP_PROC_EVENT_HEAD;
 
 pub const VAL_TRUNCATED: u8 = 1;
 pub const VAL_FAULT: u8 = 2;
@@ -368,7 +374,26 @@ pub struct GpStats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpControl {
+    /// Hold nothing from this time (CLOCK_MONOTONIC ns): the lease the agent renews.
     pub holds_until_ns: u64,
+    /// The agent's tgid: processes are held only while it lives (0: none).
+    pub agent: u32,
+    pub _pad: u32,
+}
+
+/// A held process (map `held`, keyed by pid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpHold {
+    /// When it was held (CLOCK_MONOTONIC ns): names the hold.
+    pub since_ns: u64,
+    /// The tgid of the agent that holds it.
+    pub holder: u32,
+    /// `HOLD_*`.
+    pub kind: u32,
+    /// `HOLD_FORK`: the parent.
+    pub ppid: u32,
+    pub _pad: u32,
 }
 
 #[repr(C)]
@@ -376,16 +401,28 @@ pub struct GpControl {
 pub struct GpProcEvent {
     pub kind: u32,
     pub pid: u32,
-    pub flags: u32,
+    pub ppid: u32,
     pub _pad: u32,
+    pub hold: u64,
     pub ino: u64,
     pub filename: [u8; GP_PATH_MAX],
+}
+
+/// Counters of the process hooks, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpProcStats {
+    pub lost: u64,
+    pub hold_failed: u64,
+    pub released: u64,
 }
 
 // SAFETY: plain-old-data repr(C) structs without padding-dependent invariants.
 unsafe impl aya::Pod for GpProbeCfg {}
 unsafe impl aya::Pod for GpStats {}
 unsafe impl aya::Pod for GpControl {}
+unsafe impl aya::Pod for GpHold {}
+unsafe impl aya::Pod for GpProcStats {}
 unsafe impl aya::Pod for GpSpanKey {}
 unsafe impl aya::Pod for GpSpanCtx {}
 unsafe impl aya::Pod for GpErrKey {}
@@ -420,9 +457,16 @@ check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => O
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
     lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
     too_deep => OFFSETOF_GP_STATS_TOO_DEEP);
-check_layout!(GpControl, SIZEOF_GP_CONTROL, holds_until_ns => OFFSETOF_GP_CONTROL_HOLDS_UNTIL_NS);
+check_layout!(GpControl, SIZEOF_GP_CONTROL, holds_until_ns => OFFSETOF_GP_CONTROL_HOLDS_UNTIL_NS,
+    agent => OFFSETOF_GP_CONTROL_AGENT);
+check_layout!(GpHold, SIZEOF_GP_HOLD, since_ns => OFFSETOF_GP_HOLD_SINCE_NS, holder => OFFSETOF_GP_HOLD_HOLDER,
+    kind => OFFSETOF_GP_HOLD_KIND, ppid => OFFSETOF_GP_HOLD_PPID);
+check_layout!(GpProcStats, SIZEOF_GP_PROC_STATS, lost => OFFSETOF_GP_PROC_STATS_LOST,
+    hold_failed => OFFSETOF_GP_PROC_STATS_HOLD_FAILED, released => OFFSETOF_GP_PROC_STATS_RELEASED);
 check_layout!(GpProcEvent, SIZEOF_GP_PROC_EVENT, kind => OFFSETOF_GP_PROC_EVENT_KIND, pid => OFFSETOF_GP_PROC_EVENT_PID,
-    flags => OFFSETOF_GP_PROC_EVENT_FLAGS, ino => OFFSETOF_GP_PROC_EVENT_INO, filename => OFFSETOF_GP_PROC_EVENT_FILENAME);
+    ppid => OFFSETOF_GP_PROC_EVENT_PPID, hold => OFFSETOF_GP_PROC_EVENT_HOLD, ino => OFFSETOF_GP_PROC_EVENT_INO,
+    filename => OFFSETOF_GP_PROC_EVENT_FILENAME);
+const _: () = assert!(std::mem::offset_of!(GpProcEvent, ino) == PROC_EVENT_HEAD);
 
 /// Reads the fixed header of an event record. `None` when the record is too short.
 pub fn read_event(buf: &[u8]) -> Option<GpEvent> {

@@ -5,16 +5,19 @@
 
 pub mod abi;
 pub mod detach;
+pub mod hooks;
 pub mod multi;
 pub mod perf;
+pub mod pins;
 
+use crate::engine::tracer::{Held, Hold, HoldKind, ProcCounts};
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
 use crate::plan::ProbePlan;
 use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
-use abi::{GpControl, GpProbeCfg, GpStats, GP_COMM_LEN, GP_MAX_PROBES};
+use abi::{GpControl, GpHold, GpProbeCfg, GpProcStats, GpStats, GP_COMM_LEN, GP_MAX_PROBES};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, UProbe};
+use aya::programs::UProbe;
 use aya::{Btf, Ebpf, EbpfLoader};
 use detach::DetachPool;
 use multi::MultiProgram;
@@ -27,6 +30,8 @@ use std::time::Instant;
 use thiserror::Error;
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
+/// The process hooks (exec, fork, exit), loaded by [`hooks`].
+static PROCS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs.bpf.o"));
 
 const UPROBE_PROG: &str = "gprobe_uprobe";
 const PROPAGATE_PROG: &str = "gprobe_propagate";
@@ -52,6 +57,8 @@ pub enum LoadError {
     },
     #[error("counting possible CPUs failed: {0}")]
     Cpus(#[source] std::io::Error),
+    #[error(transparent)]
+    Hooks(#[from] hooks::HookError),
 }
 
 /// Options fixed when the BPF object is loaded.
@@ -102,9 +109,17 @@ pub struct BpfTracer {
     control: Array<MapData, GpControl>,
     watch_ino: BpfHashMap<MapData, u64, u8>,
     watch_comm: BpfHashMap<MapData, [u8; GP_COMM_LEN], u8>,
-    held: BpfHashMap<MapData, u32, u64>,
+    held: BpfHashMap<MapData, u32, GpHold>,
     /// The layouts of error captures' types (resolve/go/types/errtable.rs), by table.
     errtypes: BpfHashMap<MapData, abi::GpErrKey, abi::GpErrType>,
+    traced: BpfHashMap<MapData, u32, u8>,
+    proc_stats: PerCpuArray<MapData, GpProcStats>,
+    /// The exec, fork and exit hooks: detached when this is dropped.
+    _hooks: hooks::Hooks,
+    /// The pin of `held`, removed at a clean stop.
+    pin: Option<pins::HeldPin>,
+    /// Processes that agents which died left held, until the engine takes them.
+    orphans: Vec<pins::Orphan>,
     /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
     free_ids: VecDeque<u32>,
     pool: DetachPool<Link>,
@@ -154,7 +169,9 @@ fn comm_key(name: &str) -> [u8; GP_COMM_LEN] {
 }
 
 impl BpfTracer {
-    /// Loads the programs, attaches the exec/exit tracepoints and returns the ring buffers.
+    /// Loads the programs, attaches the process hooks (exec, fork, exit), pins the map of
+    /// held processes (taking over what agents that died left in theirs) and returns the
+    /// ring buffers.
     pub fn load(opts: &LoadOptions) -> Result<(BpfTracer, RingBuffers), LoadError> {
         let wakeup = opts.wakeup_bytes;
         let mut ebpf = EbpfLoader::new()
@@ -163,27 +180,16 @@ impl BpfTracer {
             .load(BPF_OBJECT)
             .map_err(|e| LoadError::Load(Box::new(e)))?;
         let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(Box::new(e)))?;
-        for (prog, tp) in [
-            ("gprobe_exec", "sched_process_exec"),
-            ("gprobe_exit", "sched_process_exit"),
-            ("gprobe_fork", "sched_process_fork"),
-        ] {
-            let p: &mut BtfTracePoint = ebpf
-                .program_mut(prog)
-                .and_then(|p| p.try_into().ok())
-                .expect("BPF object has its tracepoint programs");
-            let program = match prog {
-                "gprobe_exec" => "gprobe_exec",
-                "gprobe_fork" => "gprobe_fork",
-                _ => "gprobe_exit",
-            };
-            let wrap = |e| LoadError::Program {
-                program,
-                source: Box::new(e),
-            };
-            p.load(tp, &btf).map_err(wrap)?;
-            p.attach().map_err(wrap)?;
-        }
+        let hooks = hooks::Hooks::load(PROCS_OBJECT, &ebpf, &btf)?;
+        // Pinned before anything is held: a later agent finds what this one leaves.
+        let (pin, orphans) = match ebpf.map("held").map(pins::HeldPin::pin) {
+            Some(Ok((pin, orphans))) => (Some(pin), orphans),
+            Some(Err(e)) => {
+                tracing::warn!("{e}; if gprobe is killed, a later gprobe cannot find the processes it held (the kernel still resumes them)");
+                (None, Vec::new())
+            }
+            None => (None, Vec::new()),
+        };
         let up: &mut UProbe = ebpf
             .program_mut(UPROBE_PROG)
             .and_then(|p| p.try_into().ok())
@@ -213,6 +219,11 @@ impl BpfTracer {
             watch_comm: take(&mut ebpf, "watch_comm")?,
             held: take(&mut ebpf, "held")?,
             errtypes: take(&mut ebpf, "errtypes")?,
+            traced: take(&mut ebpf, "traced")?,
+            proc_stats: take(&mut ebpf, "proc_stats")?,
+            _hooks: hooks,
+            pin,
+            orphans,
             ebpf,
             free_ids: (0..GP_MAX_PROBES as u32).collect(),
             pool: DetachPool::new(),
@@ -287,7 +298,7 @@ impl BpfTracer {
         sites: &[Site],
         prog_name: &'static str,
     ) -> Result<Vec<Link>, TraceError> {
-        let gone = || !Path::new(&format!("/proc/{pid}")).exists();
+        let gone = || process_gone(pid);
         if let (Some(m), UPROBE_PROG) = (&self.multi, prog_name) {
             let mut links = Vec::with_capacity(2);
             // One link for entry uprobes, one for uretprobes (a link is one or the other).
@@ -329,7 +340,7 @@ impl BpfTracer {
                 Ok(l) => links.push(Link::Perf(l)),
                 Err(e) => {
                     self.pool.drop_all(links);
-                    let gone = matches!(&e, perf::PerfError::Open(io)
+                    let gone = matches!(&e, perf::PerfError::Open(io) | perf::PerfError::Link(io)
                         if matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT)))
                         && gone();
                     return Err(if gone {
@@ -555,14 +566,69 @@ impl Tracer for BpfTracer {
         k
     }
 
-    fn resume(&mut self, pid: u32) {
+    fn resume(&mut self, pid: u32, hold: Hold) {
+        if !hold.adopted {
+            // Only a hold still in the map is ended: its entry is removed first, and the
+            // process, stopped until then, cannot be held anew before it runs.
+            match self.held.get(&pid, 0) {
+                Ok(h) if h.since_ns == hold.since_ns => {
+                    if self.held.remove(&pid).is_err() {
+                        return;
+                    }
+                }
+                _ => return,
+            }
+        }
         // SAFETY: kill has no memory preconditions.
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
-        let _ = self.held.remove(&pid);
     }
 
-    fn held(&self) -> Vec<(u32, u64)> {
-        self.held.iter().filter_map(Result::ok).collect()
+    fn held(&self) -> Vec<Held> {
+        self.held
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(pid, h)| Held {
+                pid,
+                hold: Hold::new(h.since_ns),
+                kind: hold_kind(&h),
+            })
+            .collect()
+    }
+
+    fn take_adopted(&mut self) -> Vec<Held> {
+        std::mem::take(&mut self.orphans)
+            .into_iter()
+            .map(|o| Held {
+                pid: o.pid,
+                hold: Hold {
+                    since_ns: o.hold.since_ns,
+                    adopted: true,
+                },
+                kind: hold_kind(&o.hold),
+            })
+            .collect()
+    }
+
+    fn set_traced(&mut self, pid: u32, traced: bool) {
+        if traced {
+            if let Err(e) = self.traced.insert(pid, 1, 0) {
+                tracing::debug!("marking pid {pid} as traced: {e}; its children are not held");
+            }
+        } else {
+            let _ = self.traced.remove(&pid);
+        }
+    }
+
+    fn proc_counts(&self) -> ProcCounts {
+        let mut c = ProcCounts::default();
+        if let Ok(per_cpu) = self.proc_stats.get(&0, 0) {
+            for s in per_cpu.iter() {
+                c.lost += s.lost;
+                c.hold_failed += s.hold_failed;
+                c.released += s.released;
+            }
+        }
+        c
     }
 
     fn set_exec_watch(
@@ -597,6 +663,8 @@ impl Tracer for BpfTracer {
             0,
             GpControl {
                 holds_until_ns: until_ns,
+                agent: if until_ns == 0 { 0 } else { std::process::id() },
+                _pad: 0,
             },
             0,
         );
@@ -607,12 +675,41 @@ impl Tracer for BpfTracer {
     }
 }
 
+/// Whether `pid` has exited, or is exiting: an exiting process is still in /proc (a zombie
+/// until reaped) but has no memory map, so its executable can no longer be resolved and
+/// attaching fails (ENOENT); that is the process's doing, not the probe's.
+fn process_gone(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].split_whitespace().next());
+    matches!(state, Some("Z" | "X" | "x"))
+        || std::fs::read_link(format!("/proc/{pid}/exe")).is_err()
+}
+
+/// What a hold's kind says.
+fn hold_kind(h: &GpHold) -> HoldKind {
+    match h.kind {
+        abi::HOLD_FORK => HoldKind::Fork { ppid: h.ppid },
+        abi::HOLD_LOADER => HoldKind::Loader,
+        _ => HoldKind::Exec,
+    }
+}
+
 impl Drop for BpfTracer {
     fn drop(&mut self) {
         // Never leave a process stopped behind.
-        for (pid, _) in self.held() {
-            // SAFETY: kill has no memory preconditions.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        self.keep_holding(0);
+        for h in self.held() {
+            self.resume(h.pid, h.hold);
+        }
+        for h in self.take_adopted() {
+            self.resume(h.pid, h.hold);
+        }
+        if let Some(pin) = self.pin.take() {
+            pin.remove();
         }
     }
 }

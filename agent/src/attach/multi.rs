@@ -39,7 +39,7 @@ pub struct MultiProgram {
     fd: OwnedFd,
 }
 
-fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
+pub(super) fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
     let data = match map {
         Map::Array(d)
         | Map::HashMap(d)
@@ -54,7 +54,7 @@ fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
 
 /// Fixes up the object's BTF as aya does and loads it into the kernel; `None` where there
 /// is none or the kernel refuses it (the program then loads without it).
-fn btf_fd(obj: &mut aya_obj::Object) -> Option<OwnedFd> {
+pub(super) fn btf_fd(obj: &mut aya_obj::Object) -> Option<OwnedFd> {
     // Every BTF feature: this loader is only used where uprobe_multi exists (Linux 6.6+),
     // which has them all.
     let features = aya_obj::btf::BtfFeatures::new(true, true, true, true, true, true, true, true);

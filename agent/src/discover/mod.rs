@@ -7,61 +7,61 @@ pub mod procs;
 
 pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
-use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER, EXEC_HELD, GP_PATH_MAX};
+use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER, GP_PATH_MAX, PROC_EVENT_HEAD};
 use aya::maps::{MapData, RingBuf};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-/// A process lifecycle event from the kernel.
+/// A process lifecycle event from the kernel. `hold` is set when the process is held
+/// (stopped until the agent has attached to it): the hold's id (when it was held,
+/// CLOCK_MONOTONIC ns); whoever handles the event must end it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProcEvent {
-    /// `held`: the exec tracepoint stopped it before its first instruction; whoever handles
-    /// this must resume it. `filename` is the path given to execve, `ino` the inode number
-    /// of the file it executed.
+    /// `filename` is the path given to execve, `ino` the inode number of the file it
+    /// executed.
     Exec {
         pid: u32,
-        held: bool,
+        hold: Option<u64>,
         filename: PathBuf,
         ino: u64,
     },
     Exit(u32),
-    /// The dynamic loader of `pid` changed its list of objects (`held`: the process is
-    /// stopped until whoever handles this resumes it).
+    /// The dynamic loader of `pid` changed its list of objects.
     Loader {
         pid: u32,
-        held: bool,
+        hold: Option<u64>,
     },
     /// Process `ppid` forked `pid` (a process, not a thread).
     Fork {
         pid: u32,
         ppid: u32,
+        hold: Option<u64>,
     },
 }
 
 /// Decodes one record of the process ring buffer.
 pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
     let u32_at = |o: usize| Some(u32::from_ne_bytes(item.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_ne_bytes(item.get(o..o + 8)?.try_into().ok()?));
     let (kind, pid) = (u32_at(0)?, u32_at(4)?);
+    let hold = || u64_at(16).map(|h| (h != 0).then_some(h));
     match kind {
         EV_EXIT => Some(ProcEvent::Exit(pid)),
         EV_FORK => Some(ProcEvent::Fork {
             pid,
             ppid: u32_at(8)?,
+            hold: hold()?,
         }),
-        EV_LOADER => Some(ProcEvent::Loader {
-            pid,
-            held: u32_at(8)? & EXEC_HELD != 0,
-        }),
+        EV_LOADER => Some(ProcEvent::Loader { pid, hold: hold()? }),
         EV_EXEC => {
-            let flags = u32_at(8)?;
-            let ino = u64::from_ne_bytes(item.get(16..24)?.try_into().ok()?);
-            let name = item.get(24..24 + GP_PATH_MAX)?;
+            let ino = u64_at(PROC_EVENT_HEAD)?;
+            let name = item.get(PROC_EVENT_HEAD + 8..PROC_EVENT_HEAD + 8 + GP_PATH_MAX)?;
             let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
             Some(ProcEvent::Exec {
                 pid,
-                held: flags & EXEC_HELD != 0,
+                hold: hold()?,
                 filename: PathBuf::from(std::ffi::OsStr::from_bytes(&name[..end])),
                 ino,
             })
@@ -99,39 +99,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exec_exit_and_loader_records_decode() {
-        let mut rec = vec![0u8; 24 + GP_PATH_MAX];
+    fn exec_exit_fork_and_loader_records_decode() {
+        let mut rec = vec![0u8; PROC_EVENT_HEAD + 8 + GP_PATH_MAX];
         rec[0..4].copy_from_slice(&EV_EXEC.to_ne_bytes());
         rec[4..8].copy_from_slice(&42u32.to_ne_bytes());
-        rec[8..12].copy_from_slice(&EXEC_HELD.to_ne_bytes());
-        rec[16..24].copy_from_slice(&77u64.to_ne_bytes());
-        rec[24..33].copy_from_slice(b"/bin/true");
+        rec[16..24].copy_from_slice(&1234u64.to_ne_bytes());
+        rec[24..32].copy_from_slice(&77u64.to_ne_bytes());
+        rec[32..41].copy_from_slice(b"/bin/true");
         assert_eq!(
             decode_proc_event(&rec),
             Some(ProcEvent::Exec {
                 pid: 42,
-                held: true,
+                hold: Some(1234),
                 filename: "/bin/true".into(),
                 ino: 77,
             })
         );
-        let mut exit = vec![0u8; 8];
+        let mut exit = vec![0u8; PROC_EVENT_HEAD];
         exit[0..4].copy_from_slice(&EV_EXIT.to_ne_bytes());
         exit[4..8].copy_from_slice(&7u32.to_ne_bytes());
         assert_eq!(decode_proc_event(&exit), Some(ProcEvent::Exit(7)));
         assert_eq!(decode_proc_event(&exit[..6]), None);
-        let mut loader = vec![0u8; 12];
+        let mut loader = vec![0u8; PROC_EVENT_HEAD];
         loader[0..4].copy_from_slice(&EV_LOADER.to_ne_bytes());
         loader[4..8].copy_from_slice(&9u32.to_ne_bytes());
-        loader[8..12].copy_from_slice(&EXEC_HELD.to_ne_bytes());
         assert_eq!(
             decode_proc_event(&loader),
-            Some(ProcEvent::Loader { pid: 9, held: true })
+            Some(ProcEvent::Loader { pid: 9, hold: None })
+        );
+        loader[16..24].copy_from_slice(&5u64.to_ne_bytes());
+        assert_eq!(
+            decode_proc_event(&loader),
+            Some(ProcEvent::Loader {
+                pid: 9,
+                hold: Some(5)
+            })
         );
         loader[0..4].copy_from_slice(&EV_FORK.to_ne_bytes());
+        loader[8..12].copy_from_slice(&1u32.to_ne_bytes());
         assert_eq!(
             decode_proc_event(&loader),
-            Some(ProcEvent::Fork { pid: 9, ppid: 1 })
+            Some(ProcEvent::Fork {
+                pid: 9,
+                ppid: 1,
+                hold: Some(5)
+            })
         );
+        assert_eq!(decode_proc_event(&loader[..20]), None, "a short record");
     }
 }

@@ -3,9 +3,10 @@
 //! here, so the engine's state machine stays free of I/O.
 
 use super::snapshot::Snapshot;
-use super::{Engine, Mode, Origin, Resolver, SpecKey, Tracer};
+use super::{Engine, Held, Hold, HoldKind, Mode, Origin, Resolver, SpecKey, Tracer};
 use crate::discover::cgroup::pids_of_container;
 use crate::discover::cri::Container;
+use crate::discover::procs::start_time;
 use crate::discover::{inspect, libraries_of, list_pids, ProcError};
 use gprobe_crds::ProbeSpec;
 use std::path::PathBuf;
@@ -29,10 +30,10 @@ pub enum SpecEvent {
 /// What the engine thread is told.
 #[derive(Debug)]
 pub enum Input {
-    /// A process exec'd (`held`: the exec tracepoint stopped it) the file of inode `ino`.
+    /// A process exec'd the file of inode `ino` (`hold`: the exec hook stopped it).
     Exec {
         pid: u32,
-        held: bool,
+        hold: Option<Hold>,
         filename: PathBuf,
         ino: u64,
         at: Instant,
@@ -40,16 +41,17 @@ pub enum Input {
     Exit {
         pid: u32,
     },
-    /// The dynamic loader of a watched process changed its list of objects (`held`: the
+    /// The dynamic loader of a watched process changed its list of objects (`hold`: the
     /// process is stopped until the engine has looked).
     Loader {
         pid: u32,
-        held: bool,
+        hold: Option<Hold>,
     },
-    /// Process `ppid` forked `pid`.
+    /// Process `ppid` forked `pid` (`hold`: the fork hook stopped the child).
     Fork {
         pid: u32,
         ppid: u32,
+        hold: Option<Hold>,
         at: Instant,
     },
     Spec(SpecEvent),
@@ -108,6 +110,11 @@ impl EngineHandle {
 }
 
 const TICK: Duration = Duration::from_secs(1);
+/// How often the map of holds is read for holds not handled yet.
+const HOLD_POLL: Duration = Duration::from_millis(100);
+/// How long after process events were lost the rescan comes (once the queue is empty): the
+/// events read before the loss are handled first.
+const RESCAN_AFTER: Duration = Duration::from_millis(250);
 
 /// Starts the engine thread with `specs` loaded and the processes running now matched,
 /// reading its inputs from `rx` (`tx` is its sender, kept in the handle). Returns once that
@@ -129,7 +136,10 @@ where
         }
     }
     engine.tick(Instant::now());
+    engine.adopt_holds();
     scan(&mut engine);
+    // Held by an agent that died and not among what this one may select: let them run.
+    engine.release_adopted();
     let (snap_tx, snapshot) = watch::channel(Arc::new(engine.snapshot()));
     let thread = std::thread::Builder::new()
         .name("gprobe-engine".into())
@@ -144,23 +154,56 @@ where
     ))
 }
 
-/// Feeds every process that could be selected now: all of /proc in local mode, the
+/// The pids of every process that could be selected now: all of /proc in local mode, the
 /// processes of known containers in cluster mode.
-fn scan<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>) {
-    let me = std::process::id();
-    let pids: Vec<u32> = match engine.mode() {
+fn candidates<T: Tracer, R: Resolver>(engine: &Engine<T, R>) -> Vec<u32> {
+    match engine.mode() {
         Mode::Local => list_pids(),
         Mode::Cluster { .. } => {
             let ids: Vec<String> = engine.containers().map(|c| c.id.clone()).collect();
             ids.iter().flat_map(|id| pids_of_container(id)).collect()
         }
-    };
-    for pid in pids {
+    }
+}
+
+/// Feeds every process that could be selected now (a process an agent that died left held
+/// is taken over: attached, then resumed).
+fn scan<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>) {
+    let me = std::process::id();
+    for pid in candidates(engine) {
         if pid == me {
             continue;
         }
+        let origin = engine
+            .take_adopted(pid)
+            .map_or(Origin::Running, |h| Origin::Adopted { hold: h.hold });
+        match inspect(pid, None) {
+            Ok(info) => engine.process_seen(info, origin),
+            Err(_) => {
+                if let Some(hold) = origin.hold() {
+                    engine.resume_held(pid, hold);
+                }
+            }
+        }
+    }
+}
+
+/// After process events were lost: forgets traced processes that exited unseen, and finds
+/// the ones that started unseen (counted missed).
+fn rescan<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>) {
+    for (pid, start) in engine.traced_pids() {
+        if start_time(pid) != Some(start) {
+            engine.process_ended(pid);
+        }
+    }
+    let held: std::collections::HashSet<u32> = engine.held_pids();
+    let me = std::process::id();
+    for pid in candidates(engine) {
+        if pid == me || engine.is_tracked(pid) || held.contains(&pid) {
+            continue;
+        }
         if let Ok(info) = inspect(pid, None) {
-            engine.process_seen(info, Origin::Running);
+            engine.process_seen(info, Origin::Unseen);
         }
     }
 }
@@ -173,8 +216,12 @@ fn run<T: Tracer, R: Resolver>(
     let mut next_tick = Instant::now() + TICK;
     // Pids gprobe starts itself (`gprobe run -- CMD`) until they are attached.
     let mut starting = std::collections::BTreeSet::new();
+    let mut next_hold_poll = Instant::now() + HOLD_POLL;
+    let mut rescan_at: Option<Instant> = None;
     loop {
-        let wait = next_tick.saturating_duration_since(Instant::now());
+        let wait = next_tick
+            .min(next_hold_poll)
+            .saturating_duration_since(Instant::now());
         let input = match rx.recv_timeout(wait) {
             Ok(i) => Some(i),
             Err(mpsc::RecvTimeoutError::Timeout) => None,
@@ -183,35 +230,42 @@ fn run<T: Tracer, R: Resolver>(
                 return;
             }
         };
+        let idle = input.is_none();
         let mut changed = false;
         match input {
+            // A hold taken from the map before its event came was handled then: the event
+            // is old news.
+            Some(
+                Input::Exec { pid, hold, .. }
+                | Input::Loader { pid, hold }
+                | Input::Fork { pid, hold, .. },
+            ) if handled_already(&engine, pid, hold) => {}
             Some(Input::Exec {
                 pid,
-                held,
+                hold,
                 filename,
                 ino,
                 at,
             }) => {
                 let origin = match starting.contains(&pid) {
                     true => Origin::Started,
-                    false => Origin::Exec { held, at },
+                    false => Origin::Exec { hold, at },
                 };
-                on_exec(&mut engine, pid, held, filename, ino, origin)
+                on_exec(&mut engine, pid, hold, Some(filename), ino, origin)
             }
             Some(Input::Starting { pid }) => {
                 starting.insert(pid);
             }
-            Some(Input::Exit { pid }) => engine.process_exited(pid),
-            Some(Input::Loader { pid, held }) => {
-                engine.loader_event(pid, held, libraries_of(pid));
+            Some(Input::Exit { pid }) => engine.process_ended(pid),
+            Some(Input::Loader { pid, hold }) => {
+                engine.loader_event(pid, hold, libraries_of(pid));
             }
-            // Only the children of traced processes: they run the same program.
-            Some(Input::Fork { pid, ppid, at }) if engine.is_tracked(ppid) => {
-                if let Ok(info) = inspect(pid, None) {
-                    engine.process_seen(info, Origin::Fork { at });
-                }
-            }
-            Some(Input::Fork { .. }) => {}
+            Some(Input::Fork {
+                pid,
+                ppid,
+                hold,
+                at,
+            }) => on_fork(&mut engine, pid, ppid, hold, at),
             Some(Input::Spec(ev)) => {
                 if apply_spec_event(&mut engine, ev) {
                     scan(&mut engine);
@@ -242,13 +296,28 @@ fn run<T: Tracer, R: Resolver>(
             None => {}
         }
         let now = Instant::now();
+        if now >= next_hold_poll {
+            // Holds whose event was lost, or waits behind others: taken from the map.
+            for h in engine.due_holds() {
+                engine.mark_handled(h.pid, h.hold);
+                on_hold(&mut engine, h);
+            }
+            next_hold_poll = Instant::now() + HOLD_POLL;
+        }
         if now >= next_tick {
             engine.tick(now);
             // Libraries loaded since (dlopen): attach the probes that name them.
             for pid in engine.pids_with_library_probes() {
                 engine.libraries_changed(pid, libraries_of(pid));
             }
+            if engine.take_rescan() {
+                rescan_at = Some(now + RESCAN_AFTER);
+            }
             next_tick = now + TICK;
+        }
+        if idle && rescan_at.is_some_and(|t| now >= t) {
+            rescan_at = None;
+            rescan(&mut engine);
         }
         if engine.take_dirty() || changed {
             let _ = snap.send(Arc::new(engine.snapshot()));
@@ -271,29 +340,84 @@ fn attach_started<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>, pid: u32) -
     }
 }
 
+/// Whether the hold an event reports was handled already (taken from the map of holds
+/// before its event came).
+fn handled_already<T: Tracer, R: Resolver>(
+    engine: &Engine<T, R>,
+    pid: u32,
+    hold: Option<Hold>,
+) -> bool {
+    hold.is_some_and(|h| engine.was_handled(pid, h))
+}
+
+/// Handles a hold taken from the map as its event would have been.
+fn on_hold<T: Tracer, R: Resolver>(engine: &mut Engine<T, R>, h: Held) {
+    let at = Instant::now();
+    match h.kind {
+        HoldKind::Exec => {
+            let origin = Origin::Exec {
+                hold: Some(h.hold),
+                at,
+            };
+            on_exec(engine, h.pid, Some(h.hold), None, 0, origin)
+        }
+        HoldKind::Fork { ppid } => on_fork(engine, h.pid, ppid, Some(h.hold), at),
+        HoldKind::Loader => engine.loader_event(h.pid, Some(h.hold), libraries_of(h.pid)),
+    }
+}
+
+fn on_fork<T: Tracer, R: Resolver>(
+    engine: &mut Engine<T, R>,
+    pid: u32,
+    ppid: u32,
+    hold: Option<Hold>,
+    at: Instant,
+) {
+    // Only the children of traced processes: they run the same program.
+    if !engine.is_tracked(ppid) {
+        if let Some(h) = hold {
+            engine.resume_held(pid, h);
+        }
+        return;
+    }
+    match inspect(pid, None) {
+        Ok(info) => engine.process_seen(info, Origin::Fork { hold, at }),
+        Err(e) => {
+            tracing::debug!("{e}");
+            engine.process_fork_gone(pid, ppid, hold);
+            if let Some(h) = hold {
+                engine.resume_held(pid, h);
+            }
+        }
+    }
+}
+
 fn on_exec<T: Tracer, R: Resolver>(
     engine: &mut Engine<T, R>,
     pid: u32,
-    held: bool,
-    filename: PathBuf,
+    hold: Option<Hold>,
+    filename: Option<PathBuf>,
     ino: u64,
     origin: Origin,
 ) {
-    let inspected = inspect(pid, Some(&filename));
+    let inspected = inspect(pid, filename.as_deref());
     if let Ok(info) = &inspected {
-        if superseded(held, ino, info.exe_ino) {
+        if superseded(hold.is_some(), ino, info.exe_ino) {
             // The pid has exec'd again since (a wrapper such as `taskset` or `env` exec'ing
             // the program): /proc shows the next program, whose own exec event follows.
             // Taking it now would report that program as not held at exec.
             tracing::debug!(
                 "pid {pid}: exec of {} superseded by a later exec",
-                filename.display()
+                filename
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new("?"))
+                    .display()
             );
             return;
         }
         if engine.traces_image(info) {
-            if held {
-                engine.resume_held(pid);
+            if let Some(h) = hold {
+                engine.resume_held(pid, h);
             }
             return;
         }
@@ -303,22 +427,24 @@ fn on_exec<T: Tracer, R: Resolver>(
     match inspected {
         Ok(info) => {
             engine.process_seen(info, origin);
-            // A process gprobe starts is resumed by gprobe, but the exec watch may have
+            // A process gprobe starts is resumed by gprobe, but the exec hook may have
             // stopped it as well.
-            if held && origin == Origin::Started {
-                engine.resume_held(pid);
+            if let (Some(h), Origin::Started) = (hold, origin) {
+                engine.resume_held(pid, h);
             }
         }
         Err(ProcError::Gone { .. }) => {
-            engine.process_exec_gone(pid, &filename);
-            if held {
-                engine.resume_held(pid);
+            if let Some(f) = &filename {
+                engine.process_exec_gone(pid, f, hold);
+            }
+            if let Some(h) = hold {
+                engine.resume_held(pid, h);
             }
         }
         Err(e) => {
             tracing::debug!("{e}");
-            if held {
-                engine.resume_held(pid);
+            if let Some(h) = hold {
+                engine.resume_held(pid, h);
             }
         }
     }

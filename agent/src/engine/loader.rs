@@ -113,10 +113,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 
     /// The loader of `pid` changed its list of objects: attaches the probes of libraries
     /// that came, then resumes the process if the loader hook stopped it.
-    pub fn loader_event(&mut self, pid: u32, held: bool, libraries: Vec<MappedFile>) {
+    pub fn loader_event(
+        &mut self,
+        pid: u32,
+        hold: Option<super::Hold>,
+        libraries: Vec<MappedFile>,
+    ) {
         self.libraries_changed(pid, libraries);
-        if held {
-            self.tracer.resume(pid);
+        if let Some(h) = hold {
+            self.tracer.resume(pid, h);
         }
     }
 }

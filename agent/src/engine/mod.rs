@@ -10,6 +10,7 @@
 mod attaching;
 pub mod driver;
 pub mod error;
+mod holds;
 mod loader;
 mod newproc;
 mod propagate;
@@ -25,7 +26,9 @@ pub mod tracer;
 mod tests;
 
 pub use error::ProbeError;
-pub use tracer::{CfgId, PlanRequest, ProbeConfig, Resolver, Site, TraceError, Tracer};
+pub use tracer::{
+    CfgId, Held, Hold, HoldKind, PlanRequest, ProbeConfig, Resolver, Site, TraceError, Tracer,
+};
 
 use crate::discover::cri::Container;
 use crate::discover::{FileKey, ProcInfo};
@@ -70,13 +73,30 @@ pub enum Mode {
 pub enum Origin {
     /// Found running (at start, or when a spec or container appeared).
     Running,
-    /// Just exec'd; `held` when the exec tracepoint stopped it before its first instruction.
-    Exec { held: bool, at: Instant },
-    /// Forked by a traced process (not held: it ran on until attached).
-    Fork { at: Instant },
+    /// Just exec'd; `hold` when the exec hook stopped it before its first instruction.
+    Exec { hold: Option<Hold>, at: Instant },
+    /// Forked by a traced process; `hold` when the fork hook stopped it before its first
+    /// instruction.
+    Fork { hold: Option<Hold>, at: Instant },
+    /// Found held by an agent that died (stopped since), at this agent's start.
+    Adopted { hold: Hold },
+    /// Found by a rescan after process events were lost: it started while gprobe ran, and
+    /// its start was not reported.
+    Unseen,
     /// Started by gprobe itself (`gprobe run -- CMD`), which holds it at its exec until
     /// the engine has attached (and resumes it; the engine does not).
     Started,
+}
+
+impl Origin {
+    /// The hold to end once the process's probes are attached.
+    pub fn hold(&self) -> Option<Hold> {
+        match *self {
+            Origin::Exec { hold, .. } | Origin::Fork { hold, .. } => hold,
+            Origin::Adopted { hold } => Some(hold),
+            Origin::Running | Origin::Unseen | Origin::Started => None,
+        }
+    }
 }
 
 /// Why a spec was not taken.
@@ -158,7 +178,8 @@ pub struct EngineOptions {
     /// How long a binary's plans and configurations are kept after its last process
     /// exits (so the next process of it attaches without resolving again).
     pub binary_ttl: Duration,
-    /// A held process the engine has not resumed by then is resumed anyway.
+    /// The hold deadline: a held process the engine has not resumed by then is resumed
+    /// anyway (and counted missed), so a slow agent never stalls the program it holds.
     pub hold_timeout: Duration,
 }
 
@@ -196,6 +217,8 @@ pub struct Engine<T: Tracer, R: Resolver> {
     propagate: HashMap<FileKey, Option<propagate::PropagateProbes>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
+    /// Holds, their deadlines and lost process events (`holds.rs`).
+    holds: holds::HoldState,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
     dirty: bool,
 }
@@ -232,6 +255,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             propagate: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
+            holds: holds::HoldState::default(),
             dirty: true,
         }
     }
@@ -392,11 +416,6 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
     }
 
-    /// Lets a process held at exec run on (or forgets the hold of one that is gone).
-    pub fn resume_held(&mut self, pid: u32) {
-        self.tracer.resume(pid);
-    }
-
     /// Removes a spec: its probes are detached from every process and freed.
     pub fn remove_spec(&mut self, id: SpecId) {
         if let Some(s) = self.specs.get(&id) {
@@ -532,22 +551,13 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.refresh_propagation();
     }
 
-    /// Periodic work: keeps exec holds alive, resumes holds the engine never saw, frees
+    /// Periodic work: renews the lease of holds, resumes holds past their deadline, frees
     /// binaries idle for too long, refreshes counters.
     pub fn tick(&mut self, now: Instant) {
-        self.tracer.keep_holding(monotonic_ns() + 3_000_000_000);
-        let stale = self.opts.hold_timeout.as_nanos() as u64;
-        let mono = monotonic_ns();
-        for (pid, since) in self.tracer.held() {
-            if mono.saturating_sub(since) >= stale {
-                // Every hold the engine heard of is resumed as soon as it is handled: this
-                // one's event was lost (a full process ring buffer).
-                tracing::warn!(
-                    "pid {pid} was held (at exec or by its dynamic loader) but its event never arrived; resuming it"
-                );
-                self.tracer.resume(pid);
-            }
-        }
+        self.tracer
+            .keep_holding(monotonic_ns() + holds::LEASE.as_nanos() as u64);
+        self.enforce_hold_deadline();
+        self.refresh_proc_counts();
         let ttl = self.opts.binary_ttl;
         let idle: Vec<FileKey> = self
             .binaries
@@ -585,9 +595,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Stops: resumes held processes, detaches everything (waiting until `deadline` for
     /// the kernel), and leaves the final counters in [`Stats`].
     pub fn shutdown(&mut self, deadline: Instant) -> bool {
-        for (pid, _) in self.tracer.held() {
-            self.tracer.resume(pid);
-        }
+        self.tracer.keep_holding(0);
+        self.release_all_holds();
         let pids: Vec<u32> = self.procs.keys().copied().collect();
         for pid in pids {
             self.untrack(pid);
@@ -597,7 +606,6 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for k in keys {
             self.retire_binary(k);
         }
-        self.tracer.keep_holding(0);
         self.tracer.wait_detached(deadline)
     }
 }

@@ -39,10 +39,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     }
 
     /// A process to consider: selects it (or not), attaches the probes of every spec that
-    /// selects it, resumes it if it was held at exec, and counts it.
+    /// selects it, ends its hold if it was held, and counts it.
     pub fn process_seen(&mut self, info: ProcInfo, origin: Origin) {
         let pid = info.pid;
-        let held = matches!(origin, Origin::Exec { held: true, .. });
+        let hold = origin.hold();
+        // Resumed at the hold deadline before it was handled: it ran unwatched meanwhile.
+        let overdue = self.take_overdue(pid);
         let wanted = self.matching_specs(&info);
         if let Some(p) = self.procs.get(&pid) {
             if p.info.start_time != info.start_time || p.info.key != info.key {
@@ -56,8 +58,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             }
         }
         if wanted.is_empty() {
-            if held {
-                self.tracer.resume(pid);
+            if let Some(h) = hold {
+                self.tracer.resume(pid, h);
             }
             return;
         }
@@ -96,58 +98,89 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             self.watch_loader(pid);
             self.watch_newproc(pid);
             self.watch_propagate(pid);
+            // Before it runs: the children it forks from now on are held.
+            self.tracer.set_traced(pid, true);
         }
         let (attached, first_error, gone) = (out.count, out.first_error, out.gone);
         // Probes on libraries not loaded yet attach when they are: not a failure.
         let waiting = attached == 0 && first_error.is_none() && self.has_library_probes(pid);
-        if held {
-            self.tracer.resume(pid);
-            if let Origin::Exec { at, .. } = origin {
-                tracing::debug!(
-                    "pid {pid} resumed {} µs after its exec event arrived",
-                    at.elapsed().as_micros()
-                );
-            }
+        if let Some(h) = hold {
+            self.tracer.resume(pid, h);
+            tracing::debug!(
+                "pid {pid} resumed after a hold of {} µs",
+                super::monotonic_ns().saturating_sub(h.since_ns) / 1000
+            );
         }
+        // Held since before its first instruction, and not let go by the deadline: none of
+        // its calls can have come before its probes.
+        let held_throughout = hold.is_some() && overdue.is_none();
         if gone {
             self.untrack(pid);
-            if new_process {
+            if !new_process {
+                return;
+            }
+            if held_throughout {
+                // It died while held (SIGKILL): it ran none of its code.
+                self.stats.process_traced(&names);
+            } else if attached == 0 {
                 self.missed(&names, &info, "exited before gprobe could attach".into());
+            } else {
+                self.missed(
+                    &names,
+                    &info,
+                    "exited while its probes were being attached".into(),
+                );
             }
             return;
         }
         if !new_process {
             return;
         }
+        let ms = |at: Instant| at.elapsed().as_millis();
         match (origin, attached, first_error) {
             _ if waiting => self.stats.process_traced(&names),
             // The probe's error was said where it arose (once per spec or binary, or for
             // this process when the kernel refused): not again here.
             (_, 0, Some(e)) => self.missed_said(&names, &info, not_attached(&e)),
             (_, 0, None) => self.missed(&names, &info, "no probe could be attached".into()),
-            (Origin::Fork { at }, _, _) => self.missed(
+            _ if overdue.is_some() => self.missed(
                 &names,
                 &info,
                 format!(
-                    "forked by a traced process and attached {} ms later: a forked process cannot be held, so its first calls were not seen",
-                    at.elapsed().as_millis()
+                    "held {} ms, past the hold deadline ({} ms): it was resumed before its probes were attached, so its first calls may not have been seen",
+                    overdue.unwrap_or_default(),
+                    self.opts.hold_timeout.as_millis()
                 ),
             ),
-            (Origin::Exec { held: false, at }, _, _) => self.missed(
+            (Origin::Fork { hold: None, at }, _, _) => self.missed(
                 &names,
                 &info,
                 format!(
-                    "attached {} ms after it started: it was not held at exec (its executable's name or file was not known yet), so its first calls were not seen",
-                    at.elapsed().as_millis()
+                    "forked by a traced process and attached {} ms later: it was not held at fork, so its first calls may not have been seen",
+                    ms(at)
                 ),
+            ),
+            (Origin::Exec { hold: None, at }, _, _) => self.missed(
+                &names,
+                &info,
+                format!(
+                    "attached {} ms after it started: it was not held at exec (its executable's name or file was not known yet), so its first calls may not have been seen",
+                    ms(at)
+                ),
+            ),
+            (Origin::Unseen, _, _) => self.missed(
+                &names,
+                &info,
+                "its start was not reported (process events were lost: the process ring buffer was full), so its first calls may not have been seen".into(),
             ),
             _ => self.stats.process_traced(&names),
         }
     }
 
-    /// A process that exec'd and was gone before it could be inspected: counted as missed
-    /// when the path it was started with is one a selector names.
-    pub fn process_exec_gone(&mut self, pid: u32, exec_path: &Path) {
+    /// A process that exec'd and was gone before it could be inspected: counted when the
+    /// path it was started with is one a selector names; missed unless it was held (then it
+    /// ran none of its code).
+    pub fn process_exec_gone(&mut self, pid: u32, exec_path: &Path, hold: Option<super::Hold>) {
         let info = ProcInfo {
             pid,
             exe: exec_path.to_path_buf(),
@@ -161,14 +194,41 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             libraries: Vec::new(),
         };
         let specs = self.matching_specs(&info);
-        if !specs.is_empty() {
-            let names = self.stat_names(&specs);
-            self.stats.process_matched(&names);
-            self.missed(
-                &names,
-                &info,
-                "exited before gprobe could inspect it".into(),
-            );
+        self.gone_before_inspection(&info, &specs, hold);
+    }
+
+    /// A child of a traced process that was gone before it could be inspected: it ran the
+    /// parent's program, so the parent's specs select it.
+    pub fn process_fork_gone(&mut self, pid: u32, ppid: u32, hold: Option<super::Hold>) {
+        let Some(parent) = self.procs.get(&ppid) else {
+            return;
+        };
+        let specs = parent.specs.clone();
+        let info = ProcInfo {
+            pid,
+            start_time: 0,
+            libraries: Vec::new(),
+            ..parent.info.clone()
+        };
+        self.gone_before_inspection(&info, &specs, hold);
+    }
+
+    fn gone_before_inspection(
+        &mut self,
+        info: &ProcInfo,
+        specs: &BTreeSet<SpecId>,
+        hold: Option<super::Hold>,
+    ) {
+        let overdue = self.take_overdue(info.pid);
+        if specs.is_empty() {
+            return;
+        }
+        let names = self.stat_names(specs);
+        self.stats.process_matched(&names);
+        if hold.is_some() && overdue.is_none() {
+            self.stats.process_traced(&names);
+        } else {
+            self.missed(&names, info, "exited before gprobe could inspect it".into());
         }
     }
 
@@ -207,11 +267,27 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         );
     }
 
-    /// A process exited: its links go, its calls in flight are flushed as unfinished.
+    /// A process exited (its exit event): its links go, its calls in flight are flushed as
+    /// unfinished, and nothing kept about it outlives it.
+    pub fn process_ended(&mut self, pid: u32) {
+        self.forget_hold_state(pid);
+        self.process_exited(pid);
+    }
+
+    /// A process's program ended (it exited or exec'd another): its links go, its calls in
+    /// flight are flushed as unfinished.
     pub fn process_exited(&mut self, pid: u32) {
         if self.procs.contains_key(&pid) {
             self.untrack(pid);
         }
+    }
+
+    /// The pids traced now, with their start times (a rescan checks they still run).
+    pub fn traced_pids(&self) -> Vec<(u32, u64)> {
+        self.procs
+            .iter()
+            .map(|(pid, p)| (*pid, p.info.start_time))
+            .collect()
     }
 
     /// Forgets a process: detaches its links and tells the reader it is gone.
@@ -220,6 +296,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         };
         self.dirty = true;
+        self.tracer.set_traced(pid, false);
         if p.propagate.is_some() {
             // Its pid (and a g address) may come back in another process.
             self.tracer.forget_spans(pid);

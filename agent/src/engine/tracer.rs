@@ -42,6 +42,56 @@ pub struct Site {
     pub cfg: CfgId,
 }
 
+/// A process held (stopped) until its probes are attached: by this agent's hooks, or left
+/// by an agent that died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hold {
+    /// When it was held (CLOCK_MONOTONIC ns): names the hold, so that a late event of an
+    /// old hold does not end a newer one of the same process.
+    pub since_ns: u64,
+    /// Left by an agent that died: in none of this agent's maps.
+    pub adopted: bool,
+}
+
+impl Hold {
+    pub fn new(since_ns: u64) -> Hold {
+        Hold {
+            since_ns,
+            adopted: false,
+        }
+    }
+}
+
+/// Where a process was held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// At exec, before its first instruction.
+    Exec,
+    /// A child of traced process `ppid`, before its first instruction.
+    Fork { ppid: u32 },
+    /// In its dynamic loader, which is changing its list of libraries.
+    Loader,
+}
+
+/// A held process, as the map of holds lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    pub pid: u32,
+    pub hold: Hold,
+    pub kind: HoldKind,
+}
+
+/// Counters of the process hooks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ProcCounts {
+    /// Process events (exec, fork, exit, loader) that found the ring buffer full.
+    pub lost: u64,
+    /// Holds the kernel refused (the stop signal could not be sent).
+    pub hold_failed: u64,
+    /// Held processes the exit hook resumed because the agent died.
+    pub released: u64,
+}
+
 /// Why the kernel side refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
@@ -108,12 +158,22 @@ pub trait Tracer {
     /// The kernel's counters of a probe's configurations.
     fn counters(&self, cfg: &ProbeConfig) -> KernelCounts;
 
-    /// Lets a process that was held (stopped) at exec run on.
-    fn resume(&mut self, pid: u32);
+    /// Ends a hold: lets the process run on, unless that hold is over already (resumed,
+    /// or the process exited), so a late event never resumes a newer hold, nor a process
+    /// stopped by someone else.
+    fn resume(&mut self, pid: u32, hold: Hold);
 
-    /// Processes held at exec that the engine has not resumed: pid and when it was held
-    /// (CLOCK_MONOTONIC ns).
-    fn held(&self) -> Vec<(u32, u64)>;
+    /// The processes this agent holds and has not resumed yet.
+    fn held(&self) -> Vec<Held>;
+
+    /// The processes that agents which died left held (once: the engine owns them then).
+    fn take_adopted(&mut self) -> Vec<Held>;
+
+    /// Marks a process as traced (or no longer): the children it forks are held.
+    fn set_traced(&mut self, pid: u32, traced: bool);
+
+    /// The process hooks' counters.
+    fn proc_counts(&self) -> ProcCounts;
 
     /// Which executables to hold at exec: by inode number of the executed file and by
     /// process name (the executed path's last component, at most 15 bytes).
@@ -123,8 +183,8 @@ pub trait Tracer {
         comms: &BTreeSet<String>,
     ) -> Result<(), TraceError>;
 
-    /// Holds candidates at exec until this CLOCK_MONOTONIC time; a stopped or stuck agent
-    /// thereby stops holding on its own.
+    /// Holds new processes until this CLOCK_MONOTONIC time (0: no more); a stopped or
+    /// stuck agent thereby stops holding on its own, and a dead one at once.
     fn keep_holding(&mut self, until_ns: u64);
 
     /// Waits until the detaches in flight are done or `deadline` passes; true if done.

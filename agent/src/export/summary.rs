@@ -40,6 +40,8 @@ pub struct ProcessSummary {
     /// Every missed process; `missed` lists the latest of them.
     pub missed_total: u64,
     pub missed: Vec<MissedSummary>,
+    /// Process events (exec, fork, exit) lost from a full process ring buffer.
+    pub events_lost: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -129,6 +131,7 @@ impl Summary {
                         reason: m.reason,
                     })
                     .collect(),
+                events_lost: p.events_lost,
             },
             otlp: OtlpSummary {
                 spans_exported,
@@ -267,12 +270,19 @@ impl Summary {
             }
         }
         let pr = &self.processes;
-        if pr.matched > 0 || pr.missed_total > 0 {
+        if pr.matched > 0 || pr.missed_total > 0 || pr.events_lost > 0 {
             let _ = writeln!(
                 s,
                 "  processes: {} matched, {} traced, {} missed",
                 pr.matched, pr.traced, pr.missed_total
             );
+            if pr.events_lost > 0 {
+                let _ = writeln!(
+                    s,
+                    "    {} lost: the process ring buffer was full (processes that started meanwhile were looked for in /proc)",
+                    count(pr.events_lost, "process event", "process events")
+                );
+            }
             for m in pr.missed.iter().take(MISSED_SHOWN) {
                 let _ = writeln!(
                     s,
@@ -381,6 +391,7 @@ mod tests {
         for _ in 0..24 {
             st.process_traced(&[]);
         }
+        st.set_process_events_lost(3);
         for pid in 4711..4718 {
             st.process_missed(
                 &[],
@@ -446,6 +457,7 @@ mod tests {
         assert_eq!(v["processes"]["matched"], 31);
         assert_eq!(v["processes"]["traced"], 24);
         assert_eq!(v["processes"]["missed_total"], 7);
+        assert_eq!(v["processes"]["events_lost"], 3);
         assert_eq!(
             v["processes"]["missed"][0],
             serde_json::json!({"pid": 4711, "executable": "/app/shop", "reason": "exited before attach"})
@@ -481,6 +493,7 @@ mod tests {
         has("  http-client-urls / net/http.(*Client).Get: 812 calls delivered, 0 lost, 0 throttled\n");
         has("  shop / main.handleOrder: 0 calls delivered, 0 lost, 0 throttled\n    failed: not attached: symbol main.handleOrder not found in /app/shop\n");
         has("  processes: 31 matched, 24 traced, 7 missed\n");
+        has("    3 process events lost: the process ring buffer was full");
         has("    missed pid 4711 (/app/shop): exited before attach\n");
         has("    and 2 more missed");
         assert!(

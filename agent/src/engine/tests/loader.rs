@@ -27,7 +27,7 @@ fn library_probes_go_into_the_libraries_the_glob_names_also_when_loaded_later() 
         .unwrap();
     let mut p = proc(10, "/app/shop", 7);
     p.libraries = vec![lib("/usr/lib/libc.so.6", 50)];
-    w.engine.process_seen(p, exec(true));
+    w.engine.process_seen(p, exec(&w, 10, true));
     assert_eq!(
         live_links(&w, 10),
         1,
@@ -79,7 +79,7 @@ fn the_loader_of_a_process_with_library_probes_holds_it_until_new_libraries_are_
     // Held at exec: only the executable and its loader are mapped.
     let mut java = proc(20, "/usr/bin/java", 8);
     java.libraries = vec![lib("/usr/lib64/ld-linux-x86-64.so.2", 60)];
-    w.engine.process_seen(java, exec(true));
+    w.engine.process_seen(java, exec(&w, 20, true));
     let loader_sites: Vec<(u32, usize)> = w.kernel.borrow().links.values().copied().collect();
     assert_eq!(loader_sites, [(20, 1)], "one uprobe: the loader hook");
     assert_eq!(
@@ -91,13 +91,14 @@ fn the_loader_of_a_process_with_library_probes_holds_it_until_new_libraries_are_
     // A process without library probes pays nothing for its loader.
     let mut other = proc(21, "/usr/bin/other", 9);
     other.libraries = vec![lib("/usr/lib64/ld-linux-x86-64.so.2", 60)];
-    w.engine.process_seen(other, exec(false));
+    w.engine.process_seen(other, exec(&w, 21, false));
     assert_eq!(live_links(&w, 21), 2, "main.a and main.b, no loader hook");
 
     // The hook stopped it after libjvm.so was mapped: attached, then resumed.
+    let h = hold(&w, 20, HoldKind::Loader);
     w.engine.loader_event(
         20,
-        true,
+        Some(h),
         vec![
             lib("/usr/lib64/ld-linux-x86-64.so.2", 60),
             lib("/usr/lib/jvm/lib/server/libjvm.so", 61),
@@ -109,9 +110,10 @@ fn the_loader_of_a_process_with_library_probes_holds_it_until_new_libraries_are_
     let resume = log.iter().rposition(|e| *e == ("resume", 20)).unwrap();
     assert!(attach < resume, "attached before resumed: {log:?}");
     // A hook hit that changed nothing still resumes the process.
+    let h = hold(&w, 20, HoldKind::Loader);
     w.engine.loader_event(
         20,
-        true,
+        Some(h),
         vec![
             lib("/usr/lib64/ld-linux-x86-64.so.2", 60),
             lib("/usr/lib/jvm/lib/server/libjvm.so", 61),
@@ -125,15 +127,23 @@ fn the_loader_of_a_process_with_library_probes_holds_it_until_new_libraries_are_
 }
 
 #[test]
-fn a_hold_whose_event_was_lost_is_resumed_by_the_timeout_even_for_a_traced_process() {
+fn a_hold_past_the_deadline_is_resumed_by_the_tick_even_for_a_traced_process() {
     let mut w = world(Mode::Local);
     w.engine
         .add_spec(spec("s", None, "{executable: /app/shop}", TWO))
         .unwrap();
-    w.engine.process_seen(proc(30, "/app/shop", 7), exec(false));
+    w.engine
+        .process_seen(proc(30, "/app/shop", 7), exec(&w, 30, false));
     // Held 3 s ago (by its loader hook, say) and never reported.
-    let long_ago = monotonic_ns().saturating_sub(3_000_000_000);
-    w.kernel.borrow_mut().held.insert(30, long_ago);
+    let long_ago = Hold::new(monotonic_ns().saturating_sub(3_000_000_000));
+    w.kernel.borrow_mut().held.insert(
+        30,
+        Held {
+            pid: 30,
+            hold: long_ago,
+            kind: HoldKind::Loader,
+        },
+    );
     w.engine.tick(Instant::now());
     assert_eq!(w.kernel.borrow().resumed, [30]);
 }

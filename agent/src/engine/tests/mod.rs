@@ -19,10 +19,17 @@ struct Kernel {
     next_link: u64,
     /// Pids whose attach fails as if the process had exited.
     gone: BTreeSet<u32>,
+    /// Pids that exit after this many more attaches succeed.
+    gone_after: BTreeMap<u32, usize>,
     /// Attaching a site at this offset fails.
     bad_offset: Option<u64>,
     resumed: Vec<u32>,
-    held: BTreeMap<u32, u64>,
+    held: BTreeMap<u32, Held>,
+    /// Holds of agents that died, handed over once.
+    adopted: Vec<Held>,
+    /// Pids marked as traced (their children are held at fork).
+    traced: BTreeSet<u32>,
+    proc_counts: crate::engine::tracer::ProcCounts,
     /// The order of attach and resume calls: ("attach" | "resume", pid).
     log: Vec<(&'static str, u32)>,
     comms: BTreeSet<String>,
@@ -99,6 +106,12 @@ impl Tracer for FakeTracer {
         if k.gone.contains(&pid) {
             return Err(TraceError::ProcessGone);
         }
+        if let Some(n) = k.gone_after.get_mut(&pid) {
+            if *n == 0 {
+                return Err(TraceError::ProcessGone);
+            }
+            *n -= 1;
+        }
         if let Some(bad) = k.bad_offset {
             if let Some(s) = sites.iter().find(|s| s.point.offset == bad) {
                 return Err(TraceError::Attach {
@@ -134,15 +147,40 @@ impl Tracer for FakeTracer {
             .unwrap_or_default()
     }
 
-    fn resume(&mut self, pid: u32) {
+    fn resume(&mut self, pid: u32, hold: Hold) {
         let mut k = self.0.borrow_mut();
+        // As the kernel's map: only a hold still there is ended.
+        if !hold.adopted {
+            match k.held.get(&pid) {
+                Some(h) if h.hold == hold => {
+                    k.held.remove(&pid);
+                }
+                _ => return,
+            }
+        }
         k.log.push(("resume", pid));
         k.resumed.push(pid);
-        k.held.remove(&pid);
     }
 
-    fn held(&self) -> Vec<(u32, u64)> {
-        self.0.borrow().held.iter().map(|(p, t)| (*p, *t)).collect()
+    fn held(&self) -> Vec<Held> {
+        self.0.borrow().held.values().copied().collect()
+    }
+
+    fn take_adopted(&mut self) -> Vec<Held> {
+        std::mem::take(&mut self.0.borrow_mut().adopted)
+    }
+
+    fn set_traced(&mut self, pid: u32, traced: bool) {
+        let mut k = self.0.borrow_mut();
+        if traced {
+            k.traced.insert(pid);
+        } else {
+            k.traced.remove(&pid);
+        }
+    }
+
+    fn proc_counts(&self) -> crate::engine::tracer::ProcCounts {
+        self.0.borrow().proc_counts
     }
 
     fn set_exec_watch(
@@ -301,9 +339,20 @@ fn live_links(w: &World, pid: u32) -> usize {
         .count()
 }
 
-fn exec(held: bool) -> Origin {
+/// Holds `pid` in the fake kernel (as the exec hook would) and returns its hold.
+fn hold(w: &World, pid: u32, kind: HoldKind) -> Hold {
+    let hold = Hold::new(monotonic_ns());
+    w.kernel
+        .borrow_mut()
+        .held
+        .insert(pid, Held { pid, hold, kind });
+    hold
+}
+
+/// An exec event: held (the hook stopped `pid`) or not.
+fn exec(w: &World, pid: u32, held: bool) -> Origin {
     Origin::Exec {
-        held,
+        hold: held.then(|| hold(w, pid, HoldKind::Exec)),
         at: Instant::now(),
     }
 }
@@ -318,8 +367,10 @@ fn a_held_process_is_attached_before_it_is_resumed_and_others_are_left_alone() {
         w.kernel.borrow().comms,
         BTreeSet::from(["shop".to_string()])
     );
-    w.engine.process_seen(proc(10, "/app/shop", 7), exec(true));
-    w.engine.process_seen(proc(11, "/app/other", 8), exec(true));
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), exec(&w, 10, true));
+    w.engine
+        .process_seen(proc(11, "/app/other", 8), exec(&w, 11, true));
     let k = w.kernel.borrow();
     assert_eq!(
         k.log,
@@ -364,7 +415,8 @@ fn exit_detaches_flushes_the_reader_and_the_next_process_reuses_the_plans() {
         3,
         "kept for the next process"
     );
-    w.engine.process_seen(proc(12, "/app/shop", 7), exec(true));
+    w.engine
+        .process_seen(proc(12, "/app/shop", 7), exec(&w, 12, true));
     assert_eq!(live_links(&w, 12), 2);
     assert_eq!(*w.opened.borrow(), 1, "the binary was resolved once");
     // Idle binaries are freed after the TTL; their counts stay.
@@ -458,7 +510,8 @@ fn a_probe_that_fails_is_reported_and_the_others_run() {
         .unwrap();
     // main.b's second RET cannot be placed: the whole probe is refused, nothing half-done.
     w.kernel.borrow_mut().bad_offset = Some(0x1011);
-    w.engine.process_seen(proc(10, "/app/shop", 7), exec(true));
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), exec(&w, 10, true));
     assert_eq!(live_links(&w, 10), 1, "main.a only");
     let probes = w.stats.probes();
     let by_symbol = |s: &str| {
@@ -483,31 +536,64 @@ fn a_probe_that_fails_is_reported_and_the_others_run() {
 }
 
 #[test]
-fn a_process_gone_mid_attach_is_counted_missed_and_leaves_nothing_behind() {
+fn a_process_gone_before_or_during_attach_is_missed_unless_held_and_blames_no_probe() {
     let mut w = world(Mode::Local);
     w.engine
         .add_spec(spec("s", None, "{executable: /app/shop}", TWO))
         .unwrap();
+    // Not held, gone at its first attach.
     w.kernel.borrow_mut().gone.insert(10);
-    w.engine.process_seen(proc(10, "/app/shop", 7), exec(true));
-    assert_eq!(live_links(&w, 10), 0);
-    assert!(!w.engine.is_tracked(10));
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), exec(&w, 10, false));
+    // Not held, gone after its first probe was attached: that one is detached again.
+    w.kernel.borrow_mut().gone_after.insert(11, 1);
+    w.engine
+        .process_seen(proc(11, "/app/shop", 7), exec(&w, 11, false));
+    // Held (stopped before its first instruction) and killed meanwhile: none of its calls
+    // can have been missed.
+    w.kernel.borrow_mut().gone.insert(12);
+    w.engine
+        .process_seen(proc(12, "/app/shop", 7), exec(&w, 12, true));
+    for pid in [10, 11, 12] {
+        assert_eq!(live_links(&w, pid), 0);
+        assert!(!w.engine.is_tracked(pid));
+    }
     let ps = w.stats.processes();
-    assert_eq!((ps.matched, ps.traced, ps.missed_total), (1, 0, 1));
-    assert!(ps.missed[0]
-        .reason
-        .contains("exited before gprobe could attach"));
+    assert_eq!((ps.matched, ps.traced, ps.missed_total), (3, 1, 2));
+    let reasons: Vec<(u32, &str)> = ps
+        .missed
+        .iter()
+        .map(|m| (m.pid, m.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (10, "exited before gprobe could attach"),
+            (11, "exited while its probes were being attached")
+        ]
+    );
     assert_eq!(
         w.kernel.borrow().resumed,
-        [10],
+        [12],
         "the hold is released anyway"
     );
-    // A process gone before it could even be inspected counts when its path matches.
-    w.engine.process_exec_gone(11, Path::new("/app/shop"));
-    w.engine.process_exec_gone(12, Path::new("/bin/true"));
+    for (k, p) in w.stats.probes() {
+        assert_eq!(
+            p.error, None,
+            "{k}: a process that exits is no probe's fault"
+        );
+    }
+    assert!(w.kernel.borrow().traced.is_empty());
+    // A process gone before it could even be inspected counts when its path matches;
+    // missed unless it was held.
+    w.engine.process_exec_gone(13, Path::new("/app/shop"), None);
+    w.engine.process_exec_gone(14, Path::new("/bin/true"), None);
+    let h = hold(&w, 15, HoldKind::Exec);
+    w.engine
+        .process_exec_gone(15, Path::new("/app/shop"), Some(h));
     let ps = w.stats.processes();
-    assert_eq!((ps.matched, ps.missed_total), (2, 2));
-    assert_eq!(ps.missed[1].pid, 11);
+    assert_eq!((ps.matched, ps.traced, ps.missed_total), (5, 2, 3));
+    assert_eq!(ps.missed[2].pid, 13);
 }
 
 #[test]
@@ -525,7 +611,8 @@ fn a_process_not_held_at_exec_is_traced_but_listed_as_missed() {
         w.kernel.borrow().comms.is_empty(),
         "no literal name to hold by"
     );
-    w.engine.process_seen(proc(10, "/app/shop", 7), exec(false));
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), exec(&w, 10, false));
     assert_eq!(live_links(&w, 10), 1);
     let ps = w.stats.processes();
     assert_eq!((ps.traced, ps.missed_total), (0, 1));
@@ -554,7 +641,7 @@ fn exec_into_a_new_program_replaces_the_old_ones_probes() {
     let mut other = proc(10, "/app/cart", 9);
     other.start_time = proc(10, "", 0).start_time; // exec keeps the start time
     w.engine.process_exited(10); // what the driver does on exec
-    w.engine.process_seen(other, exec(true));
+    w.engine.process_seen(other, exec(&w, 10, true));
     assert_eq!(live_links(&w, 10), 1);
     assert_eq!(w.kernel.borrow().links.len(), 1);
     assert_eq!(w.exits.try_recv(), Ok(10));

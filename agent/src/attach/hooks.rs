@@ -1,0 +1,395 @@
+//! The process hooks (agent-ebpf/src/procs.bpf.c): BTF tracepoints on exec, fork and exit
+//! that report processes and hold the ones the agent may trace. They are loaded here, not
+//! by aya, because they call kernel functions (kfuncs: `bpf_task_from_pid`,
+//! `bpf_send_signal_task`, ...), which aya 0.14 cannot link: each such call is pointed at
+//! the kernel's function of that name (its id in the kernel's BTF), and the extern
+//! declarations in the object's BTF, which the kernel refuses, are made static first. The
+//! maps are the ones aya created for the uprobe object (procmaps.h defines them in both).
+
+use super::multi::{btf_fd, map_fd};
+use aya::Ebpf;
+use aya_obj::btf::{Btf, BtfKind};
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+const BPF_PROG_TYPE_TRACING: u32 = 26;
+const BPF_TRACE_RAW_TP: u32 = 23;
+const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
+const BTF_KIND_FUNC: u32 = 12;
+const BTF_FUNC_EXTERN: u32 = 2;
+
+/// The programs and the tracepoints they attach to.
+const HOOKS: [(&str, &str); 3] = [
+    ("gprobe_exec", "sched_process_exec"),
+    ("gprobe_fork", "sched_process_fork"),
+    ("gprobe_exit", "sched_process_exit"),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("the process hooks' BPF object does not parse: {0}")]
+    Parse(String),
+    #[error("this kernel has no kernel function {0} for BPF programs; gprobe's process hooks need Linux 6.13 or later")]
+    NoKfunc(String),
+    #[error("this kernel's BTF has no tracepoint {0}")]
+    NoTracepoint(String),
+    #[error("map {0} was not created")]
+    NoMap(String),
+    #[error("relocating the process hooks: {0}")]
+    Relocate(String),
+    #[error("loading BPF program {program} failed: {source}")]
+    Load {
+        program: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("attaching BPF program {program} to tracepoint {tracepoint} failed: {source}")]
+    Attach {
+        program: &'static str,
+        tracepoint: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The loaded and attached hooks: closing these fds detaches them (and the kernel does so
+/// when the agent dies, after the exit hook has released its holds).
+#[derive(Debug)]
+pub struct Hooks {
+    _links: Vec<OwnedFd>,
+    _progs: Vec<OwnedFd>,
+}
+
+impl Hooks {
+    /// Loads `object`'s hooks against the maps of `ebpf` (call before maps are taken out of
+    /// it) and attaches them; `kernel` is the running kernel's BTF.
+    pub fn load(object: &[u8], ebpf: &Ebpf, kernel: &Btf) -> Result<Hooks, HookError> {
+        let mut bytes = object.to_vec();
+        link_kfuncs(&mut bytes, kernel)?;
+        let mut obj =
+            aya_obj::Object::parse(&bytes).map_err(|e| HookError::Parse(e.to_string()))?;
+        obj.relocate_btf(kernel)
+            .map_err(|e| HookError::Relocate(e.to_string()))?;
+        let fds: Vec<(String, i32)> = ebpf
+            .maps()
+            .filter_map(|(n, m)| map_fd(m).map(|fd| (n.to_string(), fd.as_raw_fd())))
+            .collect();
+        let defs = obj.maps.clone();
+        let mut maps = Vec::new();
+        for (n, def) in &defs {
+            let fd = fds
+                .iter()
+                .find(|(m, _)| m == n)
+                .map(|(_, fd)| *fd)
+                .ok_or_else(|| HookError::NoMap(n.clone()))?;
+            maps.push((n.as_str(), fd, def));
+        }
+        let text_sections = obj.functions.keys().map(|(s, _)| *s).collect();
+        obj.relocate_maps(maps.into_iter(), &text_sections)
+            .map_err(|e| HookError::Relocate(e.to_string()))?;
+        obj.relocate_calls(&text_sections)
+            .map_err(|e| HookError::Relocate(e.to_string()))?;
+        // The program's BTF: the exit hook's callback (bpf_for_each_map_elem) needs its
+        // function information.
+        let btf = btf_fd(&mut obj);
+        let mut progs = Vec::new();
+        let mut links = Vec::new();
+        for (name, tracepoint) in HOOKS {
+            let target = kernel
+                .id_by_type_name_kind(&format!("btf_trace_{tracepoint}"), BtfKind::Typedef)
+                .map_err(|_| HookError::NoTracepoint(tracepoint.into()))?;
+            let prog = obj
+                .programs
+                .get(name)
+                .ok_or_else(|| HookError::Parse(format!("no program {name}")))?;
+            let fun = &obj.functions[&prog.function_key()];
+            let fd =
+                load_tracing(fun, &obj.license, name, target, btf.as_ref()).map_err(|source| {
+                    HookError::Load {
+                        program: name,
+                        source,
+                    }
+                })?;
+            let link = attach_raw_tp(&fd).map_err(|source| HookError::Attach {
+                program: name,
+                tracepoint,
+                source,
+            })?;
+            progs.push(fd);
+            links.push(link);
+        }
+        Ok(Hooks {
+            _links: links,
+            _progs: progs,
+        })
+    }
+}
+
+/// Points every call of an extern function (a kfunc) at the kernel's function of that
+/// name, and makes the extern FUNCs of the object's BTF static (the kernel refuses extern
+/// ones; nothing reads them). Works on the ELF bytes, before the object is parsed.
+fn link_kfuncs(bytes: &mut [u8], kernel: &Btf) -> Result<(), HookError> {
+    let mut patches = Vec::new();
+    let mut btf_range = None;
+    {
+        let file = object::File::parse(&*bytes).map_err(|e| HookError::Parse(e.to_string()))?;
+        for section in file.sections() {
+            if section.name() == Ok(".BTF") {
+                btf_range = section.file_range();
+            }
+            let Some((start, _)) = section.file_range() else {
+                continue;
+            };
+            for (offset, rel) in section.relocations() {
+                let object::RelocationTarget::Symbol(idx) = rel.target() else {
+                    continue;
+                };
+                let sym = file
+                    .symbol_by_index(idx)
+                    .map_err(|e| HookError::Parse(e.to_string()))?;
+                if !sym.is_undefined() {
+                    continue;
+                }
+                let name = sym.name().map_err(|e| HookError::Parse(e.to_string()))?;
+                let id = kernel
+                    .id_by_type_name_kind(name, BtfKind::Func)
+                    .map_err(|_| HookError::NoKfunc(name.to_string()))?;
+                patches.push(((start + offset) as usize, id));
+            }
+        }
+    }
+    for (at, id) in patches {
+        let insn = bytes
+            .get_mut(at..at + 8)
+            .ok_or_else(|| HookError::Parse(format!("relocation at {at:#x} out of range")))?;
+        // bpf_insn: code, dst_reg:4 | src_reg:4, off (i16), imm (i32).
+        insn[1] = (insn[1] & 0x0f) | (BPF_PSEUDO_KFUNC_CALL << 4);
+        insn[2..4].copy_from_slice(&0i16.to_le_bytes());
+        insn[4..8].copy_from_slice(&id.to_le_bytes());
+    }
+    if let Some((start, size)) = btf_range {
+        let btf = &mut bytes[start as usize..(start + size) as usize];
+        static_externs(btf).map_err(HookError::Parse)?;
+    }
+    Ok(())
+}
+
+/// Makes every FUNC of extern linkage in a raw BTF blob static, in place.
+fn static_externs(btf: &mut [u8]) -> Result<(), String> {
+    let u32_at = |b: &[u8], o: usize| -> Result<u32, String> {
+        b.get(o..o + 4)
+            .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")))
+            .ok_or_else(|| format!("BTF truncated at {o}"))
+    };
+    // struct btf_header: magic u16, version u8, flags u8, hdr_len, type_off, type_len, ...
+    if btf.get(0..2) != Some(&0xeb9fu16.to_le_bytes()[..]) {
+        return Err("not little-endian BTF".into());
+    }
+    let hdr_len = u32_at(btf, 4)? as usize;
+    let type_off = u32_at(btf, 8)? as usize;
+    let type_len = u32_at(btf, 12)? as usize;
+    let (mut at, end) = (hdr_len + type_off, hdr_len + type_off + type_len);
+    while at < end {
+        // struct btf_type: name_off, info (vlen: bits 0-15, kind: bits 24-28), size/type.
+        let info = u32_at(btf, at + 4)?;
+        let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
+        if kind == BTF_KIND_FUNC && vlen as u32 == BTF_FUNC_EXTERN {
+            let info = info & !0xffff; // BTF_FUNC_STATIC
+            btf[at + 4..at + 8].copy_from_slice(&info.to_le_bytes());
+        }
+        let extra = match kind {
+            1 | 14 | 17 => 4,             // INT, VAR, DECL_TAG
+            3 => 12,                      // ARRAY
+            4 | 5 | 15 | 19 => vlen * 12, // STRUCT, UNION, DATASEC, ENUM64
+            6 | 13 => vlen * 8,           // ENUM, FUNC_PROTO
+            2 | 7..=12 | 16 | 18 => 0,
+            k => return Err(format!("unknown BTF kind {k}")),
+        };
+        at += 12 + extra;
+    }
+    Ok(())
+}
+
+/// Loads one BTF tracepoint program (`target`: the id of its `btf_trace_*` typedef).
+fn load_tracing(
+    fun: &aya_obj::Function,
+    license: &std::ffi::CStr,
+    name: &str,
+    target: u32,
+    btf: Option<&OwnedFd>,
+) -> std::io::Result<OwnedFd> {
+    let insns = &fun.instructions;
+    let func_info = fun.func_info.func_info_bytes();
+    let line_info = fun.line_info.line_info_bytes();
+    let mut pname = [0u8; 16];
+    let short = &name.as_bytes()[..name.len().min(15)];
+    pname[..short.len()].copy_from_slice(short);
+    let load = |log: Option<&mut Vec<u8>>| -> i64 {
+        // union bpf_attr, prog_load, up to attach_btf_id (offset 108).
+        let mut attr = [0u8; 144];
+        attr[0..4].copy_from_slice(&BPF_PROG_TYPE_TRACING.to_ne_bytes());
+        attr[4..8].copy_from_slice(&(insns.len() as u32).to_ne_bytes());
+        attr[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
+        attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+        if let Some(log) = log {
+            attr[24..28].copy_from_slice(&1u32.to_ne_bytes());
+            attr[28..32].copy_from_slice(&(log.len() as u32).to_ne_bytes());
+            attr[32..40].copy_from_slice(&(log.as_mut_ptr() as u64).to_ne_bytes());
+        }
+        attr[48..64].copy_from_slice(&pname);
+        attr[68..72].copy_from_slice(&BPF_TRACE_RAW_TP.to_ne_bytes());
+        if let Some(fd) = btf {
+            // prog_btf_fd, func_info_rec_size, func_info, func_info_cnt, line_info_rec_size,
+            // line_info, line_info_cnt.
+            attr[72..76].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
+            if fun.func_info.num_info > 0 {
+                attr[76..80].copy_from_slice(&(fun.func_info_rec_size as u32).to_ne_bytes());
+                attr[80..88].copy_from_slice(&(func_info.as_ptr() as u64).to_ne_bytes());
+                attr[88..92].copy_from_slice(&fun.func_info.num_info.to_ne_bytes());
+            }
+            if fun.line_info.num_info > 0 {
+                attr[92..96].copy_from_slice(&(fun.line_info_rec_size as u32).to_ne_bytes());
+                attr[96..104].copy_from_slice(&(line_info.as_ptr() as u64).to_ne_bytes());
+                attr[104..108].copy_from_slice(&fun.line_info.num_info.to_ne_bytes());
+            }
+        }
+        attr[108..112].copy_from_slice(&target.to_ne_bytes());
+        // SAFETY: a zero-initialized bpf_attr of the size passed; the instructions, license,
+        // BTF records and log buffer it points to outlive the call.
+        unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_LOAD,
+                attr.as_ptr(),
+                attr.len() as u32,
+            )
+        }
+    };
+    let fd = load(None);
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        // Again with the verifier's log, for the message.
+        let mut log = vec![0u8; 4 << 20];
+        let _ = load(Some(&mut log));
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let text = String::from_utf8_lossy(&log[..end]);
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        return Err(std::io::Error::new(
+            err.kind(),
+            format!(
+                "{err}; verifier: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ),
+        ));
+    }
+    // SAFETY: a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Attaches a BTF tracepoint program; the returned link detaches it when closed.
+fn attach_raw_tp(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
+    // union bpf_attr, raw_tracepoint: name (NULL: the program's BTF target), prog_fd.
+    let mut attr = [0u8; 16];
+    attr[8..12].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
+    // SAFETY: a zero-initialized bpf_attr of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_RAW_TRACEPOINT_OPEN,
+            attr.as_ptr(),
+            attr.len() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BTF blob with an INT, an extern FUNC and a FUNC_PROTO with one parameter.
+    fn blob() -> Vec<u8> {
+        let mut types = Vec::new();
+        let mut ty = |name: u32, kind: u32, vlen: u32, size: u32, extra: &[u32]| {
+            for w in [name, (kind << 24) | vlen, size].iter().chain(extra) {
+                types.extend_from_slice(&w.to_le_bytes());
+            }
+        };
+        ty(1, 1, 0, 4, &[32]); // [1] INT
+        ty(0, 13, 1, 1, &[0, 1]); // [2] FUNC_PROTO (int)
+        ty(3, BTF_KIND_FUNC, BTF_FUNC_EXTERN, 2, &[]); // [3] FUNC extern
+        ty(5, BTF_KIND_FUNC, 1, 2, &[]); // [4] FUNC global
+        let strings = b"\0int\0f\0g\0";
+        let mut b = Vec::new();
+        b.extend_from_slice(&0xeb9fu16.to_le_bytes());
+        b.extend_from_slice(&[1, 0]);
+        for w in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&types);
+        b.extend_from_slice(strings);
+        b
+    }
+
+    fn linkages(b: &[u8]) -> Vec<u32> {
+        // The two FUNCs are the third and fourth types: after 16 + 20 bytes of types.
+        [24 + 16 + 20, 24 + 16 + 20 + 12]
+            .iter()
+            .map(|o| u32::from_le_bytes(b[o + 4..o + 8].try_into().unwrap()) & 0xffff)
+            .collect()
+    }
+
+    #[test]
+    fn extern_funcs_become_static_and_nothing_else_changes() {
+        let mut b = blob();
+        assert_eq!(linkages(&b), [BTF_FUNC_EXTERN, 1]);
+        let before = b.clone();
+        static_externs(&mut b).unwrap();
+        assert_eq!(linkages(&b), [0, 1]);
+        let changed = b.iter().zip(&before).filter(|(x, y)| x != y).count();
+        assert_eq!(changed, 1, "only the extern's linkage byte");
+    }
+
+    #[test]
+    fn a_blob_that_is_not_btf_is_refused() {
+        assert!(static_externs(&mut [0u8; 24]).is_err());
+        let mut truncated = blob();
+        truncated.truncate(40);
+        assert!(static_externs(&mut truncated).is_err());
+    }
+
+    #[test]
+    fn the_process_hooks_object_calls_only_kfuncs_this_loader_links() {
+        let obj = object::File::parse(super::super::PROCS_OBJECT).unwrap();
+        let externs: std::collections::BTreeSet<&str> = obj
+            .symbols()
+            .filter(|s| s.is_undefined() && !s.name().unwrap_or("").is_empty())
+            .map(|s| s.name().unwrap())
+            .collect();
+        assert_eq!(
+            externs,
+            [
+                "bpf_send_signal_task",
+                "bpf_task_from_pid",
+                "bpf_task_release"
+            ]
+            .into()
+        );
+        let progs: Vec<&str> = HOOKS.iter().map(|h| h.0).collect();
+        for p in progs {
+            assert!(obj.symbol_by_name(p).is_some(), "{p}");
+        }
+    }
+}
