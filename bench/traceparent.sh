@@ -2,7 +2,7 @@
 # What reading a handler's incoming traceparent costs per call (BENCHMARKS.md, section 8): the BPF
 # program's run time per hit (kernel.bpf_stats_enabled) of a probe on bench/go/handler's
 # handle(w, r *http.Request), whose r.Header gprobe searches at every call, against the
-# same probe without the search, for requests of 3 to 40 headers. Needs root (BPF).
+# same probe without the search, for requests of 3 to 150 headers. Needs root (BPF).
 #
 #   bench/traceparent.sh                   builds gprobe (release) and the Go target
 #   bench/traceparent.sh --gprobe PATH     an already built gprobe (the BPF program is the

@@ -3,8 +3,8 @@
 call (kernel.bpf_stats_enabled) of a probe on bench/go/handler's handle(w, r), capturing
 the pointer r, with r typed `*http.Request` (gprobe then searches r.Header for a
 traceparent at every call) against the same probe with r typed `*main.notARequest` in the
-signature (the same register word, no search), for requests of 3, 12 and 40 headers, with
-and without a traceparent; and what `propagate: true` adds to a latency probe (its span
+signature (the same register word, no search), for requests of 3, 12, 40 and 150 headers,
+with and without a traceparent; and what `propagate: true` adds to a latency probe (its span
 kept per goroutine in BPF). Run by bench/traceparent.sh; standard library only; every
 process it starts is stopped by its pid."""
 
@@ -26,6 +26,8 @@ CONFIGS = [
     ("3 headers + traceparent", "*http.Request", 3, True, ""),
     ("12 headers, none a traceparent", "*http.Request", 12, False, ""),
     ("40 headers, none a traceparent", "*http.Request", 40, False, ""),
+    ("150 headers, none a traceparent", "*http.Request", 150, False, ""),
+    ("150 headers + traceparent", "*http.Request", 150, True, ""),
     ("latency, 3 headers + traceparent", "*http.Request", 3, True, "latency: true"),
     ("latency + propagate, same", "*http.Request", 3, True,
      "latency: true\n      propagate: true"),

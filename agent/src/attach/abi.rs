@@ -24,11 +24,18 @@ pub const PROBE_RETURN: u8 = 2;
 /// loaded objects): the BPF program stops the process (SIGSTOP, `held`) and reports
 /// `EV_LOADER`, so probes on a library dlopen'd later attach before its first call.
 pub const PROBE_LOADER: u8 = 3;
-/// gprobe_propagate: `net/http.(*Transport).roundTrip`, remembering the open propagating
-/// span for the request's header map (caps[0], a `CAP_HEADER`).
+/// `net/http.(*Transport).roundTrip`'s entry: the open propagating span, remembered for the
+/// goroutine making the request (caps[0], a `CAP_HEADER`, finds the request's header map)
+/// until the round trip returns.
 pub const PROBE_HTTP_OUT: u8 = c::GP_PROBE_HTTP_OUT as u8;
-/// gprobe_propagate: `net/http.Header.writeSubset`, writing that request's `Traceparent`.
+/// gprobe_propagate: `net/http.Header.writeSubset`, writing the `Traceparent` of the
+/// request handed to that connection's writer.
 pub const PROBE_HTTP_WRITE: u8 = c::GP_PROBE_HTTP_WRITE as u8;
+/// `net/http.(*persistConn).roundTrip`'s entry: the connection writer (caps[0], a
+/// `CAP_WORD` at the path `pc.bw`) the goroutine's request is handed to.
+pub const PROBE_HTTP_CONN: u8 = c::GP_PROBE_HTTP_CONN as u8;
+/// A RET of `net/http.(*Transport).roundTrip`: the goroutine's request is forgotten.
+pub const PROBE_HTTP_DONE: u8 = c::GP_PROBE_HTTP_DONE as u8;
 
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;
@@ -307,6 +314,7 @@ pub struct GpStats {
     pub throttled: u64,
     pub unpaired: u64,
     pub too_deep: u64,
+    pub incomplete: u64,
 }
 
 #[repr(C)]
@@ -357,7 +365,7 @@ check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => O
     len => OFFSETOF_GP_VALUE_LEN, full_len => OFFSETOF_GP_VALUE_FULL_LEN);
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
     lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
-    too_deep => OFFSETOF_GP_STATS_TOO_DEEP);
+    too_deep => OFFSETOF_GP_STATS_TOO_DEEP, incomplete => OFFSETOF_GP_STATS_INCOMPLETE);
 check_layout!(GpControl, SIZEOF_GP_CONTROL, holds_until_ns => OFFSETOF_GP_CONTROL_HOLDS_UNTIL_NS);
 check_layout!(GpProcEvent, SIZEOF_GP_PROC_EVENT, kind => OFFSETOF_GP_PROC_EVENT_KIND, pid => OFFSETOF_GP_PROC_EVENT_PID,
     flags => OFFSETOF_GP_PROC_EVENT_FLAGS, ino => OFFSETOF_GP_PROC_EVENT_INO, filename => OFFSETOF_GP_PROC_EVENT_FILENAME);
