@@ -62,6 +62,8 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ),
     ("gp_control", &["holds_until_ns"]),
     ("gp_span_key", &["goroutine", "tgid"]),
+    ("gp_out", &["trace", "span", "map", "writer", "ts"]),
+    ("gp_out_key", &["writer", "tgid"]),
     (
         "gp_span_ctx",
         &[

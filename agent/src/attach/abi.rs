@@ -253,6 +253,26 @@ pub struct GpSpanKey {
     pub _pad: u32,
 }
 
+/// `requests`' value: a request made inside a propagating span (`gp_out`, spans.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpOut {
+    pub trace: [u64; 2],
+    pub span: u64,
+    pub map: u64,
+    pub writer: u64,
+    pub ts: u64,
+}
+
+/// `conns`' key: a connection's writer in a process (`gp_out_key`, spans.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpOutKey {
+    pub writer: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+
 /// `spanctx`'s value: the propagating spans open on a goroutine (`gp_span_ctx`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -340,6 +360,8 @@ unsafe impl aya::Pod for GpStats {}
 unsafe impl aya::Pod for GpControl {}
 unsafe impl aya::Pod for GpSpanKey {}
 unsafe impl aya::Pod for GpSpanCtx {}
+unsafe impl aya::Pod for GpOut {}
+unsafe impl aya::Pod for GpOutKey {}
 
 macro_rules! check_layout {
     ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
@@ -424,6 +446,10 @@ const _: () = assert!(std::mem::size_of::<GpValue>() == 8);
 
 check_layout!(GpSpanKey, SIZEOF_GP_SPAN_KEY, goroutine => OFFSETOF_GP_SPAN_KEY_GOROUTINE,
     tgid => OFFSETOF_GP_SPAN_KEY_TGID);
+check_layout!(GpOut, SIZEOF_GP_OUT, trace => OFFSETOF_GP_OUT_TRACE, span => OFFSETOF_GP_OUT_SPAN,
+    map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS);
+check_layout!(GpOutKey, SIZEOF_GP_OUT_KEY, writer => OFFSETOF_GP_OUT_KEY_WRITER,
+    tgid => OFFSETOF_GP_OUT_KEY_TGID);
 check_layout!(GpSpanCtx, SIZEOF_GP_SPAN_CTX, depth => OFFSETOF_GP_SPAN_CTX_DEPTH,
     trace => OFFSETOF_GP_SPAN_CTX_TRACE, span => OFFSETOF_GP_SPAN_CTX_SPAN,
     call_id => OFFSETOF_GP_SPAN_CTX_CALL_ID);

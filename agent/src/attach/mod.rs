@@ -471,20 +471,9 @@ impl Tracer for BpfTracer {
     }
 
     fn forget_spans(&mut self, pid: u32) {
-        let Some(map) = self.ebpf.map_mut("spanctx") else {
-            return;
-        };
-        let Ok(mut spans) = BpfHashMap::<_, abi::GpSpanKey, abi::GpSpanCtx>::try_from(map) else {
-            return;
-        };
-        let stale: Vec<abi::GpSpanKey> = spans
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| k.tgid == pid)
-            .collect();
-        for k in stale {
-            let _ = spans.remove(&k);
-        }
+        forget_pid::<abi::GpSpanKey, abi::GpSpanCtx>(&mut self.ebpf, "spanctx", pid, |k| k.tgid);
+        forget_pid::<abi::GpSpanKey, abi::GpOut>(&mut self.ebpf, "requests", pid, |k| k.tgid);
+        forget_pid::<abi::GpOutKey, u64>(&mut self.ebpf, "conns", pid, |k| k.tgid);
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {
@@ -597,5 +586,29 @@ impl Drop for BpfTracer {
             // SAFETY: kill has no memory preconditions.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
         }
+    }
+}
+
+/// Removes the entries of process `pid` from the BPF hash map `name` (keys: `tgid` tells
+/// their process).
+fn forget_pid<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut aya::Ebpf,
+    name: &str,
+    pid: u32,
+    tgid: impl Fn(&K) -> u32,
+) {
+    let Some(map) = ebpf.map_mut(name) else {
+        return;
+    };
+    let Ok(mut m) = BpfHashMap::<_, K, V>::try_from(map) else {
+        return;
+    };
+    let stale: Vec<K> = m
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| tgid(k) == pid)
+        .collect();
+    for k in stale {
+        let _ = m.remove(&k);
     }
 }

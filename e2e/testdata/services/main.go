@@ -255,9 +255,9 @@ func send(c *http.Client, url string, h http.Header) error {
 }
 
 // shared runs `rounds` rounds of n requests from call(id) and `outside` requests from no
-// call, all at once, every one with the same header map.
-func shared(back string, rounds, n, outside int) {
-	say("client pid=%d", os.Getpid())
+// call, all at once, every one with the same header map. Then it says "client done" and,
+// with linger, stays until its stdin ends, for a test to look at it after its requests.
+func shared(back string, rounds, n, outside int, linger bool) {
 	h := http.Header{}
 	h.Set("X-Shared", "1")
 	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n + outside}}
@@ -290,6 +290,10 @@ func shared(back string, rounds, n, outside int) {
 			panic(err)
 		}
 	}
+	say("client done")
+	if linger {
+		io.Copy(io.Discard, os.Stdin)
+	}
 }
 
 func main() {
@@ -301,6 +305,7 @@ func main() {
 	first := flag.Int("first", 1, "headers: the first request's id")
 	rounds := flag.Int("rounds", 2, "shared: rounds")
 	outside := flag.Int("outside", 10, "shared: requests from no call per round")
+	linger := flag.Bool("linger", false, "shared: stay until stdin ends")
 	flag.IntVar(&barrier.n, "barrier", 0, "back: answer once this many requests are in")
 	log := flag.String("log", "", "write the lines to this file instead of stdout")
 	flag.Parse()
@@ -322,7 +327,7 @@ func main() {
 	case "headers":
 		headers(*back, *n, *total, *first)
 	case "shared":
-		shared(*back, *rounds, *n, *outside)
+		shared(*back, *rounds, *n, *outside, *linger)
 	default:
 		fmt.Fprintln(os.Stderr, "-role back|front|client")
 		os.Exit(2)
