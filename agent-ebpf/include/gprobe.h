@@ -32,12 +32,18 @@ enum gp_probe_kind {
 	GP_PROBE_RETURN = 2, /* a RET of a latency probe: RETURN event paired to its entry */
 	GP_PROBE_LOADER = 3, /* the dynamic loader's _dl_debug_state: the process is held and a
 			      * GP_EV_LOADER event tells the agent to look at its libraries */
-	/* In processes with a `propagate` probe: */
-	GP_PROBE_HTTP_OUT = 4,   /* spans.h: net/http.(*Transport).roundTrip: a request made in a
-				  * propagating span; caps[0], a GP_CAP_HEADER, finds its header map */
-	GP_PROBE_HTTP_WRITE = 5, /* propagate.h (program gprobe_propagate): net/http.Header.
-				  * writeSubset: writes that request's traceparent into the
-				  * *bufio.Writer (type descriptor: aux) */
+	/* In processes with a `propagate` probe (spans.h, propagate.h): */
+	GP_PROBE_HTTP_OUT = 4,   /* net/http.(*Transport).roundTrip's entry: a request made in a
+				  * propagating span, remembered for its goroutine until the round
+				  * trip returns; caps[0], a GP_CAP_HEADER, finds its header map */
+	GP_PROBE_HTTP_WRITE = 5, /* program gprobe_propagate: net/http.Header.writeSubset: writes
+				  * the traceparent of the request handed to that connection's
+				  * *bufio.Writer (type descriptor: aux) into it */
+	GP_PROBE_HTTP_CONN = 6,  /* net/http.(*persistConn).roundTrip's entry: the connection the
+				  * goroutine's request goes out on; caps[0], a GP_CAP_WORD at the
+				  * path pc.bw, its *bufio.Writer */
+	GP_PROBE_HTTP_DONE = 7,  /* a RET of net/http.(*Transport).roundTrip: the goroutine's
+				  * request is forgotten */
 };
 
 enum gp_event_kind {
@@ -208,6 +214,9 @@ struct gp_stats {
 	__u64 throttled; /* calls over limits.eventsPerSecond */
 	__u64 unpaired;  /* returns with no remembered entry (entry dropped or before attach) */
 	__u64 too_deep;  /* calls nested deeper than GP_MAX_DEPTH in one goroutine: not recorded */
+	__u64 incomplete; /* requests whose header map could not be searched to the end (gomap.h):
+			   * a handler's traceparent may have been missed; GP_PROBE_HTTP_OUT: a
+			   * request sent without one, as it may have had its own */
 };
 
 struct gp_inflight_key {
@@ -244,21 +253,26 @@ struct gp_span_ctx {
 	__u64 parent_trace[2];
 };
 
-/* A request made inside a propagating span, by its header map: the map's address and its
- * hash seed (random per map: a new map at a reused address has another). */
+/* A request made inside a propagating span (GP_PROBE_HTTP_OUT), kept for the goroutine that
+ * makes it (key: gp_span_key) while its round trip is in progress. */
+struct gp_out {
+	__u64 trace[2];
+	__u64 span;
+	__u64 map;    /* the request's header map (req.Header) */
+	__u64 writer; /* the *bufio.Writer of the connection it was handed to; 0: none yet */
+	__u64 ts;     /* when it was handed to that connection */
+};
+
+/* A connection's *bufio.Writer in a process: where the header writer finds the goroutine
+ * whose request that connection is sending (value: its runtime.g). */
 struct gp_out_key {
-	__u64 map;
-	__u64 seed;
+	__u64 writer;
 	__u32 tgid;
 	__u32 _pad;
 };
 
-struct gp_out {
-	__u64 trace[2];
-	__u64 span;
-	__u64 ts; /* when the request was made: an entry older than GP_OUT_MAX_AGE_NS is stale */
-};
-
+/* A request's headers are written right after it is handed to its connection: a hand-off
+ * older than this is one whose round trip never returned (a panic), not written to. */
 #define GP_OUT_MAX_AGE_NS 30000000000ULL
 
 struct gp_rate {

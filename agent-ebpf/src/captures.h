@@ -408,7 +408,12 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 		len = error_value(s, c, o, w[0], w[1], &nodes);
 		v->full_len = nodes;
 	} else if (kind == GP_CAP_HEADER) {
-		int r = gp_header_lookup(s, w[0], c->size);
+		/* A propagating entry searched this map already in this hit (spans.h). */
+		int r = s->hdr_map && s->hdr_map == w[0] ? (int)s->hdr_res
+							 : gp_header_lookup(s, w[0], c->size);
+		s->hdr_map = 0;
+		if (r < 0)
+			s->incomplete++; /* counted by the probe: its join may have been missed */
 		if (r == -2) {
 			flags |= GP_VAL_TRUNCATED; /* not searched: len 0 */
 		} else if (r < 0) {

@@ -73,6 +73,15 @@ struct scratch {
 			* no longer tracks, so the paths that computed it converge */
 	__u64 regs[16];
 	__u64 hdr[2]; /* gomap.h: the string header of the header value found */
+	__u64 ovf;    /* gomap.h: the overflow bucket after the one searched */
+	__u64 walk[14]; /* gomap.h: the search in progress (struct gp_walk), in map memory
+			 * whose contents the verifier does not track: its counters then do
+			 * not make each visit of bpf_loop's callback a state of its own */
+	/* spans.h: the header map a propagating entry searched in this hit, and the outcome,
+	 * for its record's header capture (0: none) */
+	__u64 hdr_map;
+	__s64 hdr_res;
+	__u64 incomplete; /* captures.h: header maps this hit could not search to the end */
 	__u8 grp[512 + 16]; /* gomap.h: a map bucket or group being searched (up to 336 bytes;
 			     * offsets masked below 512, a word read past them stays inside) */
 	__u64 span[4]; /* spans.h: the span this hit opened (trace high, low, span, parent) */
@@ -289,8 +298,8 @@ int gprobe_uprobe(struct x86_regs *r)
 	if (!st)
 		return 0;
 	st->hits++;
-	if (cfg->kind == GP_PROBE_HTTP_OUT)
-		return http_out(r, cfg, st);
+	if (cfg->kind >= GP_PROBE_HTTP_OUT && cfg->kind != GP_PROBE_HTTP_WRITE)
+		return http_request(r, cfg, st);
 
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -368,6 +377,11 @@ int gprobe_uprobe(struct x86_regs *r)
 		err = emit_one_bytes(r, cfg, &h, s);
 	else
 		err = emit_any(r, cfg, &h, s);
+	if (s->incomplete) {
+		st->incomplete += s->incomplete;
+		s->incomplete = 0;
+	}
+	s->hdr_map = 0;
 	if (err) {
 		st->lost++;
 		s->lost = 1;

@@ -6,21 +6,33 @@
 static __attribute__((noinline)) int GP_WRITE_FN(struct x86_regs *r, const struct gp_probe_cfg *cfg,
 				      struct gp_stats *st)
 {
-	/* writeSubset(h Header, w io.Writer, ...): h in RAX, w's itab and data in RBX, RCX. */
-	struct gp_out_key ok = { .map = r->ax, .tgid = bpf_get_current_pid_tgid() >> 32 };
-	if (!ok.map || map_seed(ok.map, cfg->caps[0].size, &ok.seed))
+	/* writeSubset(h Header, w io.Writer, ...): h in RAX, w's itab and data in RBX, RCX. The
+	 * data is looked up as a connection's writer a request was handed to (spans.h). */
+	__u64 h = r->ax, tab = r->bx, data = r->cx, ty = 0;
+	struct gp_out_key ck = { .writer = data, .tgid = bpf_get_current_pid_tgid() >> 32 };
+	if (!h || !data)
 		return 0;
-	struct gp_out *found = bpf_map_lookup_elem(&outgoing, &ok);
-	if (!found)
+	__u64 *g = bpf_map_lookup_elem(&conns, &ck);
+	if (!g)
+		return 0; /* not a connection sending a request made in a propagating span */
+	struct gp_span_key k = { .goroutine = *g, .tgid = ck.tgid };
+	struct gp_out *req = bpf_map_lookup_elem(&requests, &k);
+	if (!req || req->writer != data) {
+		/* Its round trip returned, or moved on: nothing of it is written here. */
+		bpf_map_delete_elem(&conns, &ck);
 		return 0;
-	struct gp_out out = *found;
-	bpf_map_delete_elem(&outgoing, &ok);
+	}
+	if (req->map != h)
+		return 0; /* another header of the request (the transport's extra ones, trailers) */
+	struct gp_out out = *req;
+	/* Written once: the request's headers are being written now. */
+	req->writer = 0;
+	bpf_map_delete_elem(&conns, &ck);
 	if (bpf_ktime_get_ns() - out.ts > GP_OUT_MAX_AGE_NS) {
 		st->lost++;
 		return 0;
 	}
-	__u64 tab = r->bx, data = r->cx, ty = 0;
-	if (!tab || !data || bpf_probe_read_user(&ty, 8, (void *)(tab + 8)) || ty != cfg->aux) {
+	if (!tab || bpf_probe_read_user(&ty, 8, (void *)(tab + 8)) || ty != cfg->aux) {
 		st->lost++; /* not the *bufio.Writer of a connection */
 		return 0;
 	}

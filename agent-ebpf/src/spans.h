@@ -120,7 +120,11 @@ __attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_p
 	/* As W3C trace context reads it (and the agent's parser): version 00 is exactly 55
 	 * bytes; a later version may be longer, with a '-' after the flags; version ff is
 	 * invalid. */
-	if (gp_header_lookup(s, w[0], c->size) != 1 || s->hdr[1] < 55)
+	int found = gp_header_lookup(s, w[0], c->size);
+	/* The record's header capture, next in this hit, takes this outcome (captures.h). */
+	s->hdr_map = w[0];
+	s->hdr_res = found;
+	if (found != 1 || s->hdr[1] < 55)
 		return 0;
 	char *t = (char *)s->buf; /* free: the record is assembled after this */
 	/* The byte after a longer one's flags; only the header's own bytes are read. */
@@ -234,39 +238,44 @@ static __always_inline void span_exit(__u32 tgid, __u64 g, __u64 call_id)
 		bpf_map_delete_elem(&spanctx, &k);
 }
 
+/* Outgoing requests made inside propagating spans, by the goroutine making each
+ * (GP_PROBE_HTTP_OUT), while its round trip is in progress: a goroutine makes one request
+ * at a time, whatever header map it shares with others. LRU: a round trip whose return
+ * never comes (a panic) cannot grow it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gp_span_key);
+	__type(value, struct gp_out);
+} requests SEC(".maps");
+
+/* The same requests by the connection writer each was handed to (GP_PROBE_HTTP_CONN):
+ * value, the goroutine. An HTTP/1 connection sends one request at a time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct gp_out_key);
-	__type(value, struct gp_out);
-} outgoing SEC(".maps");
+	__type(value, __u64);
+} conns SEC(".maps");
 
 #define TP_LINE 70 /* "Traceparent: " 13 + 55 + "\r\n" 2 */
 
-/* The map's seed (hmap.hash0, the high half of its second word; swiss Map.seed). */
-static __always_inline int map_seed(__u64 m, __u8 layout, __u64 *seed)
-{
-	if (bpf_probe_read_user(seed, 8, (void *)(m + 8)))
-		return -1;
-	if (layout == GP_MAP_HMAP)
-		*seed >>= 32;
-	return 0;
-}
-
 /* GP_PROBE_HTTP_OUT at net/http.(*Transport).roundTrip(t, req), on the goroutine that
  * makes the request: if a propagating span is open on it, and the request has no
- * Traceparent of its own, the span's ids are remembered for the request's header map, for
- * gprobe_propagate (propagate.h) to write. Counts (gp_stats): emitted = requests
- * remembered; throttled = requests that had a traceparent of their own (or too many
- * headers to be sure they have none); lost = an unreadable request. */
-static __attribute__((noinline)) int http_out(struct x86_regs *r, const struct gp_probe_cfg *cfg,
-				    struct gp_stats *st)
+ * Traceparent of its own, the span's ids are remembered for the goroutine until the round
+ * trip returns. Counts (gp_stats): emitted = requests remembered; throttled = requests
+ * that had a traceparent of their own; incomplete = requests whose header map could not
+ * be searched to the end (sent as they were: they may have had one); lost = an unreadable
+ * request. */
+static __always_inline int http_out(struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				    struct gp_stats *st, struct gp_span_key *k)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct gp_span_key k = { .goroutine = r->r14, .tgid = pid_tgid >> 32 };
-	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
+	/* What an earlier round trip of this goroutine left (its return unseen: a panic) is
+	 * not this request's. */
+	bpf_map_delete_elem(&requests, k);
+	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, k);
 	struct gp_out out = {};
-	if (!span_current(sc, k.tgid, out.trace, &out.span))
+	if (!span_current(sc, k->tgid, out.trace, &out.span))
 		return 0; /* no propagating span open: nothing to carry */
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
@@ -278,21 +287,98 @@ static __attribute__((noinline)) int http_out(struct x86_regs *r, const struct g
 	save_regs(s->regs, r);
 	__u64 w[2];
 	__u32 left = 0;
-	struct gp_out_key ok = { .tgid = k.tgid };
-	if (cap_words(s->regs, c, w, &left) || !w[0] || map_seed(w[0], c->size, &ok.seed)) {
+	if (cap_words(s->regs, c, w, &left) || !w[0]) {
 		st->lost++;
 		return 0;
 	}
 	int found = gp_header_lookup(s, w[0], c->size);
 	if (found != 0) {
-		/* Its own traceparent (or too many headers to be sure it has none). */
-		st->throttled++;
+		if (found == 1)
+			st->throttled++; /* its own traceparent */
+		else
+			st->incomplete++;
 		return 0;
 	}
-	ok.map = w[0];
-	out.ts = bpf_ktime_get_ns();
-	bpf_map_update_elem(&outgoing, &ok, &out, BPF_ANY);
+	out.map = w[0];
+	if (bpf_map_update_elem(&requests, k, &out, BPF_ANY)) {
+		st->lost++;
+		return 0;
+	}
 	st->emitted++;
 	return 0;
 }
 
+/* The connection writer goroutine `k` handed its request to, if its entry still says so. */
+static __always_inline void forget_conn(struct gp_span_key *k, __u64 writer)
+{
+	struct gp_out_key ck = { .writer = writer, .tgid = k->tgid };
+	__u64 *g = bpf_map_lookup_elem(&conns, &ck);
+	if (g && *g == k->goroutine)
+		bpf_map_delete_elem(&conns, &ck);
+}
+
+/* GP_PROBE_HTTP_CONN at net/http.(*persistConn).roundTrip(pc, treq), on the same
+ * goroutine: its request goes out on pc, written through pc.bw (caps[0]). A retry on
+ * another connection moves it there. Counts: emitted = requests handed to a connection;
+ * lost = pc.bw unreadable. */
+static __always_inline int http_conn(struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				     struct gp_stats *st, struct gp_span_key *k)
+{
+	struct gp_out *req = bpf_map_lookup_elem(&requests, k);
+	if (!req)
+		return 0; /* not a request made in a propagating span */
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	const struct gp_capture *c = &cfg->caps[0];
+	if (c->kind != GP_CAP_WORD)
+		return 0;
+	save_regs(s->regs, r);
+	__u64 w[2];
+	__u32 left = 0;
+	if (cap_words(s->regs, c, w, &left) || !w[0]) {
+		st->lost++;
+		return 0;
+	}
+	if (req->writer && req->writer != w[0])
+		forget_conn(k, req->writer);
+	struct gp_out_key ck = { .writer = w[0], .tgid = k->tgid };
+	if (bpf_map_update_elem(&conns, &ck, &k->goroutine, BPF_ANY)) {
+		req->writer = 0;
+		st->lost++;
+		return 0;
+	}
+	req->writer = w[0];
+	req->ts = bpf_ktime_get_ns();
+	st->emitted++;
+	return 0;
+}
+
+/* GP_PROBE_HTTP_DONE at a RET of net/http.(*Transport).roundTrip: the goroutine's request
+ * is answered (or failed); nothing of it is written any more. */
+static __always_inline int http_done(struct gp_span_key *k)
+{
+	struct gp_out *req = bpf_map_lookup_elem(&requests, k);
+	if (!req)
+		return 0;
+	if (req->writer)
+		forget_conn(k, req->writer);
+	bpf_map_delete_elem(&requests, k);
+	return 0;
+}
+
+/* gprobe's own probes of net/http's client (GP_PROBE_HTTP_OUT, _CONN, _DONE), on the
+ * goroutine that makes the request. */
+static __attribute__((noinline)) int http_request(struct x86_regs *r,
+						  const struct gp_probe_cfg *cfg,
+						  struct gp_stats *st)
+{
+	struct gp_span_key k = { .goroutine = r->r14,
+				 .tgid = bpf_get_current_pid_tgid() >> 32 };
+	if (cfg->kind == GP_PROBE_HTTP_OUT)
+		return http_out(r, cfg, st, &k);
+	if (cfg->kind == GP_PROBE_HTTP_CONN)
+		return http_conn(r, cfg, st, &k);
+	return http_done(&k);
+}

@@ -44,6 +44,9 @@ pub struct ProbeStats {
     pub too_deep: u64,
     /// Uprobe hits seen in the kernel.
     pub hits: u64,
+    /// Calls whose request's header map could not be searched to the end (too many headers,
+    /// or memory that could not be read): an incoming traceparent may have been missed.
+    pub join_incomplete: u64,
 }
 
 /// Kernel-side counters of one probe (summed over its configurations).
@@ -56,6 +59,8 @@ pub struct KernelCounts {
     pub throttled: u64,
     pub returns_lost: u64,
     pub too_deep: u64,
+    /// Header maps not searched to the end (`gp_stats.incomplete`).
+    pub incomplete: u64,
 }
 
 impl std::ops::AddAssign for KernelCounts {
@@ -66,6 +71,7 @@ impl std::ops::AddAssign for KernelCounts {
         self.throttled += o.throttled;
         self.returns_lost += o.returns_lost;
         self.too_deep += o.too_deep;
+        self.incomplete += o.incomplete;
     }
 }
 
@@ -124,12 +130,31 @@ pub struct Propagation {
     pub active: bool,
     pub requests: u64,
     pub written: u64,
+    /// Requests made inside propagating spans whose header map could not be searched to
+    /// the end: sent as they were (they may have had a traceparent of their own).
+    pub incomplete: u64,
     /// Why none could be written (the kernel's refusal), if so.
     pub error: Option<String>,
     /// `--propagate-dry-run`: `written` counts the headers that would have been written.
     pub dry_run: bool,
     /// Counts of executables no longer traced, kept so totals never go back.
-    retired: (u64, u64),
+    retired: PropagationCounts,
+}
+
+/// The kernel's counts of the propagation probes of one or more executables.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PropagationCounts {
+    pub requests: u64,
+    pub written: u64,
+    pub incomplete: u64,
+}
+
+impl std::ops::AddAssign for PropagationCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.requests += o.requests;
+        self.written += o.written;
+        self.incomplete += o.incomplete;
+    }
 }
 
 /// Shared handle to the counts.
@@ -199,6 +224,7 @@ impl Stats {
         p.throttled = k.throttled;
         p.returns_lost = k.returns_lost;
         p.too_deep = k.too_deep;
+        p.join_incomplete = k.incomplete;
     }
 
     /// Calls of `key` delivered from `pid` so far.
@@ -277,12 +303,15 @@ impl Stats {
         &self.0.otlp
     }
 
-    /// The propagation counts of the executables traced now (`requests`, `written`).
-    pub fn set_propagation(&self, requests: u64, written: u64, error: Option<String>) {
+    /// The propagation counts of the executables traced now.
+    pub fn set_propagation(&self, now: PropagationCounts, error: Option<String>) {
         let mut p = lock(&self.0.propagation);
         p.active = true;
-        p.requests = p.retired.0 + requests;
-        p.written = p.retired.1 + written;
+        let mut total = p.retired;
+        total += now;
+        p.requests = total.requests;
+        p.written = total.written;
+        p.incomplete = total.incomplete;
         if error.is_some() {
             p.error = error;
         }
@@ -293,10 +322,8 @@ impl Stats {
     }
 
     /// An executable's propagation probes were freed: its counts stay in the totals.
-    pub fn retire_propagation(&self, requests: u64, written: u64) {
-        let mut p = lock(&self.0.propagation);
-        p.retired.0 += requests;
-        p.retired.1 += written;
+    pub fn retire_propagation(&self, counts: PropagationCounts) {
+        lock(&self.0.propagation).retired += counts;
     }
 
     pub fn propagation(&self) -> Propagation {

@@ -15,7 +15,8 @@ bpf_cost() {
   while (($#)); do
     case "$1" in
       --gprobe) gprobe="$2"; shift 2 ;;
-      --rounds | --calls) extra+=("$1" "$2"); shift 2 ;;
+      # --baseline: traceparent.sh only
+      --rounds | --calls | --baseline) extra+=("$1" "$2"); shift 2 ;;
       -h | --help) sed -n "2,${help}p" "$script"; exit 0 ;;
       *) echo "$name: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac

@@ -5,14 +5,19 @@
 //! children, and its requests to the back service (its own, and the goroutine's) carry
 //! its span where the kernel lets BPF write it (else gprobe says why and counts the
 //! requests that went out without it). JSONL and a real OTLP receiver must show exactly
-//! the trees the program's own record describes. They need root (BPF).
+//! the trees the program's own record describes. A handler joins the trace of a request
+//! with many headers (150, 850, 1,000) on both Go map layouts, and counts a request with more
+//! than gprobe searches (`join_incomplete`). Requests that share one http.Header, made by
+//! calls on many goroutines at once, each carry their own call's span. They need root
+//! (BPF).
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{can_trace, program, program_lines, run_program, serial, Gprobe};
-use gprobe_e2e::otlp_receiver::{grpc_receiver, spans};
+use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, spans, Received};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -54,6 +59,10 @@ impl Service {
 
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
     }
 
     fn lines(&self, prefix: &str) -> BTreeMap<String, String> {
@@ -155,7 +164,7 @@ fn run_services(
     spec: &str,
     endpoint: &str,
     extra: &[&str],
-    rec: &gprobe_e2e::otlp_receiver::Received,
+    rec: &Received,
     what: &str,
 ) -> Value {
     let mut args = vec!["--otlp-endpoint", endpoint];
@@ -163,20 +172,15 @@ fn run_services(
     let g = Gprobe::cmd(spec).args(&args).summary_file().start();
     g.wait_ready();
     let dir = gprobe_e2e::harness::build_dir();
-    let attached = |s: &Service| {
-        let tag = format!("pid {})", s.pid());
-        g.wait_for_stderr(|e| e.matches(&tag).count() >= 5, Duration::from_secs(30));
-    };
     let back = Service::start(bin, &["-role", "back"], dir.join("services-back.log"));
-    attached(&back);
-    let backend = format!("http://127.0.0.1:{}", back.port);
+    attached(&g, &back, 5);
     let front = Service::start(
         bin,
-        &["-role", "front", "-backend", &backend],
+        &["-role", "front", "-backend", &back.url()],
         dir.join("services-front.log"),
     );
-    attached(&front);
-    let front_url = format!("http://127.0.0.1:{}", front.port);
+    attached(&g, &front, 5);
+    let front_url = front.url();
     let n = REQUESTS.to_string();
     let out = run_program(bin, &["-role", "client", "-front", &front_url, "-n", &n]);
     let (fronts, backs) = (front.lines("front "), back.lines("back "));
@@ -192,7 +196,7 @@ fn check(
     client_out: &str,
     fronts: &BTreeMap<String, String>,
     backs: &BTreeMap<String, String>,
-    rec: &gprobe_e2e::otlp_receiver::Received,
+    rec: &Received,
     what: &str,
 ) {
     let lines = program_lines(client_out, "sent ");
@@ -345,4 +349,356 @@ fn check(
         got, want,
         "{what}: the receiver's spans are the records' spans"
     );
+}
+
+/// Waits until gprobe has attached `probes` probes to `s`.
+fn attached(g: &Gprobe, s: &Service, probes: usize) {
+    let tag = format!("pid {})", s.pid());
+    g.wait_for_stderr(
+        |e| e.matches(&tag).count() >= probes,
+        Duration::from_secs(30),
+    );
+}
+
+/// The last value the receiver got of the counter `name` for the probe on `symbol`.
+fn counter(rec: &Received, name: &str, symbol: &str) -> Option<i64> {
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value as V};
+    let mut last = None;
+    for req in rec.metrics.lock().unwrap().iter() {
+        for sm in req.resource_metrics.iter().flat_map(|r| &r.scope_metrics) {
+            for m in sm.metrics.iter().filter(|m| m.name == name) {
+                if let Some(Data::Sum(sum)) = &m.data {
+                    for p in &sum.data_points {
+                        if attr_str(&p.attributes, "code.function").as_deref() == Some(symbol) {
+                            if let Some(V::AsInt(v)) = p.value {
+                                last = Some(v);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    last
+}
+
+/// Requests of `headers` headers, a valid traceparent among them, `n` of them from id
+/// `first` on, and whether the handler must join their traces.
+const MANY_HEADERS: [(usize, usize, usize, bool); 5] = [
+    (10, 3, 1, true),
+    (150, 5, 101, true),
+    // As many as net/http sizes a request's map for.
+    (1000, 3, 201, true),
+    // More keys than gprobe searches (1,024): not searched, counted.
+    (1100, 2, 301, false),
+    // Go 1.19: the server sizes the map for the headers in its first 4 KiB (about 290
+    // here), so it grows while they are read; past 832 keys to 256 buckets, moving two
+    // old ones per key added: with 852 keys most of the 128 old buckets are still to be
+    // searched.
+    (850, 2, 401, true),
+];
+
+#[test]
+fn a_handler_joins_the_trace_of_a_request_with_many_headers() {
+    let _serial = serial();
+    if !can_trace("a_handler_joins_the_trace_of_a_request_with_many_headers") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Go 1.19: buckets with overflow chains, old buckets while the map grows; Go 1.27
+    // stripped: swiss tables, a directory of several for 1,000 headers.
+    for (v, stripped) in [(GoVersion::Go119, false), (GoVersion::Go127, true)] {
+        let what = format!("{v:?} stripped={stripped}");
+        let (rec, endpoint) = grpc_receiver(&rt);
+        let bin = program("e2e/testdata/services", v, stripped);
+        let mut probe = ProbeBuilder::new("main.backHandler")
+            .capture(["r.URL.RawQuery"])
+            .latency();
+        if stripped {
+            probe = probe.signature("func(w http.ResponseWriter, r *http.Request)");
+        }
+        let spec = SpecBuilder::new("headers")
+            .executable(&bin)
+            .events_per_second(0)
+            .probe(probe)
+            .yaml();
+        let g = Gprobe::cmd(&spec)
+            .args(&["--otlp-endpoint", &endpoint])
+            .summary_file()
+            .start();
+        g.wait_ready();
+        let dir = gprobe_e2e::harness::build_dir();
+        let back = Service::start(&bin, &["-role", "back"], dir.join("headers-back.log"));
+        attached(&g, &back, 1);
+        let mut sent = Vec::new();
+        for (headers, n, first, _) in MANY_HEADERS {
+            let (h, n, f) = (headers.to_string(), n.to_string(), first.to_string());
+            let args = ["-role", "headers", "-backend", &back.url(), "-headers", &h];
+            let out = run_program(&bin, &[&args[..], &["-n", &n, "-first", &f]].concat());
+            sent.extend(program_lines(&out, "sent "));
+        }
+        let received = back.lines("back ");
+        drop(back);
+        let run = g.stop();
+        assert!(run.status.success(), "{what}: {}", run.stderr);
+        let records = run.records_of("main.backHandler");
+        let expected: usize = MANY_HEADERS.iter().map(|c| c.1).sum();
+        assert_eq!(sent.len(), expected, "{what}");
+        assert_eq!(records.len(), expected, "{what}: every call recorded");
+        let mut joined = 0;
+        for line in &sent {
+            let i: usize = line["id"].parse().unwrap();
+            let (headers, _, _, joins) = *MANY_HEADERS.iter().rev().find(|c| i >= c.2).unwrap();
+            assert_eq!(line["headers"], headers.to_string(), "{what}");
+            let tp = &line["traceparent"];
+            assert_eq!(&received[&line["id"]], tp, "{what}: the handler got it");
+            let q = format!("id={i}");
+            let r = records
+                .iter()
+                .find(|r| r["args"]["r.URL.RawQuery"] == q.as_str())
+                .unwrap_or_else(|| panic!("{what}: no record of {q}"));
+            let (trace, span) = ctx(tp).unwrap();
+            if joins {
+                assert_eq!(
+                    (id(r, "trace_id"), id(r, "parent_span_id")),
+                    (Some(trace), Some(span)),
+                    "{what}: {headers} headers: {r} joins {tp}"
+                );
+                joined += 1;
+            } else {
+                assert_eq!(id(r, "parent_span_id"), None, "{what}: {r} is a root");
+                assert_ne!(id(r, "trace_id"), Some(trace), "{what}: {r}");
+            }
+        }
+        assert_eq!(joined, expected - 2, "{what}");
+        let summary = run.summary_json();
+        let p = &summary["probes"][0];
+        assert_eq!(p["symbol"], "main.backHandler", "{what}: {summary}");
+        assert_eq!(
+            p["join_incomplete"], 2,
+            "{what}: the two requests of 1,100 headers are counted: {summary}"
+        );
+        assert_eq!(
+            counter(&rec, "gprobe.joins.incomplete", "main.backHandler"),
+            Some(2),
+            "{what}: the metric says the same"
+        );
+    }
+}
+
+/// Requests made inside calls per round, requests made outside any, rounds.
+const SHARED: (usize, usize, usize) = (30, 10, 2);
+
+#[test]
+fn requests_sharing_one_header_each_carry_their_own_span() {
+    let _serial = serial();
+    if !can_trace("requests_sharing_one_header_each_carry_their_own_span") {
+        return;
+    }
+    for (v, stripped) in [(GoVersion::Go119, false), (GoVersion::Go127, true)] {
+        let what = format!("{v:?} stripped={stripped}");
+        let bin = program("e2e/testdata/services", v, stripped);
+        let sig = |p: ProbeBuilder, s: &str| if stripped { p.signature(s) } else { p };
+        let spec = SpecBuilder::new("shared")
+            .executable(&bin)
+            .events_per_second(0)
+            .probe(
+                sig(
+                    ProbeBuilder::new("main.call"),
+                    "func(id int, c *http.Client, back string, h http.Header) error",
+                )
+                .capture(["id"])
+                .latency()
+                .propagate(),
+            )
+            .probe(
+                sig(
+                    ProbeBuilder::new("main.backHandler"),
+                    "func(w http.ResponseWriter, r *http.Request)",
+                )
+                .capture(["r.URL.RawQuery"])
+                .latency(),
+            )
+            .yaml();
+        let prop = run_shared(&bin, &spec, &[], &what);
+        if !prop["error"].is_null() {
+            // The kernel forbids the write: the dry run does everything else and counts.
+            let prop = run_shared(
+                &bin,
+                &spec,
+                &["--propagate-dry-run"],
+                &format!("{what} dry"),
+            );
+            assert_eq!(prop["dry_run"], true, "{what}: {prop}");
+        }
+    }
+}
+
+/// Runs the back service and the sharing client under gprobe; checks each request's
+/// traceparent (where written) and the counts; returns the summary's propagation.
+fn run_shared(bin: &Path, spec: &str, extra: &[&str], what: &str) -> Value {
+    let (calls, outside, rounds) = SHARED;
+    let g = Gprobe::cmd(spec).args(extra).summary_file().start();
+    g.wait_ready();
+    let dir = gprobe_e2e::harness::build_dir();
+    let barrier = (calls + outside).to_string();
+    let back = Service::start(
+        bin,
+        &["-role", "back", "-barrier", &barrier],
+        dir.join("shared-back.log"),
+    );
+    attached(&g, &back, 1);
+    let (n, o, r) = (calls.to_string(), outside.to_string(), rounds.to_string());
+    let args = [
+        "-role",
+        "shared",
+        "-backend",
+        &back.url(),
+        "-n",
+        &n,
+        "-outside",
+        &o,
+    ];
+    let mut client = Command::new(bin)
+        .args(args)
+        .args(["-rounds", &r, "-linger"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: start the client: {e}"));
+    let mut lines = BufReader::new(client.stdout.take().unwrap()).lines();
+    let mut out = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        out += &line;
+        out.push('\n');
+        if line == "client done" {
+            break;
+        }
+    }
+    assert!(
+        out.ends_with("client done\n"),
+        "{what}: the client ended early:\n{out}"
+    );
+    // Every round trip returned, the client still runs: BPF keeps nothing of its requests.
+    let pid = client.id();
+    for map in ["requests", "conns"] {
+        assert_eq!(
+            bpf_map_entries_of(map, pid),
+            0,
+            "{what}: BPF map {map} still holds requests of the client"
+        );
+    }
+    drop(client.stdin.take());
+    assert!(
+        client.wait().unwrap().success(),
+        "{what}: the client failed"
+    );
+    let received = back.lines("back ");
+    drop(back);
+    let run = g.stop();
+    assert!(run.status.success(), "{what}: {}", run.stderr);
+    let sent: Vec<String> = program_lines(&out, "sent ")
+        .into_iter()
+        .map(|l| l["id"].clone())
+        .collect();
+    assert_eq!(sent.len(), (calls + outside) * rounds, "{what}");
+    let summary = run.summary_json();
+    let prop = summary["propagation"].clone();
+    let made = (calls * rounds) as u64;
+    assert_eq!(
+        prop["requests"], made,
+        "{what}: requests made in calls: {prop}"
+    );
+    assert_eq!(prop["incomplete"], 0, "{what}: {prop}");
+    let dry_run = prop["dry_run"] == true;
+    let kernel_writes = prop["error"].is_null() && !dry_run;
+    if dry_run || kernel_writes {
+        // Each request of a call found its own hand-off: none took another's, none was
+        // left for a request outside the calls.
+        assert_eq!(prop["written"], made, "{what}: {prop}");
+    } else {
+        assert_eq!(prop["written"], 0, "{what}: {prop}");
+    }
+    let calls_made = run.records_of("main.call");
+    assert_eq!(
+        calls_made.len(),
+        calls * rounds,
+        "{what}: every call recorded"
+    );
+    let handled = run.records_of("main.backHandler");
+    assert_eq!(handled.len(), sent.len(), "{what}: every request handled");
+    for line in &sent {
+        let (i, from) = line.split_once('/').unwrap();
+        let h = handled
+            .iter()
+            .find(|r| r["args"]["r.URL.RawQuery"] == format!("id={i}&from={from}").as_str())
+            .unwrap_or_else(|| panic!("{what}: no handler record of {line}"));
+        let c = calls_made
+            .iter()
+            .find(|r| text(&r["args"]["id"]) == i)
+            .filter(|_| from == "call");
+        match c.filter(|_| kernel_writes) {
+            Some(c) => {
+                let (ct, cs) = (id(c, "trace_id").unwrap(), id(c, "span_id").unwrap());
+                assert_eq!(
+                    received[line],
+                    format!("00-{ct}-{cs}-01"),
+                    "{what}: request {line} carries its own call's span"
+                );
+                assert_eq!(
+                    (id(h, "trace_id"), id(h, "parent_span_id")),
+                    (Some(ct), Some(cs)),
+                    "{what}: {h}"
+                );
+            }
+            None => {
+                assert_eq!(
+                    received[line], "-",
+                    "{what}: request {line} carries nothing"
+                );
+                assert_eq!(id(h, "parent_span_id"), None, "{what}: {h} is a root");
+            }
+        }
+    }
+    prop
+}
+
+/// Entries of the BPF maps named `map` (gprobe's `requests` and `conns`: keys of a u64 then
+/// the process's tgid) that belong to process `tgid`, read with bpftool.
+fn bpf_map_entries_of(map: &str, tgid: u32) -> usize {
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "dump", "name", map])
+        .output()
+        .expect("bpftool runs (scripts/setup.sh --test installs it)");
+    assert!(out.status.success(), "bpftool map dump name {map}: {out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let byte = |b: &Value| u8::from_str_radix(b.as_str().unwrap().trim_start_matches("0x"), 16);
+    // One map: its entries; several of that name (other gprobe processes): each with its
+    // entries under "elements".
+    let entries: Vec<&Value> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| match e["elements"].as_array() {
+            Some(elements) => elements.iter().collect(),
+            None => vec![e],
+        })
+        .collect();
+    entries
+        .into_iter()
+        .filter(|e| {
+            let key: Vec<u8> = e["key"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| byte(b).unwrap())
+                .collect();
+            u32::from_le_bytes(key[8..12].try_into().unwrap()) == tgid
+        })
+        .count()
 }

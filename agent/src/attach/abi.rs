@@ -24,11 +24,18 @@ pub const PROBE_RETURN: u8 = 2;
 /// loaded objects): the BPF program stops the process (SIGSTOP, `held`) and reports
 /// `EV_LOADER`, so probes on a library dlopen'd later attach before its first call.
 pub const PROBE_LOADER: u8 = 3;
-/// gprobe_propagate: `net/http.(*Transport).roundTrip`, remembering the open propagating
-/// span for the request's header map (caps[0], a `CAP_HEADER`).
+/// `net/http.(*Transport).roundTrip`'s entry: the open propagating span, remembered for the
+/// goroutine making the request (caps[0], a `CAP_HEADER`, finds the request's header map)
+/// until the round trip returns.
 pub const PROBE_HTTP_OUT: u8 = c::GP_PROBE_HTTP_OUT as u8;
-/// gprobe_propagate: `net/http.Header.writeSubset`, writing that request's `Traceparent`.
+/// gprobe_propagate: `net/http.Header.writeSubset`, writing the `Traceparent` of the
+/// request handed to that connection's writer.
 pub const PROBE_HTTP_WRITE: u8 = c::GP_PROBE_HTTP_WRITE as u8;
+/// `net/http.(*persistConn).roundTrip`'s entry: the connection writer (caps[0], a
+/// `CAP_WORD` at the path `pc.bw`) the goroutine's request is handed to.
+pub const PROBE_HTTP_CONN: u8 = c::GP_PROBE_HTTP_CONN as u8;
+/// A RET of `net/http.(*Transport).roundTrip`: the goroutine's request is forgotten.
+pub const PROBE_HTTP_DONE: u8 = c::GP_PROBE_HTTP_DONE as u8;
 
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;
@@ -308,6 +315,26 @@ pub struct GpSpanKey {
     pub _pad: u32,
 }
 
+/// `requests`' value: a request made inside a propagating span (`gp_out`, spans.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpOut {
+    pub trace: [u64; 2],
+    pub span: u64,
+    pub map: u64,
+    pub writer: u64,
+    pub ts: u64,
+}
+
+/// `conns`' key: a connection's writer in a process (`gp_out_key`, spans.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpOutKey {
+    pub writer: u64,
+    pub tgid: u32,
+    pub _pad: u32,
+}
+
 /// `spanctx`'s value: the propagating spans open on a goroutine (`gp_span_ctx`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -369,6 +396,7 @@ pub struct GpStats {
     pub throttled: u64,
     pub unpaired: u64,
     pub too_deep: u64,
+    pub incomplete: u64,
 }
 
 #[repr(C)]
@@ -427,6 +455,8 @@ unsafe impl aya::Pod for GpSpanKey {}
 unsafe impl aya::Pod for GpSpanCtx {}
 unsafe impl aya::Pod for GpErrKey {}
 unsafe impl aya::Pod for GpErrType {}
+unsafe impl aya::Pod for GpOut {}
+unsafe impl aya::Pod for GpOutKey {}
 
 macro_rules! check_layout {
     ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
@@ -456,7 +486,7 @@ check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => O
     len => OFFSETOF_GP_VALUE_LEN, full_len => OFFSETOF_GP_VALUE_FULL_LEN);
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
     lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
-    too_deep => OFFSETOF_GP_STATS_TOO_DEEP);
+    too_deep => OFFSETOF_GP_STATS_TOO_DEEP, incomplete => OFFSETOF_GP_STATS_INCOMPLETE);
 check_layout!(GpControl, SIZEOF_GP_CONTROL, holds_until_ns => OFFSETOF_GP_CONTROL_HOLDS_UNTIL_NS,
     agent => OFFSETOF_GP_CONTROL_AGENT);
 check_layout!(GpHold, SIZEOF_GP_HOLD, since_ns => OFFSETOF_GP_HOLD_SINCE_NS, holder => OFFSETOF_GP_HOLD_HOLDER,
@@ -522,6 +552,10 @@ const _: () = assert!(std::mem::size_of::<GpValue>() == 8);
 
 check_layout!(GpSpanKey, SIZEOF_GP_SPAN_KEY, goroutine => OFFSETOF_GP_SPAN_KEY_GOROUTINE,
     tgid => OFFSETOF_GP_SPAN_KEY_TGID);
+check_layout!(GpOut, SIZEOF_GP_OUT, trace => OFFSETOF_GP_OUT_TRACE, span => OFFSETOF_GP_OUT_SPAN,
+    map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS);
+check_layout!(GpOutKey, SIZEOF_GP_OUT_KEY, writer => OFFSETOF_GP_OUT_KEY_WRITER,
+    tgid => OFFSETOF_GP_OUT_KEY_TGID);
 check_layout!(GpSpanCtx, SIZEOF_GP_SPAN_CTX, depth => OFFSETOF_GP_SPAN_CTX_DEPTH,
     trace => OFFSETOF_GP_SPAN_CTX_TRACE, span => OFFSETOF_GP_SPAN_CTX_SPAN,
     call_id => OFFSETOF_GP_SPAN_CTX_CALL_ID);

@@ -397,6 +397,7 @@ impl BpfTracer {
                 sum.throttled += s.throttled;
                 sum.unpaired += s.unpaired;
                 sum.too_deep += s.too_deep;
+                sum.incomplete += s.incomplete;
             }
         }
         sum
@@ -461,59 +462,60 @@ impl Tracer for BpfTracer {
         &mut self,
         plan: &PropagatePlan,
     ) -> Result<(ProbeConfig, Option<String>), TraceError> {
-        let mut out = GpProbeCfg {
-            kind: abi::PROBE_HTTP_OUT,
-            n_captures: 1,
-            ..Default::default()
+        let one = |kind, cap: Option<&crate::plan::CapturePlan>| {
+            let mut c = GpProbeCfg {
+                kind,
+                n_captures: cap.is_some() as u8,
+                ..Default::default()
+            };
+            c.caps[0] = cap.map(|c| c.bpf).unwrap_or_default();
+            c
         };
-        out.caps[0] = plan
-            .out
-            .entry_captures
-            .first()
-            .map(|c| c.bpf)
-            .unwrap_or_default();
-        let entry = self.add_config(&out)?;
+        let mut ids = Vec::new();
+        let mut add = |this: &mut Self, c: &GpProbeCfg| match this.add_config(c) {
+            Ok(id) => {
+                ids.push(id);
+                Ok(id)
+            }
+            Err(e) => {
+                for id in ids.drain(..) {
+                    this.remove_config(id);
+                }
+                Err(e)
+            }
+        };
+        let entry = add(
+            self,
+            &one(abi::PROBE_HTTP_OUT, plan.out.entry_captures.first()),
+        )?;
+        let done = add(self, &one(abi::PROBE_HTTP_DONE, None))?;
         let cfg = |extra_entries| ProbeConfig {
             entry,
             extra_entries,
-            ret: None,
+            ret: Some(done),
         };
         if let Err(why) = self.load_propagate() {
+            // The requests are still counted; no connection is followed.
             return Ok((cfg(vec![]), Some(why)));
         }
-        let mut write = GpProbeCfg {
+        let write = GpProbeCfg {
             kind: abi::PROBE_HTTP_WRITE,
             aux: plan.writer_type,
             ..Default::default()
         };
-        // writeSubset reads the map's seed as the request probe did: the same layout.
-        write.caps[0].size = plan.map_layout;
-        let w = match self.add_config(&write) {
-            Ok(w) => w,
-            Err(e) => {
-                self.remove_config(entry);
-                return Err(e);
-            }
-        };
+        let w = add(self, &write)?;
+        let conn = add(
+            self,
+            &one(abi::PROBE_HTTP_CONN, plan.conn.entry_captures.first()),
+        )?;
         self.propagate_cfgs.insert(w);
-        Ok((cfg(vec![w]), None))
+        Ok((cfg(vec![w, conn]), None))
     }
 
     fn forget_spans(&mut self, pid: u32) {
-        let Some(map) = self.ebpf.map_mut("spanctx") else {
-            return;
-        };
-        let Ok(mut spans) = BpfHashMap::<_, abi::GpSpanKey, abi::GpSpanCtx>::try_from(map) else {
-            return;
-        };
-        let stale: Vec<abi::GpSpanKey> = spans
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| k.tgid == pid)
-            .collect();
-        for k in stale {
-            let _ = spans.remove(&k);
-        }
+        forget_pid::<abi::GpSpanKey, abi::GpSpanCtx>(&mut self.ebpf, "spanctx", pid, |k| k.tgid);
+        forget_pid::<abi::GpSpanKey, abi::GpOut>(&mut self.ebpf, "requests", pid, |k| k.tgid);
+        forget_pid::<abi::GpOutKey, u64>(&mut self.ebpf, "conns", pid, |k| k.tgid);
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {
@@ -558,6 +560,7 @@ impl Tracer for BpfTracer {
             k.lost += e.lost;
             k.throttled += e.throttled;
             k.too_deep += e.too_deep;
+            k.incomplete += e.incomplete;
         }
         if let Some(r) = cfg.ret {
             // The ENTRY of such a call was delivered: it is not a lost call.
@@ -711,5 +714,29 @@ impl Drop for BpfTracer {
         if let Some(pin) = self.pin.take() {
             pin.remove();
         }
+    }
+}
+
+/// Removes the entries of process `pid` from the BPF hash map `name` (keys: `tgid` tells
+/// their process).
+fn forget_pid<K: aya::Pod, V: aya::Pod>(
+    ebpf: &mut aya::Ebpf,
+    name: &str,
+    pid: u32,
+    tgid: impl Fn(&K) -> u32,
+) {
+    let Some(map) = ebpf.map_mut(name) else {
+        return;
+    };
+    let Ok(mut m) = BpfHashMap::<_, K, V>::try_from(map) else {
+        return;
+    };
+    let stale: Vec<K> = m
+        .keys()
+        .filter_map(Result::ok)
+        .filter(|k| tgid(k) == pid)
+        .collect();
+    for k in stale {
+        let _ = m.remove(&k);
     }
 }

@@ -1,12 +1,14 @@
 //! Outgoing requests carry the spans of `propagate: true` probes: in a process with such a
-//! probe, gprobe places its own two probes (`resolve/propagate.rs`, run by BPF's
-//! gprobe_propagate): one where net/http sends a request, one where it writes the
-//! request's headers. They are removed with the last propagating probe of the process.
+//! probe, gprobe places its own probes (`resolve/propagate.rs`): where net/http starts a
+//! request (and at its returns, where the request is forgotten), where it hands the
+//! request to a connection, and where it writes the request's headers (BPF's
+//! gprobe_propagate). They are removed with the last propagating probe of the process.
 
 use super::tracer::{ProbeConfig, Site};
 use super::{Engine, Resolver, Tracer};
 use crate::attach::perf::ProbePoint;
 use crate::discover::FileKey;
+use crate::stats::PropagationCounts;
 use std::path::Path;
 
 /// The propagation probes of one executable: configured once, placed per process.
@@ -50,10 +52,24 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                         point: point(plan.out.entry_offset),
                         cfg: cfg.entry,
                     }];
-                    sites.extend(cfg.extra_entries.first().map(|&w| Site {
-                        point: point(plan.write_offset),
-                        cfg: w,
+                    // The round trip's returns (uprobes on its RET instructions).
+                    sites.extend(cfg.ret.iter().flat_map(|&done| {
+                        plan.out.ret_offsets.iter().map(move |&o| Site {
+                            point: point(o),
+                            cfg: done,
+                        })
                     }));
+                    // The header writer and the connection hand-off: both or neither.
+                    if let [w, conn] = cfg.extra_entries[..] {
+                        sites.push(Site {
+                            point: point(plan.write_offset),
+                            cfg: w,
+                        });
+                        sites.push(Site {
+                            point: point(plan.conn.entry_offset),
+                            cfg: conn,
+                        });
+                    }
                     Ok(PropagateProbes { cfg, sites, why })
                 })
                 .map_err(|why| {
@@ -70,30 +86,33 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         if self.propagate.is_empty() {
             return;
         }
-        let (mut requests, mut written, mut why) = (0, 0, None);
+        let (mut counts, mut why) = (PropagationCounts::default(), None);
         for p in self.propagate.values().flatten() {
-            let (r, w) = self.propagation_counts(p);
-            requests += r;
-            written += w;
+            counts += self.propagation_counts(p);
             why = why.or_else(|| p.why.clone());
         }
-        self.stats.set_propagation(requests, written, why);
+        self.stats.set_propagation(counts, why);
     }
 
-    /// Requests made inside propagating spans, and traceparents written, by `p`'s probes.
-    fn propagation_counts(&self, p: &PropagateProbes) -> (u64, u64) {
+    /// Requests made inside propagating spans, traceparents written, and requests whose
+    /// headers could not be searched, by `p`'s probes.
+    fn propagation_counts(&self, p: &PropagateProbes) -> PropagationCounts {
         let one = |id| ProbeConfig {
             entry: id,
             extra_entries: vec![],
             ret: None,
         };
-        let requests = self.tracer.counters(&one(p.cfg.entry)).emitted;
+        let out = self.tracer.counters(&one(p.cfg.entry));
         let written = p
             .cfg
             .extra_entries
             .first()
             .map_or(0, |&w| self.tracer.counters(&one(w)).emitted);
-        (requests, written)
+        PropagationCounts {
+            requests: out.emitted,
+            written,
+            incomplete: out.incomplete,
+        }
     }
 
     /// Places the propagation probes in `pid` when it has a propagating probe, and removes
@@ -133,8 +152,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Frees the propagation configurations of an executable no process runs any more.
     pub(super) fn retire_propagate(&mut self, key: FileKey) {
         if let Some(Some(n)) = self.propagate.remove(&key) {
-            let (requests, written) = self.propagation_counts(&n);
-            self.stats.retire_propagation(requests, written);
+            let counts = self.propagation_counts(&n);
+            self.stats.retire_propagation(counts);
             self.tracer.remove_probe(n.cfg);
         }
     }

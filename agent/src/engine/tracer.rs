@@ -128,16 +128,19 @@ pub trait Tracer {
     fn loader_config(&mut self) -> Result<CfgId, TraceError>;
 
     /// The configurations of gprobe's propagation probes in one executable (`plan`): the
-    /// request probe (`entry`) and the header writer (`extra_entries[0]`). The writer runs
-    /// a program that writes to traced processes, loaded on first use; where the kernel
-    /// forbids that, there is no writer, and the reason comes with the configuration.
+    /// request probe (`entry`) and its returns (`ret`), the header writer
+    /// (`extra_entries[0]`) and the connection hand-off (`extra_entries[1]`). The writer
+    /// runs a program that writes to traced processes, loaded on first use; where the
+    /// kernel forbids that, there is neither writer nor hand-off, and the reason comes
+    /// with the configuration.
     fn propagate_config(
         &mut self,
         plan: &PropagatePlan,
     ) -> Result<(ProbeConfig, Option<String>), TraceError>;
 
-    /// Forgets the propagating spans BPF keeps open for process `pid` (its propagating
-    /// probes were removed: their returns will not be seen).
+    /// Forgets the propagating spans BPF keeps open for process `pid`, and the outgoing
+    /// requests it keeps for them (its propagating probes were removed, or it exited:
+    /// their returns will not be seen).
     fn forget_spans(&mut self, pid: u32);
 
     /// Frees a probe's configurations once no process has links to them.

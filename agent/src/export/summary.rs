@@ -24,6 +24,9 @@ pub struct ProbeSummary {
     pub abandoned: u64,
     pub returns_lost: u64,
     pub too_deep: u64,
+    /// Calls whose request's header map could not be searched to the end for a
+    /// `traceparent` (more headers than gprobe searches, or unreadable memory).
+    pub join_incomplete: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -58,6 +61,9 @@ pub struct OtlpSummary {
 pub struct PropagationSummary {
     pub requests: u64,
     pub written: u64,
+    /// Requests whose header map could not be searched to the end for one of their own:
+    /// sent as they were.
+    pub incomplete: u64,
     pub error: Option<String>,
     /// `--propagate-dry-run`: `written` counts the headers that would have been written.
     pub dry_run: bool,
@@ -112,6 +118,7 @@ impl Summary {
                 abandoned: p.abandoned,
                 returns_lost: p.returns_lost,
                 too_deep: p.too_deep,
+                join_incomplete: p.join_incomplete,
             })
             .collect();
         let p = stats.processes();
@@ -142,6 +149,7 @@ impl Summary {
                 PropagationSummary {
                     requests: p.requests,
                     written: p.written,
+                    incomplete: p.incomplete,
                     error: p.error,
                     dry_run: p.dry_run,
                 }
@@ -251,6 +259,16 @@ impl Summary {
             );
             detail(
                 &mut s,
+                p.join_incomplete,
+                &format!(
+                    "{} could not be searched to the end for an incoming traceparent \
+                     (over 1,024 headers, or unreadable): their spans may start a trace \
+                     of their own",
+                    count(p.join_incomplete, "request's header", "requests' headers")
+                ),
+            );
+            detail(
+                &mut s,
                 p.unfinished,
                 &format!(
                     "{} had not returned when their process exited or gprobe stopped \
@@ -330,6 +348,14 @@ impl Summary {
             if p.dry_run {
                 s += " (dry run: would have; the requests went out unchanged)";
             }
+            if p.incomplete > 0 {
+                let _ = write!(
+                    s,
+                    "; {} not searched to the end for a traceparent of their own, sent \
+                     without one",
+                    count(p.incomplete, "request's headers", "requests' headers")
+                );
+            }
             if let Some(e) = &p.error {
                 let _ = write!(s, " ({e})");
             }
@@ -376,6 +402,7 @@ mod tests {
                 throttled: 90,
                 returns_lost: 2,
                 too_deep: 3,
+                incomplete: 5,
             },
         );
         st.add_unfinished(&tick, 2);
@@ -431,7 +458,8 @@ mod tests {
             get,
             &serde_json::json!({"spec": "http-client-urls", "symbol": "net/http.(*Client).Get",
                 "attached": true, "error": null, "delivered": 812, "lost": 0, "throttled": 0,
-                "unfinished": 0, "abandoned": 0, "returns_lost": 0, "too_deep": 0})
+                "unfinished": 0, "abandoned": 0, "returns_lost": 0, "too_deep": 0,
+                "join_incomplete": 0})
         );
         let tick = &v["probes"][0];
         assert_eq!(tick["symbol"], "main.tick");
@@ -445,8 +473,12 @@ mod tests {
             (&1.into(), &90.into(), &2.into(), &3.into())
         );
         assert_eq!(
-            (&tick["unfinished"], &tick["abandoned"]),
-            (&2.into(), &4.into())
+            (
+                &tick["unfinished"],
+                &tick["abandoned"],
+                &tick["join_incomplete"]
+            ),
+            (&2.into(), &4.into(), &5.into())
         );
         let fail = &v["probes"][2];
         assert_eq!(fail["attached"], false);
@@ -490,6 +522,7 @@ mod tests {
         has("    4 calls abandoned: more calls in flight at once");
         has("    2 of the delivered calls lost their return (ring buffer full; raise --ring-buffer-size) and are reported unfinished\n");
         has("    2 calls had not returned when their process exited or gprobe stopped");
+        has("    5 requests' headers could not be searched to the end for an incoming traceparent");
         has("  http-client-urls / net/http.(*Client).Get: 812 calls delivered, 0 lost, 0 throttled\n");
         has("  shop / main.handleOrder: 0 calls delivered, 0 lost, 0 throttled\n    failed: not attached: symbol main.handleOrder not found in /app/shop\n");
         has("  processes: 31 matched, 24 traced, 7 missed\n");

@@ -1,9 +1,11 @@
 //! Where gprobe's own probes for `propagate: true` go in a Go executable: the request
 //! `net/http.(*Transport).roundTrip(t, req)` (its `req.Header`, read by the hidden
-//! traceparent capture that every function with a `*net/http.Request` gets), and
-//! `net/http.Header.writeSubset(h, w, ...)`, where the headers are written through the
-//! connection's `*bufio.Writer`, whose type descriptor BPF checks before it writes.
-//! Anything gprobe cannot be sure of refuses propagation with the reason.
+//! traceparent capture that every function with a `*net/http.Request` gets; its RET sites,
+//! where the request is forgotten), `net/http.(*persistConn).roundTrip(pc, treq)`, where it
+//! is handed to a connection (`pc.bw`, the connection's `*bufio.Writer`), and
+//! `net/http.Header.writeSubset(h, w, ...)`, where the headers are written through that
+//! writer, whose type descriptor BPF checks before it writes. Anything gprobe cannot be
+//! sure of refuses propagation with the reason.
 
 use super::plan::{plan_probe, ProbePlan};
 use super::Binary;
@@ -13,18 +15,20 @@ use gprobe_crds::Probe;
 /// The propagation probes planned in one executable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PropagatePlan {
-    /// roundTrip: its entry and its one capture, the request's header map.
+    /// `(*Transport).roundTrip`: its entry with its one capture, the request's header map,
+    /// and its RET sites.
     pub out: ProbePlan,
+    /// `(*persistConn).roundTrip`: its entry with its one capture, `pc.bw`.
+    pub conn: ProbePlan,
     /// writeSubset's entry (file offset).
     pub write_offset: u64,
     /// The link-time address of the `*bufio.Writer` type descriptor.
     pub writer_type: u64,
-    /// The header map's layout (`abi::MAP_*`).
-    pub map_layout: u8,
 }
 
 const ROUND_TRIP: &str = "net/http.(*Transport).roundTrip";
 const WRITE_SUBSET: &str = "net/http.Header.writeSubset";
+const CONN_ROUND_TRIP: &str = "net/http.(*persistConn).roundTrip";
 
 /// Plans propagation in `bin`, or says why it cannot be done there.
 pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
@@ -46,6 +50,8 @@ pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
         signature: Some(
             "func(t *http.Transport, req *http.Request) (*http.Response, error)".into(),
         ),
+        // Its RET sites: the request is forgotten when the round trip returns.
+        latency: true,
         ..Default::default()
     };
     let out = plan_probe(bin, &probe, 0).map_err(|e| match bin.find_function(ROUND_TRIP) {
@@ -54,15 +60,37 @@ pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
         }
         Ok(_) => format!("{ROUND_TRIP}: {e}"),
     })?;
-    let header = match out.entry_captures.as_slice() {
-        [c] if c.bpf.kind == abi::CAP_HEADER => c.bpf,
+    match out.entry_captures.as_slice() {
+        [c] if c.bpf.kind == abi::CAP_HEADER => {}
         _ => {
             return Err(format!(
                 "{ROUND_TRIP}: the request's Header field or its map layout ({}) is not known",
                 bin.go_version().unwrap_or("an unknown Go release")
             ))
         }
-    };
+    }
+    if out.ret_offsets.is_empty() {
+        return Err(format!("{ROUND_TRIP}: no return sites were found"));
+    }
+    // The connection's writer, as the type data of this binary lays persistConn out; the
+    // request is only a word here.
+    let conn = plan_probe(
+        bin,
+        &Probe {
+            symbol: CONN_ROUND_TRIP.into(),
+            signature: Some(
+                "func(pc *http.persistConn, req uintptr) (*http.Response, error)".into(),
+            ),
+            capture: vec!["pc.bw".into()],
+            ..Default::default()
+        },
+        0,
+    )
+    .map_err(|e| format!("{CONN_ROUND_TRIP}: {e}"))?;
+    match conn.entry_captures.as_slice() {
+        [c] if c.bpf.kind == abi::CAP_WORD && c.bpf.size == 8 => {}
+        _ => return Err(format!("{CONN_ROUND_TRIP}: pc.bw is not a pointer")),
+    }
     let write = plan_probe(
         bin,
         &Probe {
@@ -77,8 +105,8 @@ pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
         .ok_or("the *bufio.Writer type descriptor was not found")?;
     Ok(PropagatePlan {
         out,
+        conn,
         write_offset: write.entry_offset,
         writer_type,
-        map_layout: header.size,
     })
 }

@@ -3,9 +3,15 @@
 // front` serves /front: frontHandler calls work(id), starts a goroutine that runs
 // async(id) and gets /back?id=N&from=goroutine, and gets /back?id=N itself. `-role
 // client` sends -n requests to the front service, some with a traceparent header of their
-// own (valid or not) and some with many headers. Each role prints
-// one line per request ("sent", "front", "back") with what it sent or received, so a test
-// can rebuild the traces the spans must form.
+// own (valid or not) and some with many headers. `-role headers` sends -n requests straight
+// to the back service, each with a valid traceparent among -headers headers. `-role
+// shared` makes -rounds rounds of -n concurrent requests to the back service that share
+// one http.Header, each from call(id) on a goroutine of its own, and -outside more from
+// goroutines that are in no call; the back service started with -barrier N answers only
+// once N requests are in, so that a round's requests are all in flight at once, and the
+// client's idle connections serve the next round. Each role prints one line per request
+// ("sent", "front", "back") with what it sent or received, so a test can rebuild the
+// traces the spans must form.
 package main
 
 import (
@@ -17,8 +23,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"sync"
+	"time"
 )
 
 var out = struct {
@@ -50,7 +58,39 @@ func backHandler(w http.ResponseWriter, r *http.Request) {
 	from := r.URL.Query().Get("from")
 	say("back id=%d%s traceparent=%s", id, map[bool]string{true: "/" + from}[from != ""],
 		orDash(r.Header.Get("Traceparent")))
+	barrier.wait()
 	fmt.Fprintf(w, "%d", v)
+}
+
+// barrier holds the back service's answers until n requests are in (n 0: none held).
+var barrier hold
+
+type hold struct {
+	sync.Mutex
+	n, in   int
+	release chan struct{}
+}
+
+func (b *hold) wait() {
+	if b.n == 0 {
+		return
+	}
+	b.Lock()
+	if b.release == nil {
+		b.release = make(chan struct{})
+	}
+	ch := b.release
+	b.in++
+	if b.in == b.n {
+		close(ch)
+		b.release, b.in = nil, 0
+	}
+	b.Unlock()
+	// A request that never comes must not hang the others: the test then fails on counts.
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+	}
 }
 
 //go:noinline
@@ -110,7 +150,13 @@ func serve(path string, h http.HandlerFunc) {
 	say("listening port=%d", ln.Addr().(*net.TCPAddr).Port)
 	mux := http.NewServeMux()
 	mux.HandleFunc(path, h)
-	panic(http.Serve(ln, mux))
+	srv := &http.Server{Handler: mux}
+	// Go 1.27's server takes at most 500 header values by default (MaxHeaderValueCount, a
+	// field older releases do not have): the tests send more.
+	if f := reflect.ValueOf(srv).Elem().FieldByName("MaxHeaderValueCount"); f.IsValid() {
+		f.SetInt(1 << 20)
+	}
+	panic(srv.Serve(ln))
 }
 
 func client(front string, n int) {
@@ -154,11 +200,113 @@ func client(front string, n int) {
 	}
 }
 
+// headers sends n requests to the back service, ids first.., each with a valid
+// traceparent among `total` headers (User-Agent and Accept-Encoding come on top).
+func headers(back string, n, total, first int) {
+	c := &http.Client{}
+	for i := first; i < first+n; i++ {
+		req, err := http.NewRequest("GET", fmt.Sprintf("%s/back?id=%d", back, i), nil)
+		if err != nil {
+			panic(err)
+		}
+		for k := 0; k < total-1; k++ {
+			req.Header.Set(fmt.Sprintf("X-Pad-%d", k), "v")
+		}
+		tp := "00-" + randomHex(16) + "-" + randomHex(8) + "-01"
+		req.Header.Set("Traceparent", tp)
+		resp, err := c.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			panic(resp.Status)
+		}
+		say("sent id=%d traceparent=%s headers=%d", i, tp, len(req.Header))
+	}
+}
+
+// call makes one request with the shared header map h: the probed span it goes out in.
+//
+//go:noinline
+func call(id int, c *http.Client, back string, h http.Header) error {
+	return send(c, fmt.Sprintf("%s/back?id=%d&from=call", back, id), h)
+}
+
+func send(c *http.Client, url string, h http.Header) error {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header = h
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadAll(resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return nil
+}
+
+// shared runs `rounds` rounds of n requests from call(id) and `outside` requests from no
+// call, all at once, every one with the same header map. Then it says "client done" and,
+// with linger, stays until its stdin ends, for a test to look at it after its requests.
+func shared(back string, rounds, n, outside int, linger bool) {
+	h := http.Header{}
+	h.Set("X-Shared", "1")
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n + outside}}
+	for r := 0; r < rounds; r++ {
+		var wg sync.WaitGroup
+		errs := make(chan error, n+outside)
+		for i := 1; i <= n+outside; i++ {
+			id, inCall := 100*(r+1)+i, i <= n
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				from := "call"
+				if inCall {
+					err = call(id, c, back, h)
+				} else {
+					from = "outside"
+					err = send(c, fmt.Sprintf("%s/back?id=%d&from=outside", back, id), h)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				say("sent id=%d/%s", id, from)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			panic(err)
+		}
+	}
+	say("client done")
+	if linger {
+		io.Copy(io.Discard, os.Stdin)
+	}
+}
+
 func main() {
-	role := flag.String("role", "", "back, front or client")
-	back := flag.String("backend", "", "front: the back service's URL")
+	role := flag.String("role", "", "back, front, client, headers or shared")
+	back := flag.String("backend", "", "front, headers, shared: the back service's URL")
 	front := flag.String("front", "", "client: the front service's URL")
-	n := flag.Int("n", 10, "client: requests")
+	n := flag.Int("n", 10, "client, headers: requests; shared: requests from calls per round")
+	total := flag.Int("headers", 150, "headers: headers of each request")
+	first := flag.Int("first", 1, "headers: the first request's id")
+	rounds := flag.Int("rounds", 2, "shared: rounds")
+	outside := flag.Int("outside", 10, "shared: requests from no call per round")
+	linger := flag.Bool("linger", false, "shared: stay until stdin ends")
+	flag.IntVar(&barrier.n, "barrier", 0, "back: answer once this many requests are in")
 	log := flag.String("log", "", "write the lines to this file instead of stdout")
 	flag.Parse()
 	if *log != "" {
@@ -176,6 +324,10 @@ func main() {
 		serve("/front", frontHandler)
 	case "client":
 		client(*front, *n)
+	case "headers":
+		headers(*back, *n, *total, *first)
+	case "shared":
+		shared(*back, *rounds, *n, *outside, *linger)
 	default:
 		fmt.Fprintln(os.Stderr, "-role back|front|client")
 		os.Exit(2)

@@ -80,11 +80,11 @@ impl Tracer for FakeTracer {
             k.configs.insert(id);
             id
         };
-        let (entry, write) = (id(), id());
+        let (entry, done, write, conn) = (id(), id(), id(), id());
         let cfg = ProbeConfig {
             entry,
-            extra_entries: vec![write],
-            ret: None,
+            extra_entries: vec![write, conn],
+            ret: Some(done),
         };
         Ok((cfg, None))
     }
@@ -249,10 +249,10 @@ impl Resolver for FakeResolver {
             return Err("it makes no net/http client requests".into());
         }
         Ok(crate::resolve::propagate::PropagatePlan {
-            out: plan("net/http.(*Transport).roundTrip", 0),
+            out: plan("net/http.(*Transport).roundTrip", 2),
+            conn: plan("net/http.(*persistConn).roundTrip", 0),
             write_offset: 0x2000,
             writer_type: 0x4000,
-            map_layout: crate::attach::abi::MAP_SWISS,
         })
     }
 

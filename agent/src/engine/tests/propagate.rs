@@ -1,5 +1,6 @@
-//! Processes with a propagating probe get gprobe's request probes (one attach of their two
-//! sites), configured once per executable, and lose them with their last propagating
+//! Processes with a propagating probe get gprobe's request probes (one attach of their five
+//! sites: the round trip's entry and two returns, the hand-off to a connection, the header
+//! writer), configured once per executable, and lose them with their last propagating
 //! probe, when the spans BPF kept for them are forgotten too; an executable where they
 //! cannot go still traces, and the summary counts what was carried.
 
@@ -27,20 +28,20 @@ fn propagating_probes_bring_the_request_probes_and_take_them_away() {
     for pid in [10, 11] {
         assert_eq!(live_links(&w, pid), 4, "main.handle and the request probes");
     }
-    let two_sites = w
+    let five_sites = w
         .kernel
         .borrow()
         .links
         .values()
-        .filter(|(_, n)| *n == 2)
+        .filter(|(_, n)| *n == 5)
         .count();
-    assert!(two_sites >= 2, "one link of two sites per process");
+    assert_eq!(five_sites, 2, "one link of five sites per process");
     let configs = w.kernel.borrow().configs.len();
-    // Both request probe configurations are shared by the processes of the executable.
+    // The request probe configurations are shared by the processes of the executable.
     assert_eq!(
         configs,
-        3 + 2 + 2,
-        "plain (a; b's entry, return), handle's two, the requests' two"
+        3 + 2 + 4,
+        "plain (a; b's entry, return), handle's two, the requests' four"
     );
     w.engine.remove_spec(prop);
     for pid in [10, 11] {

@@ -8,6 +8,7 @@
 //! | `gprobe.call.duration` (s)   | exponential histogram | `gprobe.probe`, `code.function`, labels |
 //! | `gprobe.metrics.overflow`    | observable counter   | the probe's                         |
 //! | `gprobe.events.lost`         | observable counter   | the probe's, and `reason`           |
+//! | `gprobe.joins.incomplete`    | observable counter   | the probe's                         |
 //! | `gprobe.spans.dropped`       | observable counter   |                                     |
 //! | `gprobe.processes.matched`, `.traced`, `.missed` | observable counters |            |
 //!
@@ -37,6 +38,7 @@ fn by_symbol(stats: &Stats) -> BTreeMap<(Arc<str>, Arc<str>), ProbeStats> {
         s.throttled += p.throttled;
         s.too_deep += p.too_deep;
         s.returns_lost += p.returns_lost;
+        s.join_incomplete += p.join_incomplete;
     }
     out
 }
@@ -70,6 +72,21 @@ pub(crate) fn observe(meter: &Meter, stats: &Stats) {
                 ] {
                     obs.observe(n, &[a.clone(), b.clone(), KeyValue::new("reason", reason)]);
                 }
+            }
+        })
+        .build();
+    let st = stats.clone();
+    meter
+        .u64_observable_counter("gprobe.joins.incomplete")
+        .with_description(
+            "Calls whose request's header map could not be searched to the end for an \
+             incoming traceparent (more headers than gprobe searches, or unreadable \
+             memory): their spans may start a trace of their own",
+        )
+        .with_unit("{request}")
+        .with_callback(move |obs| {
+            for ((spec, symbol), p) in by_symbol(&st) {
+                obs.observe(p.join_incomplete, &attrs(&spec, &symbol));
             }
         })
         .build();
