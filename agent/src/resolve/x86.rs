@@ -579,7 +579,9 @@ mod tests {
         assert_eq!(check_sites(&code[1..], &[0, 9], false), Err(NotBoundary(9)));
         // Cut one byte short, the MOV's immediate runs past the end.
         assert_eq!(check_sites(&code[..9], &[0], false), Ok(()));
-        assert_eq!(check_sites(&code[..9], &[0], true), Err(PastEnd(10)));
+        assert_eq!(check_sites(&code[..9], &[0], true), Err(Invalid(0)));
+        // With no site in it, the cut instruction runs past the end of the code.
+        assert_eq!(check_sites(&code[..9], &[], true), Err(PastEnd(10)));
         // A site where no instruction decodes (a lone 0x0F at the end).
         assert_eq!(check_sites(&[0x90, 0x0f], &[1], false), Err(Invalid(1)));
     }
