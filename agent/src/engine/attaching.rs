@@ -183,6 +183,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             display: target.display.clone(),
             exe_ino: target.exe_ino,
             probes: HashMap::new(),
+            plans: Default::default(),
             pids: BTreeSet::new(),
             idle_since: None,
         });
@@ -201,23 +202,29 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let watch_changed = target
             .exe_ino
             .is_some_and(|i| !self.watch_inos.contains(&i));
-        // Invalid probes are settled without reading the file.
+        // Invalid probes are settled without reading the file, probes planned for an
+        // earlier version of their spec from the cache.
         let mut requests = Vec::new();
         let mut asked = Vec::new();
+        let mut planned = Vec::new();
         for &(sid, pi) in &todo {
             let spec = &self.specs[&sid];
             let sp = &spec.probes[pi];
+            let limits = &spec.spec.spec.limits;
             match &sp.invalid {
                 Some(e) => {
                     bin.probes.insert((sid, pi), Err(e.clone()));
                 }
-                None => {
-                    requests.push(PlanRequest {
-                        probe: &sp.probe,
-                        limits: &spec.spec.spec.limits,
-                    });
-                    asked.push((sid, pi));
-                }
+                None => match bin.plans.get(&sp.probe, limits.max_string_bytes) {
+                    Some(plan) => planned.push(((sid, pi), plan)),
+                    None => {
+                        requests.push(PlanRequest {
+                            probe: &sp.probe,
+                            limits,
+                        });
+                        asked.push((sid, pi));
+                    }
+                },
             }
         }
         let results = if requests.is_empty() {
@@ -226,8 +233,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             self.resolver
                 .plan(&target.attach_path, &target.display, &requests)
         };
+        for (r, res) in requests.iter().zip(&results) {
+            bin.plans.put(r.probe, r.limits.max_string_bytes, res);
+        }
         drop(requests);
-        for ((sid, pi), res) in asked.into_iter().zip(results) {
+        planned.extend(asked.into_iter().zip(results));
+        for ((sid, pi), res) in planned {
             let spec = &self.specs[&sid];
             let sp = &spec.probes[pi];
             let shown = printable(&target.display.to_string_lossy()).into_owned();

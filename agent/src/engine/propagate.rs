@@ -135,7 +135,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         if let Some(Some(n)) = self.propagate.remove(&key) {
             let (requests, written) = self.propagation_counts(&n);
             self.stats.retire_propagation(requests, written);
-            self.tracer.remove_probe(n.cfg);
+            self.free_probe(n.cfg);
         }
     }
 }

@@ -85,10 +85,16 @@ impl Pairing {
     /// The calls of process `pid` still in flight (it exited: they never return), oldest
     /// first, marked unfinished.
     pub fn drain_pid(&mut self, pid: u32) -> Vec<CallRecord> {
+        self.drain_where(|r| r.pid == pid)
+    }
+
+    /// The calls in flight for which `f` holds (their returns can no longer be seen),
+    /// oldest first, marked unfinished.
+    pub fn drain_where(&mut self, f: impl Fn(&CallRecord) -> bool) -> Vec<CallRecord> {
         let mut ids: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, r)| r.pid == pid)
+            .filter(|(_, r)| f(r))
             .map(|(id, _)| *id)
             .collect();
         if ids.is_empty() {
