@@ -405,6 +405,10 @@ pub async fn run(
             if !more {
                 break;
             }
+            // A full ring keeps this loop busy for as long as the programs write: give the
+            // runtime's other tasks (process events, which holds and detaches wait for) their
+            // turn after each batch.
+            tokio::task::yield_now().await;
         }
         // The ring holds nothing older than these exits now: their calls still in flight
         // will never return.
