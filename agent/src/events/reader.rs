@@ -304,9 +304,18 @@ impl Processor {
             return Vec::new();
         }
         self.probe_cache.clear();
-        let mut out = self
+        let ended = self
             .pairing
             .drain_where(|r| gone.iter().any(|m| Arc::ptr_eq(m, &r.probe)));
+        let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::new();
+        for (id, r) in &ended {
+            by_pid.entry(r.pid).or_default().push(*id);
+        }
+        // Left open, they would be the parent of every later call of their goroutines.
+        for (pid, ids) in by_pid {
+            self.nesting.forget_calls(pid, &ids);
+        }
+        let mut out: Vec<CallRecord> = ended.into_iter().map(|(_, r)| r).collect();
         out.retain(|r| r.probe.internal.is_none());
         self.count_unfinished(&out);
         out
@@ -519,8 +528,18 @@ mod tests {
         assert_eq!(registry.live_probes(), 1);
         assert!(proc.process(&entry(3, 10, 6)).is_none());
         assert_eq!(proc.stats.unknown_probe, 1);
-        // main.b's call is still in flight.
-        assert_eq!(proc.finish().len(), 1);
+        // The ended call is no one's parent: pid 11's next call starts a trace of its own,
+        // while pid 10's main.b call is still open and the parent of the next one there.
+        assert!(proc.process(&entry(4, 11, 7)).is_none());
+        assert!(proc.process(&entry(4, 10, 8)).is_none());
+        let rest = proc.finish();
+        let span = |call_pid: u32, n: usize| rest.iter().filter(|r| r.pid == call_pid).nth(n);
+        assert_eq!(rest.len(), 3, "main.b's calls still in flight");
+        assert_eq!(span(11, 0).unwrap().span.parent, None);
+        assert_eq!(
+            span(10, 1).unwrap().span.parent,
+            Some(span(10, 0).unwrap().span.span_id)
+        );
     }
 
     #[test]
