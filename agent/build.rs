@@ -182,6 +182,7 @@ fn main() -> Result<()> {
         "GP_CFG_NEWPROC",
         "GP_PROBE_HTTP_OUT",
         "GP_PROBE_HTTP_WRITE",
+        "GP_PROBE_FREED",
         "GP_MAP_HMAP",
         "GP_MAP_SWISS",
         "GP_MAP_SWISS_SPLIT",

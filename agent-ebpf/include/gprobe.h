@@ -38,6 +38,9 @@ enum gp_probe_kind {
 	GP_PROBE_HTTP_WRITE = 5, /* propagate.h (program gprobe_propagate): net/http.Header.
 				  * writeSubset: writes that request's traceparent into the
 				  * *bufio.Writer (type descriptor: aux) */
+	GP_PROBE_FREED = 6, /* a freed configuration: its links are detached in the background
+			     * and may still fire meanwhile; they must write nothing (zeroed, it
+			     * read as a CALL probe without captures: records with no values) */
 };
 
 enum gp_event_kind {

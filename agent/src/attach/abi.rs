@@ -29,6 +29,8 @@ pub const PROBE_LOADER: u8 = 3;
 pub const PROBE_HTTP_OUT: u8 = c::GP_PROBE_HTTP_OUT as u8;
 /// gprobe_propagate: `net/http.Header.writeSubset`, writing that request's `Traceparent`.
 pub const PROBE_HTTP_WRITE: u8 = c::GP_PROBE_HTTP_WRITE as u8;
+/// A freed configuration: links still running it (being detached) write nothing.
+pub const PROBE_FREED: u8 = c::GP_PROBE_FREED as u8;
 
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;

@@ -25,10 +25,23 @@ pub(super) struct Target {
     pub exe_ino: Option<u64>,
 }
 
-/// The uprobes of a plan, each with the configuration it runs: every entry site (a
-/// USDT probe's with its semaphore), then the return sites (uretprobes for C).
+/// The uprobes of a plan, each with the configuration it runs: the return sites
+/// (uretprobes for C), then every entry site (a USDT probe's with its semaphore).
 pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
     let mut v = Vec::new();
+    // Returns first: a link's sites are placed in this order, and an entry placed before
+    // its returns could open a call that no return closes, left for a later return without
+    // its entry to take.
+    if let Some(r) = cfg.ret {
+        v.extend(plan.ret_offsets.iter().map(|&offset| Site {
+            point: ProbePoint {
+                offset,
+                ret: plan.uretprobe,
+                ref_ctr_offset: 0,
+            },
+            cfg: r,
+        }));
+    }
     let entry_cfgs = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
     for ((offsets, _), id) in plan.entry_groups().into_iter().zip(entry_cfgs) {
         v.extend(offsets.into_iter().map(|offset| Site {
@@ -38,16 +51,6 @@ pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
                 ref_ctr_offset: plan.ref_ctr_offset,
             },
             cfg: id,
-        }));
-    }
-    if let Some(r) = cfg.ret {
-        v.extend(plan.ret_offsets.iter().map(|&offset| Site {
-            point: ProbePoint {
-                offset,
-                ret: plan.uretprobe,
-                ref_ctr_offset: 0,
-            },
-            cfg: r,
         }));
     }
     v
@@ -409,11 +412,12 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(
             (s[0].point.offset, s[0].point.ret, s[0].cfg),
-            (0x100, false, 1)
+            (0x100, true, 2),
+            "the return first"
         );
         assert_eq!(
             (s[1].point.offset, s[1].point.ret, s[1].cfg),
-            (0x100, true, 2)
+            (0x100, false, 1)
         );
     }
 

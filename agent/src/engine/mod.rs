@@ -407,6 +407,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     }
 
     fn drop_spec(&mut self, id: SpecId) {
+        self.free_spec_probes(id);
         let pids: Vec<u32> = self
             .procs
             .iter()
@@ -424,6 +425,23 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 
     /// Frees what spec `id` has in the kernel and in the counts, once no process has it.
     fn forget_spec(&mut self, id: SpecId) {
+        self.free_spec_probes(id);
+        if let Some(s) = self.specs.remove(&id) {
+            for p in &s.probes {
+                self.retired.remove(&p.key);
+                self.stats.forget_probe(&p.key);
+            }
+        }
+        self.update_watch();
+        self.dirty = true;
+    }
+
+    /// Frees the configurations of spec `id`'s probes: their programs write nothing from
+    /// then on. Done before their links are detached: a link being detached stops running
+    /// a function's entry and its returns at different moments, and a return seen without
+    /// its entry would take the call left open by an earlier one (its duration, that
+    /// call's arguments with this one's results).
+    fn free_spec_probes(&mut self, id: SpecId) {
         let mut freed = Vec::new();
         for bin in self.binaries.values_mut() {
             let gone: Vec<(SpecId, usize)> =
@@ -437,14 +455,6 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for cfg in freed {
             self.free_probe(cfg);
         }
-        if let Some(s) = self.specs.remove(&id) {
-            for p in &s.probes {
-                self.retired.remove(&p.key);
-                self.stats.forget_probe(&p.key);
-            }
-        }
-        self.update_watch();
-        self.dirty = true;
     }
 
     /// Replaces the containers the runtime reports; returns the ids of new ones (their

@@ -10,6 +10,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Replaces spec `old` by `spec`, a changed version of it. True when processes should
     /// be matched again (the new selector may take in others).
     pub(super) fn replace_spec(&mut self, old: SpecId, spec: ProbeSpec) -> bool {
+        // Silenced before their links go (Engine::free_spec_probes says why).
+        self.free_spec_probes(old);
         let pids: Vec<u32> = self
             .procs
             .iter()
