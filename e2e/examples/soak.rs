@@ -74,9 +74,7 @@ fn parse_duration(s: &str) -> Duration {
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .map(|i| s.split_at(i))
         .unwrap_or((s, "s"));
-    let n: f64 = num
-        .parse()
-        .unwrap_or_else(|_| panic!("bad duration {s:?}"));
+    let n: f64 = num.parse().unwrap_or_else(|_| panic!("bad duration {s:?}"));
     let secs = match unit {
         "ms" => n / 1000.0,
         "s" => n,
@@ -534,7 +532,10 @@ fn main() {
                 .cloned()
                 .unwrap_or_default();
             if seen.records > calls {
-                too_many.push(format!("base {base} {f}: {} records, {calls} calls", seen.records));
+                too_many.push(format!(
+                    "base {base} {f}: {} records, {calls} calls",
+                    seen.records
+                ));
             }
             if seen.records > 0 && seen.max_arg >= base + calls as i64 {
                 out_of_range += 1;
@@ -572,7 +573,10 @@ fn main() {
         .collect();
     let first = after.first().copied().unwrap_or(samples[0]);
     let last = *samples.last().unwrap();
-    println!("\n== gprobe agent soak: {:?} of churn + {:?} settled", a.duration, a.settle);
+    println!(
+        "\n== gprobe agent soak: {:?} of churn + {:?} settled",
+        a.duration, a.settle
+    );
     println!(
         "spec versions applied: {generation} (+{} toggles of a second spec); {late} took over 60 s",
         generation / 10
@@ -637,6 +641,9 @@ fn main() {
     }
     if exact_calls != checked {
         failed.push(format!("inexact processes:\n{}", inexact.join("\n")));
+    }
+    if r.malformed > 0 {
+        failed.push(format!("{} records without their argument", r.malformed));
     }
     if out_of_range + unknown as usize > 0 {
         failed.push("records of arguments no process passed".into());

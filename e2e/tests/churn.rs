@@ -139,6 +139,113 @@ fn applied(report_file: &Path, i: i64) -> Option<usize> {
         .map(|l| l.iter().filter(|l| l["state"] == "Attached").count())
 }
 
+/// Links attached in pod `pod`, from the report file.
+fn attached_in(report_file: &Path, pod: &str) -> usize {
+    let r = report(report_file);
+    r["churn/churn-calls"]["links"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter(|l| l["pod"] == pod && l["state"] == "Attached")
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// What each function of a churn-check process was called with, as the agent recorded it.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    records: u64,
+    argsum: i64,
+    unfinished: u64,
+    with_result: u64,
+}
+
+/// What each function of the churn program returns (wrapping, as Go's int64 does).
+fn expected(func: &str, i: i64) -> Option<i64> {
+    Some(match func {
+        "main.add" => i.wrapping_add(7),
+        "main.double" => i.wrapping_mul(2),
+        "main.square" => i.wrapping_mul(i),
+        "main.negate" => i.wrapping_neg(),
+        "main.mix" => i.wrapping_mul(31).wrapping_add(3),
+        _ => return None,
+    })
+}
+
+/// The records (JSON lines) of `file` that contain `having`.
+fn records(file: &Path, having: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(having))
+        // The last line may be half-written while the agent runs.
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The agent's records of process `pid`, by function.
+fn records_of(file: &Path, pid: u32) -> BTreeMap<String, Seen> {
+    let mut out: BTreeMap<String, Seen> = BTreeMap::new();
+    for v in records(file, &format!("\"pid\":{pid},")) {
+        let s = out
+            .entry(v["symbol"].as_str().unwrap_or_default().to_string())
+            .or_default();
+        s.records += 1;
+        s.argsum = s.argsum.wrapping_add(v["args"]["i"].as_i64().unwrap_or(0));
+        if v["unfinished"].as_bool() == Some(true) {
+            s.unfinished += 1;
+        }
+        if v["returns"]["r0"].as_i64().is_some() {
+            s.with_result += 1;
+        }
+    }
+    out
+}
+
+/// Every record (of any process, during the churn too) whose result is not what the function
+/// returns for its argument, or that has no argument.
+fn wrong_values(file: &Path) -> Vec<String> {
+    records(file, "")
+        .into_iter()
+        .filter(|v| {
+            let func = v["symbol"].as_str().unwrap_or_default();
+            match (v["args"]["i"].as_i64(), v["returns"]["r0"].as_i64()) {
+                (None, _) => true,
+                (Some(i), Some(r0)) => expected(func, i) != Some(r0),
+                (Some(_), None) => false,
+            }
+        })
+        .map(|v| v.to_string())
+        .collect()
+}
+
+/// The churn program's own account: (calls, sum of arguments) by function.
+fn program_account(logs: &str) -> BTreeMap<String, (u64, i64)> {
+    let mut out = BTreeMap::new();
+    for line in logs.lines() {
+        let mut kv = BTreeMap::new();
+        let mut func = None;
+        for w in line.split_whitespace() {
+            match w.split_once('=') {
+                Some((k, v)) => {
+                    kv.insert(k, v);
+                }
+                None if w.starts_with("main.") => func = Some(w),
+                None => {}
+            }
+        }
+        if let (Some(f), Some(c), Some(s)) = (func, kv.get("calls"), kv.get("argsum")) {
+            out.insert(f.to_string(), (c.parse().unwrap(), s.parse().unwrap()));
+        }
+    }
+    out
+}
+
+/// The process that checks the calls after the churn: its rounds and its first argument.
+const CHECK_CALLS: u64 = 400;
+const CHECK_BASE: i64 = 1_000_000_000;
+
 #[test]
 fn a_thousand_spec_rewrites_leave_anonymous_memory_flat() {
     if !can_trace("spec churn") || !can_run_containers("spec churn") {
@@ -183,7 +290,9 @@ fn a_thousand_spec_rewrites_leave_anonymous_memory_flat() {
         n
     };
     let report_file = dir.path().join("report.json");
+    let records_file = dir.path().join("records.jsonl");
     let n = write_spec(1);
+    // Read every 10 ms rather than every second: 1,000 rewrites in about a minute.
     let child = Command::new(gprobe_bin())
         .args(["agent", "--node-name", "test-node", "--spec-dir"])
         .arg(&specs)
@@ -192,8 +301,8 @@ fn a_thousand_spec_rewrites_leave_anonymous_memory_flat() {
         .arg(ctrd.socket())
         .arg("--report-file")
         .arg(&report_file)
-        .args(["--container-poll-interval", "200ms"])
-        .stdout(Stdio::null())
+        .args(["--container-poll-interval", "200ms", "--output", "jsonl"])
+        .stdout(std::fs::File::create(&records_file).unwrap())
         .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
         .spawn()
         .unwrap();
@@ -245,6 +354,51 @@ fn a_thousand_spec_rewrites_leave_anonymous_memory_flat() {
             .map(|(i, b)| (*i as i64, (kib(*b)) as i64))
             .collect::<Vec<_>>()
     );
+    // The calls are still exact after the churn: a new process of the last version's probes,
+    // calling once they are attached, has each of its calls recorded once, with its values.
+    let check = ctrd
+        .run_pod(&PodSpec {
+            name: "churn-check".into(),
+            namespace: "churn".into(),
+            uid: "uid-churn-check".into(),
+            labels: BTreeMap::from([("app".to_string(), "churn".to_string())]),
+            container: "app".into(),
+            image: "registry.test/churn/churn:v1".into(),
+            args: [
+                "-calls",
+                &CHECK_CALLS.to_string(),
+                "-rate",
+                "200",
+                "-base",
+                &CHECK_BASE.to_string(),
+                "-start-signal",
+            ]
+            .map(String::from)
+            .to_vec(),
+        })
+        .expect("pod churn-check");
+    let n = rewrite(rewrites).1;
+    wait_until(
+        "the last version's probes attached in churn-check",
+        Duration::from_secs(30),
+        || attached_in(&report_file, "churn-check") == n,
+    );
+    ctrd.wait_for_logs(&check, |l| l.contains("ready"), Duration::from_secs(30))
+        .unwrap();
+    // SAFETY: signalling the check pod's own process by pid.
+    assert_eq!(unsafe { libc::kill(check.pid as i32, libc::SIGUSR1) }, 0);
+    let own = ctrd
+        .wait_for_logs(&check, |l| l.contains(" done "), Duration::from_secs(30))
+        .unwrap();
+    let own = program_account(&own);
+    let want: u64 = FUNCS[..n].iter().map(|f| own[*f].0).sum();
+    wait_until("churn-check's records", Duration::from_secs(30), || {
+        records_of(&records_file, check.pid)
+            .values()
+            .map(|s| s.records)
+            .sum::<u64>()
+            >= want
+    });
     if std::env::var_os("GPROBE_CHURN_KILL").is_some() {
         // SAFETY: signalling our own child by pid.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -253,6 +407,38 @@ fn a_thousand_spec_rewrites_leave_anonymous_memory_flat() {
     if let Ok(p) = std::env::var("GPROBE_CHURN_KEEP") {
         std::fs::write(p, &stderr).unwrap();
     }
+    if let Ok(p) = std::env::var("GPROBE_CHURN_RECORDS") {
+        std::fs::copy(&records_file, p).unwrap();
+    }
+    let seen = records_of(&records_file, check.pid);
+    let wrong = wrong_values(&records_file);
+    assert!(
+        wrong.is_empty(),
+        "{} records whose result is not the function of the argument, e.g.:\n{}",
+        wrong.len(),
+        wrong.iter().take(5).cloned().collect::<Vec<_>>().join("\n")
+    );
+    for f in &FUNCS[..n] {
+        let (calls, argsum) = own[*f];
+        assert_eq!(calls, CHECK_CALLS, "churn-check's own count of {f}");
+        let s = seen.get(*f).cloned().unwrap_or_default();
+        assert_eq!(
+            (s.records, s.argsum, s.unfinished),
+            (calls, argsum, 0),
+            "{f} in churn-check after the churn: (records, sum of arguments, unfinished) vs \
+             the program's own (calls, sum)"
+        );
+        if n == 5 {
+            assert_eq!(s.with_result, calls, "{f}: records with r0");
+        }
+    }
+    eprintln!(
+        "after the churn: {} of {} calls of churn-check recorded exactly; no wrong value in {} records",
+        seen.values().map(|s| s.records).sum::<u64>(),
+        want,
+        std::fs::read_to_string(&records_file).unwrap().lines().count()
+    );
+    ctrd.remove_pod(&check).unwrap();
     assert!(
         growth <= 1024.0 * 1024.0,
         "anonymous memory grew {:.0} KiB over {} rewrites after warm-up ({:.2} KiB per rewrite)\n{}",

@@ -6,6 +6,9 @@
 // own account. Each function's result is a fixed function of its argument (a record whose
 // r0 does not match it is a wrong value).
 //
+// With -start-signal, it prints "base=N ready" once it can take SIGUSR1 and waits for it before
+// its first round: a test starts the calls once gprobe has attached, so that each is traced.
+//
 // With -spawn-every, it makes no calls itself: it starts a copy of itself that often
 // (-child-calls rounds at -child-rate each, -base numbering them apart), for process churn.
 package main
@@ -54,6 +57,7 @@ func main() {
 	base := flag.Int64("base", 0, "the argument of the first round")
 	hold := flag.Duration("hold", 0, "wait this long after the last round before exiting")
 	delay := flag.Duration("delay", 0, "wait this long before the first round")
+	startSignal := flag.Bool("start-signal", false, "print \"ready\", then wait for SIGUSR1 before the first round")
 	spawnEvery := flag.Duration("spawn-every", 0, "start a copy of this program this often, instead of calling")
 	childCalls := flag.Int64("child-calls", 100, "-spawn-every: each copy's -calls")
 	childRate := flag.Float64("child-rate", 50, "-spawn-every: each copy's -rate")
@@ -81,6 +85,17 @@ func main() {
 	case <-stop:
 		report()
 		return
+	}
+	if *startSignal {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		fmt.Printf("base=%d ready\n", *base)
+		select {
+		case <-usr1:
+		case <-stop:
+			report()
+			return
+		}
 	}
 	every := time.Duration(float64(time.Second) / *rate)
 	tick := time.NewTicker(every)
