@@ -194,6 +194,7 @@ fn main() -> Result<()> {
         "GP_PROBE_HTTP_WRITE",
         "GP_PROBE_HTTP_CONN",
         "GP_PROBE_HTTP_DONE",
+        "GP_PROBE_FREED",
         "GP_MAP_HMAP",
         "GP_MAP_SWISS",
         "GP_MAP_SWISS_SPLIT",

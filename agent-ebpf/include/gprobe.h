@@ -44,6 +44,9 @@ enum gp_probe_kind {
 				  * path pc.bw, its *bufio.Writer */
 	GP_PROBE_HTTP_DONE = 7,  /* a RET of net/http.(*Transport).roundTrip: the goroutine's
 				  * request is forgotten */
+	GP_PROBE_FREED = 8, /* a freed configuration: its links are detached in the background
+			     * and may still fire meanwhile; they must write nothing (zeroed, it
+			     * read as a CALL probe without captures: records with no values) */
 };
 
 enum gp_event_kind {

@@ -290,7 +290,7 @@ int gprobe_uprobe(struct x86_regs *r)
 {
 	__u32 id = (__u32)bpf_get_attach_cookie(r);
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
-	if (!cfg)
+	if (!cfg || cfg->kind == GP_PROBE_FREED)
 		return 0;
 	if (cfg->kind == GP_PROBE_LOADER)
 		return loader_hit();

@@ -130,6 +130,9 @@ pub enum Command {
         /// (no ProbeAttachments are written then; see --report-file).
         #[arg(long)]
         spec_dir: Option<PathBuf>,
+        /// How often --spec-dir is read again for changes.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        spec_dir_interval: Duration,
         /// Write what is attached (per spec, as ProbeAttachment status) to this JSON file.
         #[arg(long)]
         report_file: Option<PathBuf>,

@@ -166,6 +166,7 @@ fn run(command: Command) -> Result<ExitCode> {
             node_name,
             cri_socket,
             spec_dir,
+            spec_dir_interval,
             report_file,
             health_addr,
             container_poll_interval,
@@ -193,6 +194,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 node_name,
                 cri_socket,
                 spec_dir,
+                spec_dir_interval,
                 pipeline: PipelineOptions {
                     format: format_of(Some(output)),
                     otlp,

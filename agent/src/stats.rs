@@ -248,11 +248,16 @@ impl Stats {
         lock(&self.0.probes).get(key).cloned().unwrap_or_default()
     }
 
-    /// Removes a probe whose spec is gone (cluster mode: a deleted ProbeSpec).
+    /// Removes a probe whose spec is gone or changed (its probes are attached anew).
     pub fn forget_probe(&self, key: &ProbeKey) {
         lock(&self.0.probes).remove(key);
         lock(&self.0.by_pid).retain(|k, _| &k.0 != key);
-        lock(&self.0.processes_by_spec).remove(&key.spec);
+    }
+
+    /// Removes the process counts of a spec that is gone (cluster mode: a deleted
+    /// ProbeSpec). A changed spec keeps them: its processes stay selected.
+    pub fn forget_processes(&self, spec: &str) {
+        lock(&self.0.processes_by_spec).remove(spec);
     }
 
     fn each_process_stats(&self, specs: &[Arc<str>], mut f: impl FnMut(&mut ProcessStats)) {

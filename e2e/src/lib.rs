@@ -7,11 +7,14 @@
 //! - [`spec`]: typed ProbeSpec builders that serialize to the YAML gprobe reads;
 //! - [`summary`]: the `--summary-file` contract, typed;
 //! - [`procmem`]: whether a process's memory holds a uprobe's breakpoint;
+//! - [`footprint`]: what a running gprobe holds (memory, fds, threads, BPF objects) and
+//!   whether its BPF objects outlive it;
 //! - [`otlp_receiver`] (feature `otlp`): a real OTLP receiver, gRPC and HTTP/protobuf;
 //! - [`cri`] (feature `cri`): real pods on a private containerd, over CRI.
 
 mod binaries;
 pub mod cc;
+pub mod footprint;
 pub mod go;
 pub mod harness;
 pub mod procmem;

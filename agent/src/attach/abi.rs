@@ -36,6 +36,8 @@ pub const PROBE_HTTP_WRITE: u8 = c::GP_PROBE_HTTP_WRITE as u8;
 pub const PROBE_HTTP_CONN: u8 = c::GP_PROBE_HTTP_CONN as u8;
 /// A RET of `net/http.(*Transport).roundTrip`: the goroutine's request is forgotten.
 pub const PROBE_HTTP_DONE: u8 = c::GP_PROBE_HTTP_DONE as u8;
+/// A freed configuration: links still running it (being detached) write nothing.
+pub const PROBE_FREED: u8 = c::GP_PROBE_FREED as u8;
 
 pub const EV_CALL: u16 = 0;
 pub const EV_ENTRY: u16 = 1;

@@ -286,7 +286,13 @@ impl BpfTracer {
     }
 
     fn remove_config(&mut self, id: CfgId) {
-        let _ = self.probes.set(id, GpProbeCfg::default(), 0);
+        // Not zeroed: a zeroed configuration is a CALL probe without captures, and the links
+        // that run this one may fire until the detach threads have unregistered them.
+        let freed = GpProbeCfg {
+            kind: abi::PROBE_FREED,
+            ..GpProbeCfg::default()
+        };
+        let _ = self.probes.set(id, freed, 0);
         self.free_ids.push_back(id);
     }
 
@@ -301,8 +307,9 @@ impl BpfTracer {
         let gone = || process_gone(pid);
         if let (Some(m), UPROBE_PROG) = (&self.multi, prog_name) {
             let mut links = Vec::with_capacity(2);
-            // One link for entry uprobes, one for uretprobes (a link is one or the other).
-            for ret in [false, true] {
+            // One link for entry uprobes, one for uretprobes (a link is one or the other);
+            // returns first, as `sites` orders them.
+            for ret in [true, false] {
                 let group: Vec<(u64, u64, u64)> = sites
                     .iter()
                     .filter(|s| s.point.ret == ret)
@@ -519,7 +526,12 @@ impl Tracer for BpfTracer {
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {
-        for id in cfg.ids() {
+        // Returns first: an entry seen once its return configuration is freed leaves a
+        // call open that no return takes; the other way round, a return could take an
+        // earlier call's.
+        let entries = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
+        let ids: Vec<CfgId> = cfg.ret.into_iter().chain(entries).collect();
+        for id in ids {
             self.propagate_cfgs.remove(&id);
             self.remove_config(id);
         }

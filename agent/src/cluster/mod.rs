@@ -27,6 +27,8 @@ pub struct AgentOptions {
     pub cri_socket: PathBuf,
     /// ProbeSpecs from YAML files in this folder instead of the API server.
     pub spec_dir: Option<PathBuf>,
+    /// How often `spec_dir` is read again.
+    pub spec_dir_interval: Duration,
     pub pipeline: PipelineOptions,
     pub container_poll: Duration,
     /// Also write the attachment report (per spec) as JSON here, rewritten on change.
@@ -128,7 +130,7 @@ pub async fn run(
     let (stx, mut srx) = mpsc::channel::<SpecEvent>(64);
     let client = match &opts.spec_dir {
         Some(dir) => {
-            tokio::spawn(specs::watch_dir(dir.clone(), stx));
+            tokio::spawn(specs::watch_dir(dir.clone(), opts.spec_dir_interval, stx));
             None
         }
         None => {

@@ -1,5 +1,6 @@
 //! ProbeSpecs from a folder of YAML files (`--spec-dir`): for nodes without the API server
-//! and for tests. The folder is re-read every second; changes become spec events.
+//! and for tests. The folder is read again every `--spec-dir-interval` (1 s by default);
+//! changes become spec events.
 
 use crate::engine::driver::SpecEvent;
 use gprobe_crds::{load_specs, ProbeSpec};
@@ -35,10 +36,10 @@ fn read_all(dir: &PathBuf) -> Vec<ProbeSpec> {
     out
 }
 
-pub async fn watch_dir(dir: PathBuf, tx: mpsc::Sender<SpecEvent>) {
+pub async fn watch_dir(dir: PathBuf, every: Duration, tx: mpsc::Sender<SpecEvent>) {
     // ProbeSpec has no PartialEq (kube derives it): compare serialized forms.
     let mut last: Option<String> = None;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
         let now = read_all(&dir);

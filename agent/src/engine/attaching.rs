@@ -25,10 +25,23 @@ pub(super) struct Target {
     pub exe_ino: Option<u64>,
 }
 
-/// The uprobes of a plan, each with the configuration it runs: every entry site (a
-/// USDT probe's with its semaphore), then the return sites (uretprobes for C).
+/// The uprobes of a plan, each with the configuration it runs: the return sites
+/// (uretprobes for C), then every entry site (a USDT probe's with its semaphore).
 pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
     let mut v = Vec::new();
+    // Returns first: a link's sites are placed in this order, and an entry placed before
+    // its returns could open a call that no return closes, left for a later return without
+    // its entry to take.
+    if let Some(r) = cfg.ret {
+        v.extend(plan.ret_offsets.iter().map(|&offset| Site {
+            point: ProbePoint {
+                offset,
+                ret: plan.uretprobe,
+                ref_ctr_offset: 0,
+            },
+            cfg: r,
+        }));
+    }
     let entry_cfgs = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
     for ((offsets, _), id) in plan.entry_groups().into_iter().zip(entry_cfgs) {
         v.extend(offsets.into_iter().map(|offset| Site {
@@ -38,16 +51,6 @@ pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
                 ref_ctr_offset: plan.ref_ctr_offset,
             },
             cfg: id,
-        }));
-    }
-    if let Some(r) = cfg.ret {
-        v.extend(plan.ret_offsets.iter().map(|&offset| Site {
-            point: ProbePoint {
-                offset,
-                ret: plan.uretprobe,
-                ref_ctr_offset: 0,
-            },
-            cfg: r,
         }));
     }
     v
@@ -183,6 +186,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             display: target.display.clone(),
             exe_ino: target.exe_ino,
             probes: HashMap::new(),
+            plans: Default::default(),
             pids: BTreeSet::new(),
             idle_since: None,
         });
@@ -201,23 +205,29 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let watch_changed = target
             .exe_ino
             .is_some_and(|i| !self.watch_inos.contains(&i));
-        // Invalid probes are settled without reading the file.
+        // Invalid probes are settled without reading the file, probes planned for an
+        // earlier version of their spec from the cache.
         let mut requests = Vec::new();
         let mut asked = Vec::new();
+        let mut planned = Vec::new();
         for &(sid, pi) in &todo {
             let spec = &self.specs[&sid];
             let sp = &spec.probes[pi];
+            let limits = &spec.spec.spec.limits;
             match &sp.invalid {
                 Some(e) => {
                     bin.probes.insert((sid, pi), Err(e.clone()));
                 }
-                None => {
-                    requests.push(PlanRequest {
-                        probe: &sp.probe,
-                        limits: &spec.spec.spec.limits,
-                    });
-                    asked.push((sid, pi));
-                }
+                None => match bin.plans.get(&sp.probe, limits.max_string_bytes) {
+                    Some(plan) => planned.push(((sid, pi), plan)),
+                    None => {
+                        requests.push(PlanRequest {
+                            probe: &sp.probe,
+                            limits,
+                        });
+                        asked.push((sid, pi));
+                    }
+                },
             }
         }
         let results = if requests.is_empty() {
@@ -226,8 +236,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             self.resolver
                 .plan(&target.attach_path, &target.display, &requests)
         };
+        for (r, res) in requests.iter().zip(&results) {
+            bin.plans.put(r.probe, r.limits.max_string_bytes, res);
+        }
         drop(requests);
-        for ((sid, pi), res) in asked.into_iter().zip(results) {
+        planned.extend(asked.into_iter().zip(results));
+        for ((sid, pi), res) in planned {
             let spec = &self.specs[&sid];
             let sp = &spec.probes[pi];
             let shown = printable(&target.display.to_string_lossy()).into_owned();
@@ -398,11 +412,12 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(
             (s[0].point.offset, s[0].point.ret, s[0].cfg),
-            (0x100, false, 1)
+            (0x100, true, 2),
+            "the return first"
         );
         assert_eq!(
             (s[1].point.offset, s[1].point.ret, s[1].cfg),
-            (0x100, true, 2)
+            (0x100, false, 1)
         );
     }
 

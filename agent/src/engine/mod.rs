@@ -13,7 +13,9 @@ pub mod error;
 mod holds;
 mod loader;
 mod newproc;
+mod plancache;
 mod propagate;
+mod respec;
 pub use loader::LibraryGlob;
 pub use tracer::monotonic_ns;
 mod procs;
@@ -145,6 +147,8 @@ struct BinState {
     /// An executable's inode number as exec sees it (exec holds); `None` for a library.
     exe_ino: Option<u64>,
     probes: HashMap<(SpecId, usize), Result<Planned, Arc<ProbeError>>>,
+    /// Plans kept for the next version of a spec.
+    plans: plancache::PlanCache,
     pids: BTreeSet<u32>,
     /// Since when no process runs it; its configurations are freed after a while.
     idle_since: Option<Instant>,
@@ -402,7 +406,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 return false;
             }
             tracing::info!("ProbeSpec {key} changed: its probes are attached anew");
-            self.drop_spec(id);
+            return self.replace_spec(id, spec);
         }
         match self.add_spec(spec) {
             Ok(_) => {
@@ -425,6 +429,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     }
 
     fn drop_spec(&mut self, id: SpecId) {
+        self.free_spec_probes(id);
         let pids: Vec<u32> = self
             .procs
             .iter()
@@ -434,15 +439,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for pid in pids {
             self.drop_spec_from_process(pid, id);
         }
-        for bin in self.binaries.values_mut() {
-            let gone: Vec<(SpecId, usize)> =
-                bin.probes.keys().filter(|k| k.0 == id).copied().collect();
-            for k in gone {
-                if let Some(Ok(p)) = bin.probes.remove(&k) {
-                    self.tracer.remove_probe(p.cfg.clone());
-                }
-            }
+        if let Some(s) = self.specs.get(&id) {
+            self.stats.forget_processes(&s.key.to_string());
         }
+        self.forget_spec(id);
+    }
+
+    /// Frees what spec `id` has in the kernel and in the counts, once no process has it.
+    fn forget_spec(&mut self, id: SpecId) {
+        self.free_spec_probes(id);
         if let Some(s) = self.specs.remove(&id) {
             for p in &s.probes {
                 self.retired.remove(&p.key);
@@ -451,6 +456,27 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         self.update_watch();
         self.dirty = true;
+    }
+
+    /// Frees the configurations of spec `id`'s probes: their programs write nothing from
+    /// then on. Done before their links are detached: a link being detached stops running
+    /// a function's entry and its returns at different moments, and a return seen without
+    /// its entry would take the call left open by an earlier one (its duration, that
+    /// call's arguments with this one's results).
+    fn free_spec_probes(&mut self, id: SpecId) {
+        let mut freed = Vec::new();
+        for bin in self.binaries.values_mut() {
+            let gone: Vec<(SpecId, usize)> =
+                bin.probes.keys().filter(|k| k.0 == id).copied().collect();
+            for k in gone {
+                if let Some(Ok(p)) = bin.probes.remove(&k) {
+                    freed.push(p.cfg);
+                }
+            }
+        }
+        for cfg in freed {
+            self.free_probe(cfg);
+        }
     }
 
     /// Replaces the containers the runtime reports; returns the ids of new ones (their
@@ -575,6 +601,17 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.stats.retain_pids(|pid| procs.contains_key(&pid));
     }
 
+    /// Frees a probe's configurations in the kernel; their decoders go once the reader
+    /// has read what they wrote (kept until the id was reused, they piled up with every
+    /// spec change).
+    fn free_probe(&mut self, cfg: ProbeConfig) {
+        let ids: Vec<CfgId> = cfg.ids().collect();
+        self.tracer.remove_probe(cfg);
+        for id in ids {
+            self.registry.retire(id);
+        }
+    }
+
     /// Frees a binary's configurations; their counters are kept.
     fn retire_binary(&mut self, key: FileKey) {
         self.retire_newproc(key);
@@ -588,7 +625,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 *self.retired.entry(spec.probes[pi].key.clone()).or_default() +=
                     self.tracer.counters(&p.cfg);
             }
-            self.tracer.remove_probe(p.cfg);
+            self.free_probe(p.cfg);
         }
     }
 

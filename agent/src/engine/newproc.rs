@@ -22,7 +22,7 @@ pub(super) struct NewprocPlan {
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Whether a spec selecting `pid` has a latency probe on its executable (where calls
     /// open spans that goroutines may inherit).
-    fn wants_newproc(&self, pid: u32) -> bool {
+    pub(super) fn wants_newproc(&self, pid: u32) -> bool {
         self.has_probe(pid, |sp| {
             sp.probe.latency && sp.library.is_none() && sp.probe.usdt.is_none()
         })
@@ -98,7 +98,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Frees the newproc configurations of an executable no process runs any more.
     pub(super) fn retire_newproc(&mut self, key: FileKey) {
         if let Some(Some(n)) = self.newproc.remove(&key) {
-            self.tracer.remove_probe(n.cfg);
+            self.free_probe(n.cfg);
         }
     }
 }

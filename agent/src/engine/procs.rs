@@ -13,7 +13,7 @@ use std::time::Instant;
 
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// The specs that select `info`.
-    fn matching_specs(&self, info: &ProcInfo) -> BTreeSet<SpecId> {
+    pub(super) fn matching_specs(&self, info: &ProcInfo) -> BTreeSet<SpecId> {
         let container = info
             .container_id
             .as_deref()
@@ -323,24 +323,10 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     }
 
     pub(super) fn drop_spec_from_process(&mut self, pid: u32, sid: SpecId) {
-        let Some(p) = self.procs.get_mut(&pid) else {
-            return;
-        };
-        p.specs.remove(&sid);
-        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut p.links)
-            .into_iter()
-            .partition(|a| a.spec == sid);
-        p.links = keep;
-        let empty = p.specs.is_empty();
-        for a in gone {
-            if let Ok((links, _)) = a.outcome {
-                self.tracer.detach(links);
-            }
-        }
-        if empty {
-            self.untrack(pid);
-        } else {
-            self.watch_propagate(pid);
+        match self.detach_spec(pid, sid) {
+            Some(true) => self.untrack(pid),
+            Some(false) => self.watch_propagate(pid),
+            None => {}
         }
     }
 }

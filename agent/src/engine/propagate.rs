@@ -154,7 +154,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         if let Some(Some(n)) = self.propagate.remove(&key) {
             let counts = self.propagation_counts(&n);
             self.stats.retire_propagation(counts);
-            self.tracer.remove_probe(n.cfg);
+            self.free_probe(n.cfg);
         }
     }
 }

@@ -192,6 +192,17 @@ impl Nesting {
         self.inherited.clear();
     }
 
+    /// Calls `call_ids` of `pid` will never return (their return probe was removed): they
+    /// are no one's parent any more. Calls opened above them stay open.
+    pub fn forget_calls(&mut self, pid: u32, call_ids: &[u64]) {
+        self.open.retain(|(p, _), stack| {
+            if *p == pid {
+                stack.retain(|o| !call_ids.contains(&o.call_id));
+            }
+            !stack.is_empty()
+        });
+    }
+
     /// Process `pid` is gone: its open calls with it.
     pub fn process_exited(&mut self, pid: u32) {
         self.open.retain(|(p, _), _| *p != pid);

@@ -85,10 +85,19 @@ impl Pairing {
     /// The calls of process `pid` still in flight (it exited: they never return), oldest
     /// first, marked unfinished.
     pub fn drain_pid(&mut self, pid: u32) -> Vec<CallRecord> {
+        self.drain_where(|r| r.pid == pid)
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect()
+    }
+
+    /// The calls in flight for which `f` holds (their returns can no longer be seen), with
+    /// their call ids, oldest first, marked unfinished.
+    pub fn drain_where(&mut self, f: impl Fn(&CallRecord) -> bool) -> Vec<(u64, CallRecord)> {
         let mut ids: Vec<u64> = self
             .pending
             .iter()
-            .filter(|(_, r)| r.pid == pid)
+            .filter(|(_, r)| f(r))
             .map(|(id, _)| *id)
             .collect();
         if ids.is_empty() {
@@ -102,10 +111,10 @@ impl Pairing {
             .collect();
         ids.sort_by_key(|id| pos.get(id).copied().unwrap_or(usize::MAX));
         ids.into_iter()
-            .filter_map(|id| self.pending.remove(&id))
-            .map(|mut r| {
+            .filter_map(|id| Some((id, self.pending.remove(&id)?)))
+            .map(|(id, mut r)| {
                 r.unfinished = true;
-                r
+                (id, r)
             })
             .collect()
     }

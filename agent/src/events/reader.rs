@@ -11,8 +11,8 @@ use crate::resolve::go::plan::{SPAN_CAPTURE, TRACEPARENT_CAPTURE};
 use crate::stats::Stats;
 use aya::maps::{MapData, RingBuf};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
@@ -22,7 +22,22 @@ use tokio::sync::{mpsc, watch};
 pub struct Registry {
     probes: RwLock<Vec<Option<Arc<ProbeMeta>>>>,
     procs: RwLock<HashMap<u32, Arc<Resource>>>,
+    /// Configurations freed in the kernel, whose records may still be in the ring buffer:
+    /// their decoders are dropped once the reader has read past them.
+    retired: Mutex<Vec<Retired>>,
 }
+
+/// A freed configuration: its id, its decoder, and when it was freed.
+#[derive(Debug)]
+struct Retired {
+    id: u32,
+    meta: Arc<ProbeMeta>,
+    at: Instant,
+}
+
+/// How long after a configuration is freed its records may still arrive: BPF programs
+/// that read it before it was freed commit their records microseconds later.
+const RETIRE_GRACE: Duration = Duration::from_millis(100);
 
 impl Registry {
     pub fn set_probe(&self, id: u32, meta: Option<Arc<ProbeMeta>>) {
@@ -37,6 +52,50 @@ impl Registry {
     pub fn probe(&self, id: u32) -> Option<Arc<ProbeMeta>> {
         let p = self.probes.read().unwrap_or_else(|e| e.into_inner());
         p.get(id as usize).cloned().flatten()
+    }
+
+    /// Configuration `id` was freed in the kernel (no record of it is written any more):
+    /// its decoder goes once the records written before are read ([`Processor::retire`]).
+    pub fn retire(&self, id: u32) {
+        if let Some(meta) = self.probe(id) {
+            lock(&self.retired).push(Retired {
+                id,
+                meta,
+                at: Instant::now(),
+            });
+        }
+    }
+
+    /// Takes the configurations freed before `before`, and forgets their decoders (unless
+    /// the id was given to another configuration since).
+    fn take_retired(&self, before: Instant) -> Vec<Arc<ProbeMeta>> {
+        let gone: Vec<Retired> = {
+            let mut r = lock(&self.retired);
+            if r.iter().all(|x| x.at >= before) {
+                return Vec::new();
+            }
+            let (gone, keep) = std::mem::take(&mut *r)
+                .into_iter()
+                .partition(|x| x.at < before);
+            *r = keep;
+            gone
+        };
+        let mut p = self.probes.write().unwrap_or_else(|e| e.into_inner());
+        for g in &gone {
+            if let Some(slot) = p.get_mut(g.id as usize) {
+                if slot.as_ref().is_some_and(|m| Arc::ptr_eq(m, &g.meta)) {
+                    *slot = None;
+                }
+            }
+        }
+        gone.into_iter().map(|g| g.meta).collect()
+    }
+
+    /// How many configurations have a decoder.
+    #[cfg(test)]
+    pub fn live_probes(&self) -> usize {
+        let p = self.probes.read().unwrap_or_else(|e| e.into_inner());
+        p.iter().filter(|m| m.is_some()).count()
     }
 
     pub fn set_process(&self, pid: u32, res: Option<Arc<Resource>>) {
@@ -54,6 +113,10 @@ impl Registry {
             .get(&pid)
             .cloned()
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Counters of the decoding stage.
@@ -228,6 +291,36 @@ impl Processor {
         out
     }
 
+    /// Configurations freed at least [`RETIRE_GRACE`] before `read_from` (when the drain
+    /// that just ended began: every record they wrote has been read): their decoders are
+    /// dropped, and their calls still in flight, whose returns can no longer be seen, are
+    /// reported unfinished now.
+    pub fn retire(&mut self, read_from: Instant) -> Vec<CallRecord> {
+        let Some(before) = read_from.checked_sub(RETIRE_GRACE) else {
+            return Vec::new();
+        };
+        let gone = self.registry.take_retired(before);
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        self.probe_cache.clear();
+        let ended = self
+            .pairing
+            .drain_where(|r| gone.iter().any(|m| Arc::ptr_eq(m, &r.probe)));
+        let mut by_pid: HashMap<u32, Vec<u64>> = HashMap::new();
+        for (id, r) in &ended {
+            by_pid.entry(r.pid).or_default().push(*id);
+        }
+        // Left open, they would be the parent of every later call of their goroutines.
+        for (pid, ids) in by_pid {
+            self.nesting.forget_calls(pid, &ids);
+        }
+        let mut out: Vec<CallRecord> = ended.into_iter().map(|(_, r)| r).collect();
+        out.retain(|r| r.probe.internal.is_none());
+        self.count_unfinished(&out);
+        out
+    }
+
     fn count_unfinished(&self, recs: &[CallRecord]) {
         if let Some(st) = &self.counts {
             for r in recs {
@@ -303,6 +396,7 @@ pub async fn run(
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let read_from = Instant::now();
         let stopping = tokio::select! {
             g = afd.readable_mut() => {
                 let mut g = g?;
@@ -320,6 +414,10 @@ pub async fn run(
             if !more {
                 break;
             }
+            // A full ring keeps this loop busy for as long as the programs write: give the
+            // runtime's other tasks (process events, which holds and detaches wait for) their
+            // turn after each batch.
+            tokio::task::yield_now().await;
         }
         // The ring holds nothing older than these exits now: their calls still in flight
         // will never return.
@@ -327,6 +425,7 @@ pub async fn run(
         while let Ok(pid) = exits.try_recv() {
             ended.extend(proc.process_exited(pid));
         }
+        ended.extend(proc.retire(read_from));
         if !ended.is_empty() && tx.send(ended).await.is_err() {
             return Ok(proc.stats);
         }
@@ -368,4 +467,90 @@ fn drain(ring: &mut RingBuf<MapData>, proc: &mut Processor) -> (bool, Vec<CallRe
         }
     }
     (false, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attach::abi::GpEvent;
+
+    /// An ENTRY record (no values) of configuration `probe_id` in process `pid`.
+    fn entry(probe_id: u32, pid: u32, call_id: u64) -> Vec<u8> {
+        let ev = GpEvent {
+            ts_ns: 1,
+            call_id,
+            goroutine: 0xc000,
+            duration_ns: 0,
+            pid,
+            tid: pid,
+            probe_id,
+            kind: EV_ENTRY,
+            data_len: 0,
+        };
+        // SAFETY: GpEvent is a plain repr(C) struct of integers.
+        unsafe {
+            std::slice::from_raw_parts(
+                (&ev as *const GpEvent).cast::<u8>(),
+                std::mem::size_of::<GpEvent>(),
+            )
+        }
+        .to_vec()
+    }
+
+    #[test]
+    fn a_freed_configuration_is_decoded_until_read_past_then_its_calls_in_flight_end() {
+        let registry = Arc::new(Registry::default());
+        let (a, b) = (
+            Arc::new(ProbeMeta::simple("s", "main.a", true)),
+            Arc::new(ProbeMeta::simple("s", "main.b", true)),
+        );
+        registry.set_probe(3, Some(a.clone()));
+        registry.set_probe(4, Some(b));
+        let mut proc = Processor::new(registry.clone(), Clock::new(), 64);
+        assert!(proc.process(&entry(3, 10, 1)).is_none());
+        assert!(proc.process(&entry(4, 10, 2)).is_none());
+        let before = Instant::now();
+        registry.retire(3);
+        // Records written before it was freed still decode.
+        assert!(proc.retire(before).is_empty());
+        assert!(proc.process(&entry(3, 11, 5)).is_none());
+        assert_eq!(proc.stats.unknown_probe, 0);
+        // Read past it: its decoder goes, and its two calls in flight end, oldest first.
+        let ended = proc.retire(Instant::now() + RETIRE_GRACE * 2);
+        assert_eq!(
+            ended
+                .iter()
+                .map(|r| (r.pid, r.unfinished))
+                .collect::<Vec<_>>(),
+            [(10, true), (11, true)]
+        );
+        assert!(ended.iter().all(|r| Arc::ptr_eq(&r.probe, &a)));
+        assert_eq!(registry.live_probes(), 1);
+        assert!(proc.process(&entry(3, 10, 6)).is_none());
+        assert_eq!(proc.stats.unknown_probe, 1);
+        // The ended call is no one's parent: pid 11's next call starts a trace of its own,
+        // while pid 10's main.b call is still open and the parent of the next one there.
+        assert!(proc.process(&entry(4, 11, 7)).is_none());
+        assert!(proc.process(&entry(4, 10, 8)).is_none());
+        let rest = proc.finish();
+        let span = |call_pid: u32, n: usize| rest.iter().filter(|r| r.pid == call_pid).nth(n);
+        assert_eq!(rest.len(), 3, "main.b's calls still in flight");
+        assert_eq!(span(11, 0).unwrap().span.parent, None);
+        assert_eq!(
+            span(10, 1).unwrap().span.parent,
+            Some(span(10, 0).unwrap().span.span_id)
+        );
+    }
+
+    #[test]
+    fn a_freed_id_given_to_another_configuration_keeps_the_new_decoder() {
+        let registry = Arc::new(Registry::default());
+        registry.set_probe(3, Some(Arc::new(ProbeMeta::simple("s", "main.a", true))));
+        registry.retire(3);
+        let newer = Arc::new(ProbeMeta::simple("t", "main.c", false));
+        registry.set_probe(3, Some(newer.clone()));
+        let mut proc = Processor::new(registry.clone(), Clock::new(), 64);
+        proc.retire(Instant::now() + RETIRE_GRACE * 2);
+        assert!(registry.probe(3).is_some_and(|m| Arc::ptr_eq(&m, &newer)));
+    }
 }

@@ -292,6 +292,7 @@ mod cluster;
 mod holds;
 mod loader;
 mod propagate;
+mod respec;
 
 struct World {
     engine: Engine<FakeTracer, FakeResolver>,
@@ -472,20 +473,33 @@ fn spec_add_change_and_delete() {
         "[{symbol: main.a}]"
     )));
     assert_eq!(live_links(&w, 10), 1);
-    // A changed spec replaces the old one's probes.
+    // A changed spec replaces the old one's probes in the processes it selects, which
+    // stay tracked (not counted again, not reported as exited).
     assert!(w.engine.upsert_spec(spec(
         "s",
         None,
         "{executable: /app/shop}",
         "[{symbol: main.a}, {symbol: main.c}]"
     )));
-    assert_eq!(live_links(&w, 10), 0, "old probes detached");
+    assert_eq!(
+        live_links(&w, 10),
+        2,
+        "old probes detached, new ones attached"
+    );
+    assert_eq!(
+        w.kernel.borrow().configs.len(),
+        2,
+        "old configurations freed"
+    );
     assert!(
         w.engine.find_spec(&SpecKey {
             namespace: None,
             name: "s".into()
         }) != Some(id)
     );
+    assert!(w.engine.is_tracked(10));
+    assert!(w.exits.try_recv().is_err());
+    assert_eq!(w.stats.processes().matched, 1);
     w.engine
         .process_seen(proc(10, "/app/shop", 7), Origin::Running);
     assert_eq!(live_links(&w, 10), 2);
