@@ -495,7 +495,11 @@ impl Binary {
         let index = self.inlined.get_or_init(|| {
             self.go
                 .inline_index(&self.elf, funcs)
-                .map_err(|e| e.to_string())
+                // Kept as the reason alone: it is wrapped again below, on every call.
+                .map_err(|e| match e {
+                    ResolveError::BadPclntab { reason, .. } => reason,
+                    other => other.to_string(),
+                })
         });
         match index {
             Ok(index) => Ok(self.go.inlined_count(&self.elf, index, name.as_bytes())),

@@ -165,7 +165,13 @@ fn leaves_read_what_their_types_hold() {
             let (_, c) = cap(&p, "p.Cust.Name");
             assert_eq!(
                 (c.flags, c.loc[0], c.n_hops, c.off),
-                (abi::CAPF_PATH, reg(abi::reg::RDI), 0, 0)
+                // A string's length read through the path is signed too.
+                (
+                    abi::CAPF_PATH | abi::CAPF_LEN_SIGNED,
+                    reg(abi::reg::RDI),
+                    0,
+                    0
+                )
             );
             assert_eq!(cap(&p, "m").1.loc[0], reg(abi::reg::RSI));
             assert_eq!(cap(&p, "len(p.Key)").1.loc[0], reg(abi::reg::RBX));

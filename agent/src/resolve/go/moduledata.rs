@@ -168,12 +168,21 @@ fn validate(elf: &ElfFile, p: &Pclntab, pcln_vaddr: u64, addr: u64) -> Option<Mo
     {
         return None;
     }
+    // go:func.* lies inside .rodata, past its start, in the same segment. Strictly past:
+    // at another layout's offset the pair may be a slice's length and capacity (Go
+    // 1.20-1.24's textsectmap at Go 1.27's offsets), equal small numbers, which a
+    // position-independent file's first segment (at address 0) holds.
+    let segment = |addr: u64| {
+        elf.loads()
+            .iter()
+            .position(|l| addr >= l.vaddr && addr - l.vaddr < l.filesz)
+    };
     let layout = GOFUNC_OFFSETS.iter().position(|&off| {
         let (rodata, gofunc) = (w.at(off - 8), w.at(off));
         rodata != 0
-            && rodata <= gofunc
-            && elf.file_offset(rodata).is_some()
-            && elf.file_offset(gofunc).is_some()
+            && rodata < gofunc
+            && segment(rodata).is_some()
+            && segment(rodata) == segment(gofunc)
     });
     let gofunc = layout.map(|i| w.at(GOFUNC_OFFSETS[i]));
     let types = layout.and_then(|i| type_section(elf, &w, i));
