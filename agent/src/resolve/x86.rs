@@ -577,8 +577,9 @@ mod tests {
         let code = [0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8, 0xc3];
         assert_eq!(check_sites(&code, &[0, 10], true), Ok(()));
         assert_eq!(check_sites(&code[1..], &[0, 9], false), Err(NotBoundary(9)));
-        // Cut one byte short, the MOV's immediate runs past the end.
-        assert_eq!(check_sites(&code[..9], &[0], false), Ok(()));
+        // Cut one byte short, the MOV's immediate runs past the end: no valid instruction
+        // starts at the site, whether or not the code must end on a boundary.
+        assert_eq!(check_sites(&code[..9], &[0], false), Err(Invalid(0)));
         assert_eq!(check_sites(&code[..9], &[0], true), Err(Invalid(0)));
         // With no site in it, the cut instruction runs past the end of the code.
         assert_eq!(check_sites(&code[..9], &[], true), Err(PastEnd(10)));
