@@ -36,3 +36,37 @@ echo "cluster_test: cluster up in $((SECONDS - t0)) s ($kubeconfig)"
 KUBECONFIG="$kubeconfig" LOAD="$cluster load" KUBECTL="$("$cluster" tool kubectl)" \
   CRI_SOCKET="$("$cluster" cri-socket)" \
   flock /tmp/gprobe-bpf.lock bash "$root/e2e/kind/run.sh"
+
+# What the agents asked the API server, from its audit log (Metadata level): every request
+# of the agent's ServiceAccount, by verb, resource and query. An agent may read pods only
+# with a field selector on its own node (spec.nodeName=NODE); the chart's agent learns pods
+# from the node's CRI and should make no pod request at all.
+audit="$(dirname "$kubeconfig")/log/audit.log"
+python3 - "$audit" <<'PY'
+import collections, json, re, sys, urllib.parse
+agent = "system:serviceaccount:gprobe-system:gprobe-e2e-agent"
+seen, pods, bad = collections.Counter(), 0, []
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("user", {}).get("username") != agent or e.get("stage") != "ResponseComplete":
+        continue
+    ref = e.get("objectRef", {})
+    uri = urllib.parse.urlsplit(e["requestURI"])
+    q = urllib.parse.parse_qs(uri.query)
+    shown = {k: v[0] for k, v in q.items() if k in ("watch", "fieldSelector", "labelSelector", "fieldManager")}
+    seen[(e["verb"], ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else ""), json.dumps(shown, sort_keys=True), e.get("responseStatus", {}).get("code"))] += 1
+    if ref.get("resource") == "pods":
+        pods += 1
+        fs = q.get("fieldSelector", [""])[0]
+        node = (e.get("user", {}).get("extra", {}).get("authentication.kubernetes.io/node-name") or [""])[0]
+        if e["verb"] in ("list", "watch") and fs != f"spec.nodeName={node}":
+            bad.append(e["requestURI"])
+if not seen:
+    sys.exit(f"cluster_test: no request of {agent} in the audit log {sys.argv[1]}")
+print(f"requests of the agent ({agent}) in the API server's audit log:")
+for (verb, res, query, code), n in sorted(seen.items()):
+    print(f"  {n:5d}  {verb:6s} {res:28s} {query}  -> {code}")
+if bad:
+    sys.exit("cluster_test: the agent listed or watched pods beyond its node: " + ", ".join(bad[:5]))
+print(f"pod requests of the agent: {pods} ({'all with fieldSelector=spec.nodeName=<its node>' if pods else 'none: pods come from the node CRI'})")
+PY

@@ -416,8 +416,6 @@ omitStages: [RequestReceived]
 rules:
   - level: None
     nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version"]
-  - level: None
-    resources: [{group: coordination.k8s.io, resources: [leases]}]
   - level: Metadata
 EOF
   start kube-apiserver "$k8s_bin/kube-apiserver" \

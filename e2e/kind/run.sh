@@ -41,7 +41,6 @@ system_ns=gprobe-system
 otel_ns=gprobe-e2e-otel
 app_ns=gprobe-e2e-app
 probespec=http-client-urls
-span_name='net/http.(*Client).Get'
 agent_repo=gprobe.local/gprobe-agent
 operator_repo=gprobe.local/gprobe-operator
 
