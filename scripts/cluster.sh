@@ -12,6 +12,7 @@
 #   scripts/cluster.sh build           only build (or find in the cache) the components
 #   scripts/cluster.sh kubeconfig      print the kubeconfig's path
 #   scripts/cluster.sh cri-socket      print the node's CRI socket (the chart's agent.criSocket.path)
+#   scripts/cluster.sh clean-build-cache  remove the Go caches of the builds (keeps the binaries)
 #   scripts/cluster.sh tool NAME       build (once) and print the path of kubectl, prometheus
 #                                      or jaeger (the cluster test's receivers)
 #
@@ -82,8 +83,10 @@ die() {
 
 # --- building ---------------------------------------------------------------------------------
 # go_build MODULE_DIR OUT_DIR LDFLAGS PACKAGE...: builds PACKAGEs of the module in MODULE_DIR
-# into OUT_DIR (first into OUT_DIR.tmp, moved into place when every one built). The module
-# cache and build cache are the build's own, removed after it: the cache keeps binaries only.
+# into OUT_DIR (first into OUT_DIR.tmp, moved into place when every one built). The Go module
+# and build caches are the components' own ($cache/go), shared by all of them (the standard
+# library and common modules are built once); `cluster.sh clean-build-cache` removes them
+# and keeps the binaries.
 go_build() {
   local mod="$1" out="$2" ldflags="$3"
   shift 3
@@ -94,15 +97,15 @@ go_build() {
   fi
   v="$("$go" env GOVERSION 2>/dev/null)" || die "no Go toolchain (set GO=/path/to/go): Go 1.26 is needed to build the cluster's components"
   [[ "$(printf '%s\ngo1.26\n' "$v" | sort -V | head -n1)" == go1.26 ]] || die "$go is $v: Go 1.26 or later is needed (set GO=/path/to/go)"
-  local work="$out.build"
-  rm -rf "$work" "$out.tmp"
+  local work="$cache/go"
+  rm -rf "$out.tmp"
   mkdir -p "$work" "$out.tmp"
   log "building $(basename "$(dirname "$out")") (once; cached in $(dirname "$out"))"
   local t0=$SECONDS
   (cd "$mod" && GOMODCACHE="$work/mod" GOCACHE="$work/cache" GOFLAGS=-modcacherw GOTOOLCHAIN=local \
     CGO_ENABLED=0 nice -n 10 "$go" build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp/" "$@") ||
     die "building $* failed (module $mod)"
-  rm -rf "$work" "$out"
+  rm -rf "$out"
   mv "$out.tmp" "$out"
   log "built $(basename "$(dirname "$out")") in $((SECONDS - t0)) s"
 }
@@ -694,8 +697,9 @@ tool)
   ;;
 kubeconfig) echo "$kubeconfig" ;;
 cri-socket) echo "$sock" ;;
+clean-build-cache) chmod -R u+w "$cache/go" 2>/dev/null; rm -rf "$cache/go" ;;
 *)
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
   ;;
 esac

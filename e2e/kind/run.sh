@@ -30,7 +30,8 @@
 # unless KEEP=1. Tools: kubectl (or $KUBECTL), helm (or $HELM), python3, go, curl, bpftool
 # (optional). See e2e/kind/README.md.
 # Environment: KUBECONFIG, LOAD, KIND_CLUSTER, KEEP, HELM, KUBECTL, TIMEOUT (seconds, 180),
-#   CRI_SOCKET (the nodes' CRI socket, when not containerd's default).
+#   CRI_SOCKET (the nodes' CRI socket, when not containerd's default), HELM_EXTRA (more
+#   helm arguments, split on spaces).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -187,7 +188,7 @@ helm_values=(
   --set images.operator.repository="$operator_repo" --set images.operator.tag=e2e
   --set images.operator.pullPolicy=Never
   --set otlp.endpoint="http://$otlp_ip:4317" --set otlp.protocol=grpc
-  --set agent.metricsInterval=5s "${cri_args[@]}"
+  --set agent.metricsInterval=5s "${cri_args[@]}" ${HELM_EXTRA:+$HELM_EXTRA}
 )
 h install "$release" "$root/charts/gprobe" --namespace "$system_ns" --create-namespace \
   "${helm_values[@]}" --set images.agent.tag=e2e --wait --timeout "${timeout}s"
