@@ -125,9 +125,10 @@ build_kubernetes() {
 }
 
 build_etcd() {
-  [[ -x "$etcd_bin/v3" || -x "$etcd_bin/etcd" ]] && return
+  [[ -x "$etcd_bin/etcd" ]] && return
   go_build "$here/cluster/etcd" "$etcd_bin" "" go.etcd.io/etcd/server/v3
-  mv "$etcd_bin/v3" "$etcd_bin/etcd"
+  # go names the binary of a /vN module path after the element before it.
+  mv "$etcd_bin/server" "$etcd_bin/etcd"
 }
 
 build_pause() {
@@ -459,8 +460,23 @@ start_controllers() {
     --bind-address 127.0.0.1 --leader-elect=false --profiling=false
 }
 
+# The kubelet's cgroup root must exist in every hierarchy (cgroup v1: one per controller).
+make_cgroup_root() {
+  local d c
+  for d in /sys/fs/cgroup/*/; do
+    [[ -f "$d/cgroup.procs" ]] || continue
+    c="$d$cluster_cgroup"
+    mkdir -p "$c"
+    if [[ -f "$c/cpuset.cpus" && -z "$(cat "$c/cpuset.cpus")" ]]; then
+      cat "$d/cpuset.cpus" >"$c/cpuset.cpus"
+      cat "$d/cpuset.mems" >"$c/cpuset.mems"
+    fi
+  done
+}
+
 start_kubelet() {
   mkdir -p "$state/kubelet" "$logs/pods"
+  make_cgroup_root
   cat >"$state/kubelet-config.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
