@@ -8,9 +8,11 @@
 # Prints the load tool's roll-up latency and these figures (BENCHMARKS.md records them).
 #
 #   bench/cluster-load.sh     Environment: NODES (1000), SPECS (10), PERIOD (30s),
-#                             DURATION (120s), CONCURRENCY (64)
+#                             DURATION (120s), CONCURRENCY (64), OPERATOR_BINARY (another
+#                             build of gprobe-operator to measure instead of target/release's)
 # Starts the cluster when it is not up (and stops it at the end), installs the chart
-# (operator and agent, from scripts/images.sh), uninstalls it at the end. Needs root.
+# (from scripts/images.sh; the agent DaemonSet selects no node: the simulated agents are the
+# load, and no BPF program is loaded), uninstalls it at the end. Needs root.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cluster="$root/scripts/cluster.sh"
@@ -37,12 +39,21 @@ cleanup() {
 }
 trap cleanup EXIT
 "$root/scripts/images.sh" --tag load --out "$tmp" --no-build >"$tmp/images.txt"
+if [[ -n "${OPERATOR_BINARY:-}" ]]; then
+  # Another build of the operator (e.g. an older commit's, to compare).
+  python3 "$root/scripts/oci-image.py" --ref gprobe.local/gprobe-operator:load --out "$tmp/operator-other.tar" \
+    --file "$OPERATOR_BINARY:/usr/local/bin/gprobe-operator" --libs-of /usr/local/bin/gprobe-operator \
+    --entrypoint /usr/local/bin/gprobe-operator --user 65532:65532 --label "org.opencontainers.image.version=$(sha256sum "$OPERATOR_BINARY" | cut -c1-12)" >"$tmp/other.txt"
+  grep -v gprobe-operator "$tmp/images.txt" >"$tmp/agent.txt"
+  cat "$tmp/agent.txt" "$tmp/other.txt" >"$tmp/images.txt"
+fi
 while read -r archive _; do "$cluster" load "$archive"; done <"$tmp/images.txt"
 "$helm" install "$release" "$root/charts/gprobe" -n "$ns" --create-namespace \
   --set images.agent.repository=gprobe.local/gprobe-agent --set images.agent.tag=load \
   --set images.agent.pullPolicy=Never --set images.operator.repository=gprobe.local/gprobe-operator \
   --set images.operator.tag=load --set images.operator.pullPolicy=Never \
-  --set agent.criSocket.path="$("$cluster" cri-socket)" --wait --timeout 180s >/dev/null
+  --set agent.criSocket.path="$("$cluster" cri-socket)" --set agent.raiseMemlock=false \
+  --set-string agent.nodeSelector.gprobe-load-no-agent=true --wait --timeout 180s >/dev/null
 
 # The operator's process on the node, from its container's id.
 cid="$("$kubectl" get pods -n "$ns" -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].status.containerStatuses[0].containerID}')"
