@@ -21,7 +21,7 @@ release=gprobe-load
 ns=gprobe-system
 helm="${HELM:-$root/.cache/helm/helm/helm}"
 
-(cd "$root" && cargo build --release --locked -p gprobe-operator --bins -p gprobe-agent --bin gprobe)
+(cd "$root" && cargo build --release --locked -p gprobe-operator --bins)
 exec 8>/tmp/gprobe-cluster.lock
 flock 8
 started=false

@@ -18,7 +18,10 @@
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use futures::{stream, StreamExt, TryStreamExt};
-use gprobe_crds::{new_attachment, ContainerRef, LinkState, LinkStatus, ProbeAttachment, ProbeAttachmentStatus, ProbeSpec};
+use gprobe_crds::{
+    new_attachment, ContainerRef, LinkState, LinkStatus, ProbeAttachment, ProbeAttachmentStatus,
+    ProbeSpec,
+};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -30,7 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Parser)]
-#[command(about = "Writes ProbeAttachments as N agents would and measures the operator's roll-up latency")]
+#[command(
+    about = "Writes ProbeAttachments as N agents would and measures the operator's roll-up latency"
+)]
 struct Args {
     /// Simulated nodes (one agent each).
     #[arg(long, default_value_t = 1000)]
@@ -57,7 +62,9 @@ struct Args {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n.parse().map_err(|_| format!("{s}: expected e.g. 30s, 2m"))?;
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s}: expected e.g. 30s, 2m"))?;
     match unit {
         "s" | "" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
@@ -107,7 +114,12 @@ fn status(node: usize, missed: u64) -> ProbeAttachmentStatus {
 }
 
 /// Writes the attachment of `spec` on `node` as the agent does: the object, then its status.
-async fn write(api: &Api<ProbeAttachment>, spec: &ProbeSpec, node: usize, missed: u64) -> Result<()> {
+async fn write(
+    api: &Api<ProbeAttachment>,
+    spec: &ProbeSpec,
+    node: usize,
+    missed: u64,
+) -> Result<()> {
     let node_name = format!("load-node-{node:04}");
     let obj = new_attachment(spec, &node_name);
     let name = obj.metadata.name.clone().unwrap_or_default();
@@ -136,7 +148,9 @@ async fn main() -> Result<()> {
     if args.nodes == 0 || args.specs == 0 {
         bail!("--nodes and --specs must be at least 1");
     }
-    let client = Client::try_default().await.context("connecting to the cluster of $KUBECONFIG")?;
+    let client = Client::try_default()
+        .await
+        .context("connecting to the cluster of $KUBECONFIG")?;
     let ns = args.namespace.clone();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns_obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))?;
@@ -156,7 +170,11 @@ async fn main() -> Result<()> {
             "spec": {"selector": {"executable": "/load/none"}, "probes": [{"symbol": "main.handleOrder"}]},
         });
         let spec = specs_api
-            .patch(&name, &PatchParams::apply("attachment-load").force(), &Patch::Apply(&body))
+            .patch(
+                &name,
+                &PatchParams::apply("attachment-load").force(),
+                &Patch::Apply(&body),
+            )
             .await
             .with_context(|| format!("creating ProbeSpec {name}"))?;
         specs.push(spec);
@@ -177,11 +195,19 @@ async fn main() -> Result<()> {
                 };
                 let now = Instant::now();
                 for s in objs {
-                    let (Some(name), Some(st)) = (s.metadata.name.as_deref(), s.status.as_ref()) else {
+                    let (Some(name), Some(st)) = (s.metadata.name.as_deref(), s.status.as_ref())
+                    else {
                         continue;
                     };
-                    if let Some(i) = name.strip_prefix("load-").and_then(|i| i.parse::<usize>().ok()) {
-                        seen.lock().unwrap_or_else(|e| e.into_inner()).push((i, now, st.processes_missed));
+                    if let Some(i) = name
+                        .strip_prefix("load-")
+                        .and_then(|i| i.parse::<usize>().ok())
+                    {
+                        seen.lock().unwrap_or_else(|e| e.into_inner()).push((
+                            i,
+                            now,
+                            st.processes_missed,
+                        ));
                     }
                 }
             }
@@ -190,7 +216,9 @@ async fn main() -> Result<()> {
 
     // Phase 1: every agent writes its attachments (processesMissed 0).
     let t0 = Instant::now();
-    let pairs: Vec<(usize, usize)> = (0..args.nodes).flat_map(|n| (0..args.specs).map(move |s| (n, s))).collect();
+    let pairs: Vec<(usize, usize)> = (0..args.nodes)
+        .flat_map(|n| (0..args.specs).map(move |s| (n, s)))
+        .collect();
     stream::iter(pairs)
         .map(|(n, s)| {
             let (atts, specs) = (atts.clone(), specs.clone());
@@ -213,19 +241,34 @@ async fn main() -> Result<()> {
     // Phase 2: each (node, spec) changes once per period, at its node's offset in the period.
     let written: Arc<Mutex<Vec<Written>>> = Arc::default();
     let totals: Arc<Vec<Mutex<u64>>> = Arc::new((0..args.specs).map(|_| Mutex::new(0)).collect());
-    let missed: Arc<Vec<Mutex<u64>>> = Arc::new((0..args.nodes * args.specs).map(|_| Mutex::new(0)).collect());
+    let missed: Arc<Vec<Mutex<u64>>> = Arc::new(
+        (0..args.nodes * args.specs)
+            .map(|_| Mutex::new(0))
+            .collect(),
+    );
     let start = Instant::now();
     let per_round = args.nodes * args.specs;
-    let rounds = (args.duration.as_secs_f64() / args.period.as_secs_f64()).ceil().max(1.0) as usize;
+    let rounds = (args.duration.as_secs_f64() / args.period.as_secs_f64())
+        .ceil()
+        .max(1.0) as usize;
     let errors = Arc::new(Mutex::new(0u64));
     let late = Arc::new(Mutex::new(Duration::ZERO));
     stream::iter(0..rounds * per_round)
         .map(|k| {
-            let (atts, specs, written, totals, missed, errors, late) =
-                (atts.clone(), specs.clone(), written.clone(), totals.clone(), missed.clone(), errors.clone(), late.clone());
+            let (atts, specs, written, totals, missed, errors, late) = (
+                atts.clone(),
+                specs.clone(),
+                written.clone(),
+                totals.clone(),
+                missed.clone(),
+                errors.clone(),
+                late.clone(),
+            );
             let (round, i) = (k / per_round, k % per_round);
             let (n, s) = (i / args.specs, i % args.specs);
-            let due = args.period.mul_f64(round as f64 + n as f64 / args.nodes as f64);
+            let due = args
+                .period
+                .mul_f64(round as f64 + n as f64 / args.nodes as f64);
             async move {
                 let now = start.elapsed();
                 if due > now {
@@ -247,7 +290,10 @@ async fn main() -> Result<()> {
                             *t += 1;
                             *t
                         };
-                        written.lock().unwrap_or_else(|e| e.into_inner()).push(Written { spec: s, at, total });
+                        written
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(Written { spec: s, at, total });
                     }
                     Err(e) => {
                         *errors.lock().unwrap_or_else(|e| e.into_inner()) += 1;
@@ -273,9 +319,12 @@ async fn main() -> Result<()> {
     let mut delays = Vec::new();
     let mut unresolved = 0u64;
     for w in &written {
-        let first = by_spec
-            .get(&w.spec)
-            .and_then(|obs| obs.iter().filter(|(_, v)| *v >= w.total).map(|(at, _)| *at).min());
+        let first = by_spec.get(&w.spec).and_then(|obs| {
+            obs.iter()
+                .filter(|(_, v)| *v >= w.total)
+                .map(|(at, _)| *at)
+                .min()
+        });
         match first {
             Some(at) => delays.push(at.saturating_duration_since(w.at)),
             None => unresolved += 1,
