@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gprobe on a real Kubernetes node of this machine: starts scripts/cluster.sh (under
 # /tmp/gprobe-cluster.lock, so that two runs never share the node), runs the cluster test
-# e2e/kind/run.sh through its kubeconfig (under /tmp/gprobe-bpf.lock while the agent loads BPF
-# programs, like every test that does), and stops the cluster again: nothing stays running.
+# e2e/kind/run.sh through its kubeconfig (under /tmp/gprobe-bpf.lock from its helm install on,
+# while the agent loads BPF programs, like every test that does), and stops the cluster again: nothing stays running.
 # A cluster that was already up is used and left up. Needs root; builds what it needs first
 # (the components once, into the cache: see scripts/cluster.sh).
 # Usage: bash e2e/cluster_test.sh     Environment: GPROBE_CLUSTER_DIR, TIMEOUT, KEEP.
@@ -40,8 +40,8 @@ if ! grep -q '^CapBnd:' /proc/self/status || (($((0x$(awk '/^CapBnd/ {print $2}'
 fi
 echo "cluster_test: cluster up in $((SECONDS - t0)) s ($kubeconfig)"
 KUBECONFIG="$kubeconfig" LOAD="$cluster load" KUBECTL="$("$cluster" tool kubectl)" \
-  CRI_SOCKET="$("$cluster" cri-socket)" HELM_EXTRA="$helm_extra" \
-  flock /tmp/gprobe-bpf.lock bash "$root/e2e/kind/run.sh"
+  CRI_SOCKET="$("$cluster" cri-socket)" HELM_EXTRA="$helm_extra" BPF_LOCK=/tmp/gprobe-bpf.lock \
+  bash "$root/e2e/kind/run.sh"
 
 # What the agents asked the API server, from its audit log (Metadata level): every request
 # of the agent's ServiceAccount, by verb, resource and query. An agent may read pods only

@@ -428,6 +428,8 @@ rules:
     nonResourceURLs: ["/healthz*", "/readyz*", "/livez*", "/version"]
   - level: Metadata
 EOF
+  # The node's name resolves nowhere (no DNS entry for it): the API server reaches the kubelet
+  # (kubectl logs, exec, port-forward) at its InternalIP, which the kubelet's certificate names.
   start kube-apiserver "$k8s_bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address "$node_ip" --advertise-address "$node_ip" --secure-port 6443 \
@@ -436,6 +438,7 @@ EOF
     --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
     --kubelet-certificate-authority "$pki/ca.crt" \
+    --kubelet-preferred-address-types InternalIP \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --api-audiences https://kubernetes.default.svc.cluster.local \

@@ -31,7 +31,8 @@
 # (optional). See e2e/kind/README.md.
 # Environment: KUBECONFIG, LOAD, KIND_CLUSTER, KEEP, HELM, KUBECTL, TIMEOUT (seconds, 180),
 #   CRI_SOCKET (the nodes' CRI socket, when not containerd's default), HELM_EXTRA (more
-#   helm arguments, split on spaces).
+#   helm arguments, split on spaces), BPF_LOCK (a file flock(1)ed from `helm install` to the
+#   end: the images are built and the receivers started before it is taken).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -179,6 +180,14 @@ otlp_ip="$(k get service -n "$otel_ns" receivers -o jsonpath='{.spec.clusterIP}'
 proxy() { # proxy PORT PATH: GET through the API server's proxy to the receivers' Service
   k get --raw "/api/v1/namespaces/$otel_ns/services/receivers:$1/proxy$2"
 }
+
+# From here on the agent loads BPF programs on the node: where this machine's kernel is the
+# node's, tests that load BPF take turns through $BPF_LOCK (a flock file), held until exit.
+if [[ -n "${BPF_LOCK:-}" ]]; then
+  log "waiting for $BPF_LOCK"
+  exec 9>"$BPF_LOCK"
+  flock 9
+fi
 
 log "helm install"
 cri_args=()
