@@ -223,8 +223,11 @@ cat >"$tmp/spans.py" <<'EOF'
 # wrong span.
 import json, re, sys
 traces, log, pod, ns, node, want = sys.argv[1:7]
-since = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+since = int(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] else 0
 want = int(want)
+def wrong(msg):  # a wrong span: exit 2, at once
+    print(msg)
+    sys.exit(2)
 logged = {}  # item number -> (url, error or None)
 for line in open(log):
     m = re.match(r"GET (\S+) -> (.*)", line.strip())
@@ -244,16 +247,16 @@ for t in json.load(open(traces)).get("data") or []:
         tags = {kv["key"]: kv["value"] for kv in s.get("tags", [])}
         for key, value in (("k8s.namespace.name", ns), ("k8s.container.name", "http-client"), ("k8s.node.name", node)):
             if res.get(key) != value:
-                sys.exit(f"span {s['spanID']}: resource {key}={res.get(key)!r}, not {value!r}")
+                wrong(f"span {s['spanID']}: resource {key}={res.get(key)!r}, not {value!r}")
         url = tags.get("gprobe.args.url", "")
         m = re.search(r"/item/(\d+)", url)
         if not m:
-            sys.exit(f"span {s['spanID']}: gprobe.args.url={url!r}")
+            wrong(f"span {s['spanID']}: gprobe.args.url={url!r}")
         n = int(m.group(1))
         if n in spans:
-            sys.exit(f"item {n}: two spans ({url})")
+            wrong(f"item {n}: two spans ({url})")
         if s["duration"] <= 0:
-            sys.exit(f"item {n}: duration {s['duration']}")
+            wrong(f"item {n}: duration {s['duration']}")
         spans[n] = (url, tags.get("gprobe.returns.err"))
 if len(spans) < want:
     print(f"{len(spans)} spans of pod {pod} so far (waiting for {want})")
@@ -264,13 +267,13 @@ for n in range(lo, hi + 1):
         print(f"item {n}: a span, but not yet in the pod's log")
         sys.exit(1)
     if n not in spans:
-        sys.exit(f"item {n} ({logged[n][0]}): logged by the pod between traced calls, but no span")
+        wrong(f"item {n} ({logged[n][0]}): logged by the pod between traced calls, but no span")
     url, failed = logged[n]
     if spans[n][0] != url:
-        sys.exit(f"item {n}: span url {spans[n][0]!r}, the pod fetched {url!r}")
+        wrong(f"item {n}: span url {spans[n][0]!r}, the pod fetched {url!r}")
     err = spans[n][1]
-    if failed != (err not in (None, "", "null")):
-        sys.exit(f"item {n}: the pod's GET {'failed' if failed else 'succeeded'}, the span's err is {err!r}")
+    if failed != (err not in (None, "", "null", "nil")):
+        wrong(f"item {n}: the pod's GET {'failed' if failed else 'succeeded'}, the span's err is {err!r}")
 errs = sum(1 for n in range(lo, hi + 1) if logged[n][1])
 print(f"exact: items {lo}..{hi} of pod {pod}: {hi - lo + 1} calls, {hi - lo + 1} spans ({errs} failed GETs with their error), resource k8s.namespace.name={ns} k8s.pod.name={pod} k8s.container.name=http-client k8s.node.name={node}")
 EOF
@@ -289,7 +292,7 @@ until_ok "30 exact spans of pod $pod in Jaeger" spans_exact "$pod" 30
 log "kubectl get probespecs, probeattachments"
 k get -n "$app_ns" probespecs -o wide | tee "$tmp/specs.txt"
 k get -n "$app_ns" probeattachments -o wide | tee "$tmp/attachments.txt"
-read -r nodes attached < <(k get -n "$app_ns" probespec "$probespec" -o jsonpath='{.status.nodes} {.status.probesAttached}')
+read -r nodes attached < <(k get -n "$app_ns" probespec "$probespec" -o jsonpath='{.status.nodes} {.status.probesAttached}{"\n"}')
 [[ "$nodes" == 1 && "$attached" -ge 1 ]] || die "the ProbeSpec's roll-up says nodes=$nodes probesAttached=$attached (want 1 node, >= 1 probe)"
 grep -q "$probespec .*$node" "$tmp/attachments.txt" || die "kubectl get probeattachments shows no attachment of $probespec on node $node"
 
@@ -459,7 +462,7 @@ old_agent="$(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o 
 h upgrade "$release" "$root/charts/gprobe" --namespace "$system_ns" "${helm_values[@]}" \
   --set images.agent.tag=e2e-upgrade --wait --timeout "${timeout}s"
 k rollout status -n "$system_ns" "daemonset/$release-agent" --timeout="${timeout}s"
-read -r new_agent image < <(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].metadata.uid} {.items[0].spec.containers[0].image}')
+read -r new_agent image < <(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].metadata.uid} {.items[0].spec.containers[0].image}{"\n"}')
 [[ "$new_agent" != "$old_agent" && "$image" == "$agent_repo:e2e-upgrade" ]] || die "the DaemonSet did not roll: pod $new_agent runs $image"
 k apply -n "$app_ns" -f "$root/examples/http-client/probespec.yaml"
 k wait -n "$app_ns" "probespec/$probespec" --for=condition=Ready --timeout="${timeout}s"
