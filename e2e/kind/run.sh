@@ -347,7 +347,8 @@ expect() { # expect WANT WHAT METHOD PATH [BODY] [CONTENT-TYPE]
   [[ "$got" == "$want" ]] || die "$what: HTTP $got, expected $want"
 }
 expect 403 "create a ProbeAttachment of node other-node" POST "$pa" "$(attachment_json rbac-forged other-node)"
-expect 403 "patch node other-node's ProbeAttachment" PATCH "$pa/rbac-other-node" '{"spec":{"nodeName":"'"$node"'"}}' application/merge-patch+json
+# (spec.nodeName itself is immutable: the CRD's rule would answer 422 before admission.)
+expect 403 "patch node other-node's ProbeAttachment" PATCH "$pa/rbac-other-node" '{"metadata":{"labels":{"forged":"yes"}}}' application/merge-patch+json
 expect 403 "patch node other-node's ProbeAttachment status" PATCH "$pa/rbac-other-node/status" '{"status":{"processesMatched":7}}' application/merge-patch+json
 expect 403 "list Secrets in $system_ns" GET "/api/v1/namespaces/$system_ns/secrets"
 expect 403 "get a Secret in kube-system" GET "/api/v1/namespaces/kube-system/secrets/anything"
