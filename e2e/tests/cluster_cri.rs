@@ -145,13 +145,26 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
     let ctrd = Containerd::start().expect("containerd");
     for image in [
         "registry.test/shop/http-client:v1.2",
-        "registry.test/shop/http-client:v1.3",
         "registry.test/other/http-client:v1.2",
     ] {
         ctrd.import_image(image, &bin).expect("import");
     }
-
+    // v1.3 gets an image of its own (another file name makes another layer, so another
+    // id): its pod is created from the id, so the agent can only learn the name from it.
     let dir = TempDir::new("agent");
+    let bin_v13 = dir.path().join("http-client-v13");
+    std::fs::copy(&bin, &bin_v13).unwrap();
+    ctrd.import_image("registry.test/shop/http-client:v1.3", &bin_v13)
+        .expect("import");
+    let v13_id = ctrd
+        .image_id("registry.test/shop/http-client:v1.3")
+        .unwrap();
+    assert_ne!(
+        v13_id,
+        ctrd.image_id("registry.test/shop/http-client:v1.2")
+            .unwrap()
+    );
+
     let specs = dir.path().join("specs");
     std::fs::create_dir_all(&specs).unwrap();
     std::fs::write(specs.join("shop.yaml"), shop_spec()).unwrap();
@@ -210,14 +223,12 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
     assert_eq!(byte_at_file_offset(a.pid, off), INT3, "shop-a is traced");
     assert_ne!(byte_at_file_offset(b.pid, off), INT3, "web-b pays nothing");
 
-    // A pod started later is traced within a second or so.
+    // A pod started later is traced within a second or so. It is created as the kubelet
+    // does: ImageSpec.image is the image id, and containerd 1.6 drops user_specified_image,
+    // so the runtime reports only the id; the agent asks the runtime for the image's tag
+    // and the spec's image glob selects it.
     let started = Instant::now();
-    let d = pod(
-        &ctrd,
-        "shop-d",
-        "shop",
-        "registry.test/shop/http-client:v1.3",
-    );
+    let d = pod(&ctrd, "shop-d", "shop", &v13_id);
     wait_until("shop-d attached", Duration::from_secs(10), || {
         attached_pods(&report_file).contains("shop-d")
     });
@@ -235,6 +246,22 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
             .iter()
             .any(|(r, _)| attr_str(r, "k8s.pod.name").as_deref() == Some("shop-d"))
     });
+    let d_spans = spans(&rec);
+    let (d_res, _) = d_spans
+        .iter()
+        .find(|(r, _)| attr_str(r, "k8s.pod.name").as_deref() == Some("shop-d"))
+        .unwrap();
+    for (k, v) in [
+        ("container.image.name", "registry.test/shop/http-client"),
+        ("container.image.tag", "v1.3"),
+        ("process.executable.path", "/app/http-client-v13"),
+    ] {
+        assert_eq!(
+            attr_str(d_res, k).as_deref(),
+            Some(v),
+            "shop-d (created from {v13_id}): resource attribute {k}"
+        );
+    }
 
     // A removed pod leaves no probe behind.
     // Its log read after it stopped: everything it fetched while traced is in it.

@@ -1,5 +1,7 @@
 // http-client starts an HTTP server on loopback and fetches URLs from it with http.Get,
-// writing every URL it fetched to -urls-out. gprobe traces net/http.(*Client).Get.
+// writing every URL it fetched to -urls-out. gprobe traces net/http.(*Client).Get. With
+// -errors-every N, every Nth GET goes to a port where nothing listens instead, and fails
+// (the call's err is then non-nil): it prints the error and goes on.
 package main
 
 import (
@@ -18,6 +20,7 @@ func main() {
 	interval := flag.Duration("interval", 200*time.Millisecond, "pause between GETs")
 	delay := flag.Duration("delay", 500*time.Millisecond, "pause before the first GET")
 	urlsOut := flag.String("urls-out", "", "write the fetched URLs here, one per line")
+	errorsEvery := flag.Int("errors-every", 0, "make every Nth GET fail (0 = none)")
 	flag.Parse()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,6 +38,16 @@ func main() {
 	var fetched []string
 	for i := 0; *n == 0 || i < *n; i++ {
 		url := fmt.Sprintf("http://%s/item/%d?q=%d", ln.Addr(), i, i*i)
+		if *errorsEvery > 0 && i%*errorsEvery == *errorsEvery-1 {
+			// Port 1 on loopback: nothing listens there, the connection is refused.
+			url = fmt.Sprintf("http://127.0.0.1:1/item/%d?q=%d", i, i*i)
+			if _, err := http.Get(url); err != nil {
+				fmt.Printf("GET %s -> error %v\n", url, err)
+				fetched = append(fetched, url)
+				time.Sleep(*interval)
+				continue
+			}
+		}
 		resp, err := http.Get(url)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "get:", err)

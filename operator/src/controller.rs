@@ -1,6 +1,14 @@
-//! The ProbeSpec controller: validate, list the spec's ProbeAttachments, roll them up into
+//! The ProbeSpec controller: validate, read the spec's ProbeAttachments, roll them up into
 //! `ProbeSpec.status` (server-side apply on the status subresource), emit Events on
 //! condition transitions.
+//!
+//! The ProbeAttachments come from the store of the controller's own watch of them, not from
+//! a LIST per reconciliation: on 1,000 nodes a spec has 1,000 attachments, changing several
+//! times a second, and one LIST of them per change is what saturated the API server first
+//! (BENCHMARKS.md, "The operator under many agents' ProbeAttachments"). The same watch
+//! triggers the owners' reconciliations after the store holds the change, so a
+//! reconciliation always sees the change that triggered it. A spec's status is written at
+//! most once per [`MIN_STATUS_INTERVAL`]: the changes of that second are rolled up together.
 //!
 //! No finalizer: deleting a ProbeSpec needs no work from the operator. Its ProbeAttachments
 //! carry an owner reference to it, so the API server's garbage collector deletes them, and
@@ -12,16 +20,17 @@ use crate::error::Error;
 use crate::rollup::{reason, roll_up, transitions, READY, VALID};
 use crate::server::Probes;
 use crate::validation::validate;
-use futures::StreamExt;
+use futures::{stream, StreamExt};
 use gprobe_crds::{
     probespec_label_value, ProbeAttachment, ProbeSpec, API_VERSION, PROBESPEC_LABEL,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self as kube_controller, trigger_owners, trigger_self, Action};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{applier, watcher, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,6 +47,12 @@ pub const REQUEUE: Duration = Duration::from_secs(5 * 60);
 pub const BACKOFF_BASE: Duration = Duration::from_secs(5);
 /// Longest retry delay.
 pub const BACKOFF_MAX: Duration = REQUEUE;
+/// A ProbeSpec's status is written at most this often: the attachment changes that arrive
+/// meanwhile are rolled up together into the next write.
+pub const MIN_STATUS_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a reconciliation waits for the ProbeAttachments' watch to have listed them once
+/// (right after the controller starts) before it fails and is retried.
+pub const STORE_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest Event note the API accepts.
 const MAX_EVENT_NOTE: usize = 1024;
 
@@ -48,6 +63,11 @@ pub struct Context {
     pub probes: Arc<Probes>,
     /// Consecutive failures per ProbeSpec (`namespace/name`), for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The ProbeAttachments as the running controller's watch keeps them ([`run`] sets it).
+    /// `None` (no controller running: the unit tests) lists them from the API server.
+    attachments: Mutex<Option<Store<ProbeAttachment>>>,
+    /// When each ProbeSpec's status was last written, for [`MIN_STATUS_INTERVAL`].
+    written: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -62,11 +82,30 @@ impl Context {
             client,
             probes,
             failures: Mutex::default(),
+            attachments: Mutex::default(),
+            written: Mutex::default(),
         })
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
         self.failures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where reconciliations read the ProbeAttachments from: a watch's store, or (`None`)
+    /// a LIST from the API server.
+    pub(crate) fn set_attachments(&self, store: Option<Store<ProbeAttachment>>) {
+        *self.attachments.lock().unwrap_or_else(|e| e.into_inner()) = store;
+    }
+
+    fn attachments(&self) -> Option<Store<ProbeAttachment>> {
+        self.attachments
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -107,6 +146,7 @@ pub async fn reconcile(spec: Arc<ProbeSpec>, ctx: Arc<Context>) -> Result<Action
 pub async fn reconcile_at(spec: &ProbeSpec, ctx: &Context, now: &Time) -> Result<Action, Error> {
     let name = spec.name_any();
     if spec.metadata.deletion_timestamp.is_some() {
+        ctx.written().remove(&key(spec));
         debug!(probespec = %name, "being deleted: nothing to do (attachments are garbage-collected)");
         return Ok(Action::await_change());
     }
@@ -115,22 +155,17 @@ pub async fn reconcile_at(spec: &ProbeSpec, ctx: &Context, now: &Time) -> Result
         .ok_or_else(|| Error::NoNamespace { name: name.clone() })?;
 
     let issues = validate(spec);
-    let attachments: Api<ProbeAttachment> = Api::namespaced(ctx.client.clone(), &namespace);
-    let selector = format!("{PROBESPEC_LABEL}={}", probespec_label_value(&name));
-    let list = attachments
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(|source| Error::ListAttachments {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            source,
-        })?;
-    // The label value is hashed for long names: check the spec field too.
-    let mine: Vec<ProbeAttachment> = list
-        .items
-        .into_iter()
-        .filter(|a| a.spec.probe_spec == name)
-        .collect();
+    // At most one status write per MIN_STATUS_INTERVAL: wait for the rest of it. The
+    // controller runs one reconciliation of a spec at a time and merges the triggers that
+    // arrive meanwhile into the next one, so the changes of this wait are read below.
+    let last = ctx.written().get(&key(spec)).copied();
+    if let Some(wait) = last.and_then(|t| MIN_STATUS_INTERVAL.checked_sub(t.elapsed())) {
+        tokio::time::sleep(wait).await;
+    }
+    let mine = match ctx.attachments() {
+        Some(store) => from_store(&store, &namespace, &name).await?,
+        None => list_attachments(ctx, &namespace, &name).await?,
+    };
 
     let old = spec.status.as_ref();
     let new = roll_up(spec, &issues, &mine, now);
@@ -153,6 +188,7 @@ pub async fn reconcile_at(spec: &ProbeSpec, ctx: &Context, now: &Time) -> Result
             name: name.clone(),
             source,
         })?;
+    ctx.written().insert(key(spec), Instant::now());
     info!(
         probespec = %format!("{namespace}/{name}"),
         nodes = new.nodes,
@@ -173,6 +209,61 @@ pub async fn reconcile_at(spec: &ProbeSpec, ctx: &Context, now: &Time) -> Result
         }
     }
     Ok(Action::requeue(REQUEUE))
+}
+
+/// The attachments of ProbeSpec `namespace/name` in the controller's store, once the
+/// store's watch has listed them.
+async fn from_store(
+    store: &Store<ProbeAttachment>,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<ProbeAttachment>, Error> {
+    match tokio::time::timeout(STORE_SYNC_TIMEOUT, store.wait_until_ready()).await {
+        Ok(Ok(())) => {}
+        _ => {
+            return Err(Error::AttachmentsNotSynced {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                waited: STORE_SYNC_TIMEOUT,
+            })
+        }
+    }
+    let label = probespec_label_value(name);
+    Ok(store
+        .state_filter(|a| {
+            a.metadata.namespace.as_deref() == Some(namespace)
+                && a.labels().get(PROBESPEC_LABEL) == Some(&label)
+                // The label value is hashed for long names: check the spec field too.
+                && a.spec.probe_spec == name
+        })
+        .into_iter()
+        .map(|a| (*a).clone())
+        .collect())
+}
+
+/// The attachments of ProbeSpec `namespace/name`, listed from the API server (when no
+/// controller's watch keeps them).
+async fn list_attachments(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<ProbeAttachment>, Error> {
+    let attachments: Api<ProbeAttachment> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{PROBESPEC_LABEL}={}", probespec_label_value(name));
+    let list = attachments
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|source| Error::ListAttachments {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source,
+        })?;
+    // The label value is hashed for long names: check the spec field too.
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|a| a.spec.probe_spec == name)
+        .collect())
 }
 
 fn note(message: &str) -> Option<String> {
@@ -224,6 +315,12 @@ pub fn error_policy(spec: Arc<ProbeSpec>, error: &Error, ctx: Arc<Context>) -> A
 
 /// Runs the controller until `stop` resolves: ProbeSpecs in `namespace` (all namespaces when
 /// `None`), and the labelled ProbeAttachments they own.
+///
+/// This is kube's `Controller::new(specs).owns(attachments)` built from its stable parts
+/// (`applier`, `trigger_self`, `trigger_owners`), so that the ProbeAttachments' watch both
+/// fills the store that reconciliations read and, after that, triggers their owners
+/// (`Controller::owns` keeps its watch's objects to itself; `owns_stream` needs kube's
+/// unstable-runtime feature).
 pub async fn run(
     ctx: Arc<Context>,
     namespace: Option<&str>,
@@ -237,20 +334,47 @@ pub async fn run(
         ),
         None => (Api::all(client.clone()), Api::all(client)),
     };
-    Controller::new(specs, watcher::Config::default())
-        .owns(
+    let (spec_store, spec_writer) = reflector::store();
+    let spec_triggers = trigger_self(
+        watcher(specs, watcher::Config::default())
+            .default_backoff()
+            .reflect(spec_writer)
+            .applied_objects(),
+        (),
+    );
+    let (attachment_store, attachment_writer) = reflector::store();
+    let attachment_triggers = trigger_owners(
+        watcher(
             attachments,
             watcher::Config::default().labels(PROBESPEC_LABEL),
         )
-        .graceful_shutdown_on(stop)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            match res {
-                Ok((obj, _)) => debug!(probespec = %obj, "reconciled"),
-                Err(e) => warn!(error = %e, "controller"),
-            }
-        })
-        .await;
+        .default_backoff()
+        // The roll-up never reads them: 10,000 attachments keep about half the memory.
+        .modify(|a| a.managed_fields_mut().clear())
+        .reflect(attachment_writer)
+        .touched_objects(),
+        (),
+        (),
+    );
+    ctx.set_attachments(Some(attachment_store));
+    // Stopping ends the triggers; the applier lets running reconciliations finish.
+    let queue = stream::select(spec_triggers, attachment_triggers).take_until(stop);
+    applier(
+        |spec, ctx| Box::pin(reconcile(spec, ctx)),
+        error_policy,
+        ctx.clone(),
+        spec_store,
+        queue,
+        kube_controller::Config::default(),
+    )
+    .for_each(|res| async move {
+        match res {
+            Ok((obj, _)) => debug!(probespec = %obj, "reconciled"),
+            Err(e) => warn!(error = %e, "controller"),
+        }
+    })
+    .await;
+    ctx.set_attachments(None);
 }
 
 /// Runs the controller whenever `leading` is true, until `shutdown` turns true. Losing the

@@ -14,6 +14,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("the ProbeAttachments of ProbeSpec {namespace}/{name} are not known yet: the operator's watch of them has not listed them within {waited:?} (can its ServiceAccount list and watch probeattachments?)")]
+    AttachmentsNotSynced {
+        namespace: String,
+        name: String,
+        waited: std::time::Duration,
+    },
     #[error("patching the status of ProbeSpec {namespace}/{name}: {source}")]
     PatchStatus {
         namespace: String,
@@ -29,6 +35,7 @@ impl Error {
         match self {
             Error::NoNamespace { .. } => "no_namespace",
             Error::ListAttachments { .. } => "list_attachments",
+            Error::AttachmentsNotSynced { .. } => "attachments_not_synced",
             Error::PatchStatus { .. } => "patch_status",
         }
     }

@@ -12,6 +12,7 @@ use http::{Method, StatusCode};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
+use kube::runtime::{reflector, watcher};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -299,6 +300,52 @@ async fn two_nodes_roll_up_into_counts_and_errors() {
 
     assert_eq!(seen[2].body["type"], "Warning");
     assert_eq!(seen[2].body["reason"], "AttachErrors");
+}
+
+/// With the controller's store of ProbeAttachments (as `controller::run` sets it), the
+/// reconciliation reads them from the store: no LIST reaches the API server, and another
+/// namespace's or another spec's attachments are left out.
+#[tokio::test]
+async fn attachments_come_from_the_store_without_a_list() {
+    let (ctx, api) = context();
+    let spec = valid_spec();
+    let node_a = attachment(
+        &spec,
+        "node-a",
+        "2026-11-22T10:00:00Z",
+        vec![link("shop-1", LinkState::Attached, None)],
+    );
+    let node_b = attachment(
+        &spec,
+        "node-b",
+        "2026-11-22T10:00:05Z",
+        vec![link("shop-2", LinkState::Attached, None)],
+    );
+    let mut elsewhere = node_a.clone();
+    elsewhere.metadata.namespace = Some("billing".into());
+    let mut other = node_b.clone();
+    other.spec.probe_spec = "other".into();
+    other.metadata.name = Some("other-node-b".into());
+
+    let (store, mut writer) = reflector::store::<ProbeAttachment>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for a in [node_a, node_b, elsewhere, other] {
+        writer.apply_watcher_event(&watcher::Event::InitApply(a));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    ctx.set_attachments(Some(store));
+
+    // The patch and the two Events (Valid and Ready both new) only: the verifier fails on a
+    // LIST.
+    let server = api.run(vec![patch_step(&spec), event_step(), event_step()]);
+    reconcile(Arc::new(spec), ctx.clone()).await.unwrap();
+    drop(ctx);
+    let seen = verified(server).await;
+    assert_eq!(seen.len(), 3);
+    let st = applied_status(&seen[0]);
+    assert_eq!(st.nodes, 2);
+    assert_eq!(st.probes_attached, 2);
+    assert_eq!(cond(&st, "Ready").0, "True");
 }
 
 #[tokio::test]

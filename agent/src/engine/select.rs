@@ -33,6 +33,55 @@ pub fn labels_match(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> b
     true
 }
 
+/// The spellings of one image reference that name the same image, so that a pattern
+/// matches however the pod spec, the pattern or the runtime's repo tag spelled it: as given,
+/// fully qualified (`nginx` -> `docker.io/library/nginx`, as containerd tags images) and
+/// short as Docker shows it (`docker.io/library/nginx` -> `nginx`), each with and without
+/// the implied `:latest` tag. An image id (`sha256:...`) has only itself.
+fn reference_forms(image: &str) -> Vec<String> {
+    let mut forms = vec![image.to_string()];
+    if image.is_empty() || image.starts_with("sha256:") {
+        return forms;
+    }
+    let (domain, path) = match image.split_once('/') {
+        Some((d, p)) if d.contains(['.', ':']) || d == "localhost" => (d, p),
+        _ => ("docker.io", image),
+    };
+    let domain = if domain == "index.docker.io" {
+        "docker.io"
+    } else {
+        domain
+    };
+    let (full, short) = if domain == "docker.io" {
+        let repo = path.strip_prefix("library/").unwrap_or(path);
+        if repo.contains('/') {
+            (format!("docker.io/{repo}"), repo.to_string())
+        } else {
+            (format!("docker.io/library/{repo}"), repo.to_string())
+        }
+    } else {
+        (image.to_string(), image.to_string())
+    };
+    for f in [full, short] {
+        let last = f.rsplit('/').next().unwrap_or("");
+        let other = if last.contains('@') {
+            None
+        } else if let Some(bare) = f.strip_suffix(":latest") {
+            Some(bare.to_string())
+        } else if !last.contains(':') {
+            Some(format!("{f}:latest"))
+        } else {
+            None
+        };
+        for g in std::iter::once(f).chain(other) {
+            if !forms.contains(&g) {
+                forms.push(g);
+            }
+        }
+    }
+    forms
+}
+
 #[derive(Debug, Clone)]
 enum ImagePattern {
     /// `sha256:...`: the image id or digest.
@@ -120,7 +169,7 @@ impl Selector {
         if !self.images.is_empty()
             && !self.images.iter().any(|p| match p {
                 ImagePattern::Digest(d) => c.image_id.ends_with(d.as_str()) || c.image == *d,
-                ImagePattern::Glob(g) => g.matches(&c.image),
+                ImagePattern::Glob(g) => reference_forms(&c.image).iter().any(|r| g.matches(r)),
             })
         {
             return false;
@@ -257,6 +306,72 @@ mod tests {
         );
         let by_digest = cluster(&spec(r#"{images: ["sha256:abcdef"]}"#));
         assert!(by_digest.selects(&p, Some(&good)));
+    }
+
+    #[test]
+    fn image_references_have_their_docker_spellings() {
+        assert_eq!(
+            reference_forms("http-client:dev"),
+            ["http-client:dev", "docker.io/library/http-client:dev"]
+        );
+        assert_eq!(
+            reference_forms("docker.io/library/http-client:dev"),
+            ["docker.io/library/http-client:dev", "http-client:dev"]
+        );
+        assert_eq!(
+            reference_forms("docker.io/library/nginx:latest"),
+            [
+                "docker.io/library/nginx:latest",
+                "docker.io/library/nginx",
+                "nginx:latest",
+                "nginx"
+            ]
+        );
+        assert_eq!(
+            reference_forms("bitnami/redis"),
+            [
+                "bitnami/redis",
+                "docker.io/bitnami/redis",
+                "docker.io/bitnami/redis:latest",
+                "bitnami/redis:latest"
+            ]
+        );
+        for only in [
+            "registry.test/shop/http-client:v1.2",
+            "localhost:5000/x:v1",
+            "r.example/x@sha256:abc",
+            "sha256:abcdef",
+            "",
+        ] {
+            assert_eq!(reference_forms(only), [only], "{only}");
+        }
+    }
+
+    #[test]
+    fn image_patterns_match_the_runtime_tag_and_the_pod_spec_spelling_alike() {
+        let p = proc("/app/http-client", None);
+        for pattern in [
+            "http-client:dev",
+            "docker.io/library/http-client:dev",
+            "*:dev",
+            "**/http-client:*",
+        ] {
+            let s = cluster(&spec(&format!("{{images: [{pattern:?}]}}")));
+            for image in ["http-client:dev", "docker.io/library/http-client:dev"] {
+                let c = container("shop", image, &[("app", "shop")], "app");
+                assert!(s.selects(&p, Some(&c)), "{pattern} / {image}");
+            }
+        }
+        let latest = cluster(&spec(r#"{images: ["nginx"]}"#));
+        let c = container("shop", "docker.io/library/nginx:latest", &[], "app");
+        assert!(latest.selects(&p, Some(&c)));
+        let other = cluster(&spec(r#"{images: ["http-client:v2"]}"#));
+        let c = container("shop", "docker.io/library/http-client:dev", &[], "app");
+        assert!(!other.selects(&p, Some(&c)));
+        // An image the runtime knows no name for: only its id selects it.
+        let id = container("shop", "sha256:abcdef", &[], "app");
+        assert!(!cluster(&spec(r#"{images: ["**/http-client:*"]}"#)).selects(&p, Some(&id)));
+        assert!(cluster(&spec(r#"{images: ["sha256:abcdef"]}"#)).selects(&p, Some(&id)));
     }
 
     #[test]

@@ -80,6 +80,32 @@ impl Containerd {
     }
 }
 
+impl Containerd {
+    /// The id (`sha256:...`) the runtime gives the image `reference`: what the kubelet puts
+    /// in a container's ImageSpec.image.
+    pub fn image_id(&self, reference: &str) -> Result<String, String> {
+        let mut client = self.image_client()?;
+        let image = reference.to_string();
+        let id = self.run(async move {
+            let r = client
+                .image_status(ImageStatusRequest {
+                    image: Some(ImageSpec {
+                        image,
+                        ..Default::default()
+                    }),
+                    verbose: false,
+                })
+                .await
+                .map_err(|s| format!("ImageStatus: {s}"))?;
+            Ok(r.into_inner().image.map(|i| i.id).unwrap_or_default())
+        })?;
+        if id.is_empty() {
+            return Err(format!("the runtime does not know image {reference}"));
+        }
+        Ok(id)
+    }
+}
+
 fn sha256_file(path: &Path) -> Result<String, String> {
     let out = Command::new("sha256sum")
         .arg(path)

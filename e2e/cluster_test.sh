@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# gprobe on a real Kubernetes node of this machine: starts scripts/cluster.sh (under
+# /tmp/gprobe-cluster.lock, so that two runs never share the node), runs the cluster test
+# e2e/kind/run.sh through its kubeconfig (under /tmp/gprobe-bpf.lock from its helm install on,
+# while the agent loads BPF programs, like every test that does), and stops the cluster again: nothing stays running.
+# A cluster that was already up is used and left up. Needs root; builds what it needs first
+# (the components once, into the cache: see scripts/cluster.sh).
+# Usage: bash e2e/cluster_test.sh     Environment: GPROBE_CLUSTER_DIR, TIMEOUT, KEEP.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cluster="$root/scripts/cluster.sh"
+[[ $EUID -eq 0 ]] || { echo "cluster_test: needs root" >&2; exit 1; }
+
+# Build everything before taking any lock: the Kubernetes components, etcd, the receivers
+# and the release binaries of the images (run.sh then only packs them).
+t0=$SECONDS
+"$cluster" build
+"$cluster" tool jaeger >/dev/null
+"$cluster" tool prometheus >/dev/null
+(cd "$root" && cargo build --release --locked -p gprobe-agent --bin gprobe -p gprobe-operator --bin gprobe-operator)
+echo "cluster_test: builds ready in $((SECONDS - t0)) s"
+
+exec 8>/tmp/gprobe-cluster.lock
+flock 8
+started=false
+if ! "$cluster" status >/dev/null 2>&1; then started=true; fi
+stop_cluster() {
+  local rc=$?
+  if $started && [[ -z "${KEEP:-}" ]]; then "$cluster" down || rc=1; fi
+  exit "$rc"
+}
+trap stop_cluster EXIT
+t0=$SECONDS
+kubeconfig="$("$cluster" up | tail -n 1)"
+# This machine's root lacks CAP_SYS_RESOURCE, so no container may have it; its kernel
+# (>= 5.11) charges BPF maps to the memory cgroup and does not need it.
+helm_extra=""
+if ! grep -q '^CapBnd:' /proc/self/status || (($((0x$(awk '/^CapBnd/ {print $2}' /proc/self/status) >> 24 & 1)) == 0)); then
+  helm_extra="--set agent.raiseMemlock=false"
+fi
+echo "cluster_test: cluster up in $((SECONDS - t0)) s ($kubeconfig)"
+KUBECONFIG="$kubeconfig" LOAD="$cluster load" KUBECTL="$("$cluster" tool kubectl)" \
+  CRI_SOCKET="$("$cluster" cri-socket)" HELM_EXTRA="$helm_extra" BPF_LOCK=/tmp/gprobe-bpf.lock \
+  bash "$root/e2e/kind/run.sh"
+
+# What the agents asked the API server, from its audit log (Metadata level): every request
+# of the agent's ServiceAccount, by verb, resource and query. An agent may read pods only
+# with a field selector on its own node (spec.nodeName=NODE); the chart's agent learns pods
+# from the node's CRI and should make no pod request at all.
+audit="$(dirname "$kubeconfig")/log/audit.log"
+python3 - "$audit" <<'PY'
+import collections, json, re, sys, urllib.parse
+agent = "system:serviceaccount:gprobe-system:gprobe-e2e-agent"
+seen, pods, bad = collections.Counter(), 0, []
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("user", {}).get("username") != agent or e.get("stage") != "ResponseComplete":
+        continue
+    ref = e.get("objectRef", {})
+    uri = urllib.parse.urlsplit(e["requestURI"])
+    q = urllib.parse.parse_qs(uri.query)
+    shown = {k: v[0] for k, v in q.items() if k in ("watch", "fieldSelector", "labelSelector", "fieldManager")}
+    seen[(e["verb"], ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else ""), json.dumps(shown, sort_keys=True), e.get("responseStatus", {}).get("code"))] += 1
+    if ref.get("resource") == "pods":
+        pods += 1
+        fs = q.get("fieldSelector", [""])[0]
+        node = (e.get("user", {}).get("extra", {}).get("authentication.kubernetes.io/node-name") or [""])[0]
+        if e["verb"] in ("list", "watch") and fs != f"spec.nodeName={node}":
+            bad.append(e["requestURI"])
+if not seen:
+    sys.exit(f"cluster_test: no request of {agent} in the audit log {sys.argv[1]}")
+print(f"requests of the agent ({agent}) in the API server's audit log:")
+for (verb, res, query, code), n in sorted(seen.items()):
+    print(f"  {n:5d}  {verb:6s} {res:28s} {query}  -> {code}")
+if bad:
+    sys.exit("cluster_test: the agent listed or watched pods beyond its node: " + ", ".join(bad[:5]))
+print(f"pod requests of the agent: {pods} ({'all with fieldSelector=spec.nodeName=<its node>' if pods else 'none: pods come from the node CRI'})")
+PY

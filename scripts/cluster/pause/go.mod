@@ -1,0 +1,3 @@
+module gprobe.dev/cluster/pause
+
+go 1.25.0
