@@ -286,11 +286,22 @@ impl BpfTracer {
     }
 
     fn remove_config(&mut self, id: CfgId) {
-        // Not zeroed: a zeroed configuration is a CALL probe without captures, and the links
-        // that run this one may fire until the detach threads have unregistered them.
-        let freed = GpProbeCfg {
-            kind: abi::PROBE_FREED,
-            ..GpProbeCfg::default()
+        // The links that run this configuration may fire until the detach threads have
+        // unregistered them, and a program may be reading it while it is written (an array
+        // map's update copies the value in place). Only its kind changes, to FREED: a
+        // reader sees either the whole old configuration or FREED. Rewriting the rest too
+        // (zeroes) tore it: a program that had read the old kind went on with zeroed
+        // captures, and a call was recorded with its argument null (1 in ~30,000 records
+        // under spec churn).
+        let freed = match self.probes.get(&id, 0) {
+            Ok(old) => GpProbeCfg {
+                kind: abi::PROBE_FREED,
+                ..old
+            },
+            Err(_) => GpProbeCfg {
+                kind: abi::PROBE_FREED,
+                ..GpProbeCfg::default()
+            },
         };
         let _ = self.probes.set(id, freed, 0);
         self.free_ids.push_back(id);
