@@ -105,8 +105,10 @@ fn a_command_is_traced_from_its_first_call_and_gives_gprobe_its_status() {
 
     // The control: started beside a running gprobe, the same program is not held (its
     // selector names no file or name the exec hold could know), so it is listed missed.
+    // It waits 300 ms before its first call: gone sooner, it could exit before gprobe
+    // looked at it, and no reason would name it.
     let g = Gprobe::cmd(&spec).summary_file().start();
-    run_program(&bin, &["-n", "3", "-threads", "0"]);
+    run_program(&bin, &["-n", "3", "-threads", "0", "-delay-ms", "300"]);
     let t0 = Instant::now();
     while !g.stderr_now().contains("not traced from its first call") {
         assert!(t0.elapsed() < TIMEOUT, "{}", g.stderr_now());
