@@ -27,13 +27,14 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// True when this process may load BPF programs; otherwise prints why the test is skipped.
+/// True when this process may load BPF programs; otherwise the test fails, naming why.
 pub fn can_trace(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED {test}: needs root (CAP_BPF, CAP_PERFMON) to load BPF programs");
-        return false;
-    }
+    // A test that did not run must not pass: without root it fails, naming the cause.
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "{test}: needs root (CAP_BPF, CAP_PERFMON) to load BPF programs: run it as root"
+    );
     true
 }
 
