@@ -232,8 +232,13 @@ struct gp_inflight {
 	__u32 depth;
 	__u32 overflow; /* calls entered beyond GP_MAX_DEPTH, not yet returned */
 	__u64 ts[GP_MAX_DEPTH];
-	__u64 call_id[GP_MAX_DEPTH];
+	__u64 call_id[GP_MAX_DEPTH]; /* GP_CALL_UNRECORDED set: its entry was not recorded */
 };
+
+/* Marks a place on the in-flight stack held by an entry that was not recorded (throttled:
+ * no id; its record lost: the id it had, so that its span still closes): its return pops
+ * the place, and records nothing, instead of taking an outer call's entry. */
+#define GP_CALL_UNRECORDED (1ULL << 63)
 
 /* A goroutine of a process: the key of the spans open on it. */
 struct gp_span_key {

@@ -121,6 +121,47 @@ static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 	return __sync_fetch_and_add(&rt->count, 1) >= limit;
 }
 
+/* The in-flight stack of one goroutine (or thread) and function pairs each entry with its
+ * own return: an entry pushes its time and call id, its return pops them. `in` is the stack
+ * if the caller already looked it up, else NULL (one is created). */
+static __always_inline void inflight_push(const struct gp_inflight_key *ik,
+					  struct gp_inflight *in, __u64 ts, __u64 call_id)
+{
+	if (!in) {
+		struct gp_inflight fresh = { .depth = 1 };
+		fresh.ts[0] = ts;
+		fresh.call_id[0] = call_id;
+		if (bpf_map_update_elem(&inflight, ik, &fresh, BPF_NOEXIST) == 0)
+			return;
+		/* It exists after all (created meanwhile). */
+		in = bpf_map_lookup_elem(&inflight, ik);
+		if (!in)
+			return;
+	}
+	__u32 d = in->depth & (GP_MAX_DEPTH - 1);
+	in->ts[d] = ts;
+	in->call_id[d] = call_id;
+	in->depth = d + 1;
+}
+
+/* An entry that records nothing (over the rate limit) still holds its place on a stack
+ * its goroutine has open, so that its return pops that place and not an outer call's
+ * entry. Without an open stack its return finds none and is counted unpaired. */
+static __always_inline void inflight_skip(const struct gp_inflight_key *ik)
+{
+	struct gp_inflight *in = bpf_map_lookup_elem(&inflight, ik);
+	if (!in)
+		return;
+	if (in->depth >= GP_MAX_DEPTH) {
+		in->overflow++;
+		return;
+	}
+	__u32 d = in->depth & (GP_MAX_DEPTH - 1);
+	in->ts[d] = 0;
+	in->call_id[d] = GP_CALL_UNRECORDED;
+	in->depth = d + 1;
+}
+
 /* What every record of one hit carries in its header. */
 struct hit {
 	__u64 now;
@@ -333,19 +374,24 @@ int gprobe_uprobe(struct x86_regs *r)
 			return 0;
 		}
 		__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
-		h.call_id = in->call_id[d];
+		__u64 unrecorded = in->call_id[d] & GP_CALL_UNRECORDED;
+		h.call_id = in->call_id[d] & ~GP_CALL_UNRECORDED;
 		h.duration = h.now - in->ts[d];
 		in->depth--;
 		if (in->depth == 0)
 			bpf_map_delete_elem(&inflight, &ik);
 		h.kind = GP_EV_RETURN;
-		if (cfg->flags & GP_CFG_PROPAGATE)
+		if (h.call_id && (cfg->flags & GP_CFG_PROPAGATE))
 			span_exit(ik.tgid, ik.goroutine, h.call_id);
-		if (cfg->flags & GP_CFG_NEWPROC)
+		if (h.call_id && (cfg->flags & GP_CFG_NEWPROC))
 			span_spawned(s, h.pid_tgid, r->ax);
+		if (unrecorded)
+			return 0; /* counted at its entry (throttled or lost) */
 	} else {
 		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, h.now)) {
 			st->throttled++;
+			if (cfg->kind == GP_PROBE_ENTRY)
+				inflight_skip(&ik);
 			return 0;
 		}
 		if (cfg->kind == GP_PROBE_ENTRY) {
@@ -385,10 +431,12 @@ int gprobe_uprobe(struct x86_regs *r)
 	if (err) {
 		st->lost++;
 		s->lost = 1;
-		return 0;
+		/* An entry whose record was lost still holds its place for its return. */
+		h.call_id |= GP_CALL_UNRECORDED;
+	} else {
+		s->lost = 0;
+		st->emitted++;
 	}
-	s->lost = 0;
-	st->emitted++;
 
 	/* Decided on values read back from maps, not on this hit's own constants (kind, what
 	 * the entry's lookup found): the verifier then checks the record writing above once,
@@ -398,21 +446,7 @@ int gprobe_uprobe(struct x86_regs *r)
 		 * function if the entry found one (a nested call), else on a new one. Either way
 		 * is right whatever s->nested says; it only picks the cheaper order. */
 		struct gp_inflight *in = s->nested ? bpf_map_lookup_elem(&inflight, &ik) : NULL;
-		if (!in) {
-			struct gp_inflight fresh = { .depth = 1 };
-			fresh.ts[0] = h.now;
-			fresh.call_id[0] = h.call_id;
-			if (bpf_map_update_elem(&inflight, &ik, &fresh, BPF_NOEXIST) == 0)
-				return 0;
-			/* It exists after all (created meanwhile). */
-			in = bpf_map_lookup_elem(&inflight, &ik);
-			if (!in)
-				return 0;
-		}
-		__u32 d = in->depth & (GP_MAX_DEPTH - 1);
-		in->ts[d] = h.now;
-		in->call_id[d] = h.call_id;
-		in->depth = d + 1;
+		inflight_push(&ik, in, h.now, h.call_id);
 	}
 	return 0;
 }

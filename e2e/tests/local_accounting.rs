@@ -218,3 +218,66 @@ fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
         assert_eq!(p[k], 0, "{k}: {p}");
     }
 }
+
+/// Over the rate limit in the middle of a recursion: the outer calls of a round were
+/// recorded, the inner ones throttled, and the inner ones return first. Every recorded call
+/// still pairs with its own return, not with the return of a throttled call nested in it.
+#[test]
+fn a_throttled_call_inside_recorded_ones_leaves_their_pairing_exact() {
+    if !can_trace("throttled recursion") {
+        return;
+    }
+    let bin = program("e2e/testdata/recurse", GoVersion::Go127, false);
+    let _guard = serial();
+    let spec = SpecBuilder::new("recurse")
+        .executable(&bin)
+        .probe(
+            ProbeBuilder::new("main.depth")
+                .signature("func(n int64) int64")
+                .capture(["n", "r0"])
+                .latency(),
+        )
+        .events_per_second(50)
+        .yaml();
+    let g = Gprobe::cmd(&spec).summary_file().start();
+    // Rounds of depth(10), 11 calls each, in a burst far shorter than the one-second window:
+    // the first 50 entries are recorded, so the fifth round is cut after depth(5), and the
+    // returns of its throttled inner calls come before those of its recorded outer ones.
+    let (rounds, deepest) = (200, 10);
+    let out = run_program(
+        &bin,
+        &[
+            "-rounds",
+            &rounds.to_string(),
+            "-depth",
+            &deepest.to_string(),
+        ],
+    );
+    let calls = rounds * (deepest + 1);
+    assert!(out.contains(&format!("calls={calls}")), "{out}");
+    let run = g.stop();
+    let records = run.records_of("main.depth");
+    let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.depth");
+    assert_eq!(records.len() as u64, delivered);
+    assert_eq!(lost, 0, "{}", run.stderr);
+    assert_eq!(delivered + throttled, calls as u64, "{}", run.stderr);
+    assert!(
+        throttled > 0,
+        "nothing was throttled: the test proves nothing"
+    );
+    // The witness that a round was cut with its outer calls recorded: more outermost calls
+    // recorded than innermost ones.
+    let recorded_n = |n: i64| records.iter().filter(|r| r["args"]["n"] == n).count();
+    assert!(
+        recorded_n(deepest) > recorded_n(0),
+        "no round was cut after its outer calls: {} outermost, {} innermost recorded",
+        recorded_n(deepest),
+        recorded_n(0)
+    );
+    for r in &records {
+        // depth(n) returns n: each recorded entry paired with its own return.
+        assert_ne!(r["unfinished"], serde_json::json!(true), "{r}");
+        let n = r["args"]["n"].as_i64().unwrap();
+        assert_eq!(r["returns"]["r0"].as_i64(), Some(n), "{r}");
+    }
+}
