@@ -329,7 +329,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 // The load bias is read now, while the process surely runs (a short-lived
                 // PIE process may be gone when its records are decoded).
                 if let Some(t) = &planned.types {
-                    t.for_pid(pid);
+                    t.learn(pid);
                 }
                 self.tracer
                     .attach(pid, &bin.attach_path, &planned.sites)

@@ -211,7 +211,7 @@ impl Processor {
         };
         let ctx = DecodeCtx {
             redact: meta.redact,
-            types: meta.types.as_ref().map(|t| t.for_pid(ev.pid)),
+            types: meta.types.as_ref().and_then(|t| t.for_pid(ev.pid)),
         };
         let mut values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
