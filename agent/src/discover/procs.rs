@@ -86,6 +86,18 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
+/// True while `pid` is a process that runs (or is stopped): not gone, not a zombie.
+pub fn process_runs(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state (field 3) follows the command name's last ')'.
+    !matches!(
+        stat.rfind(')').and_then(|i| stat.get(i + 2..i + 3)),
+        Some("Z" | "X" | "x") | None
+    )
+}
+
 /// argv[0] of `pid` when it is a path (it contains a '/'), made absolute against the
 /// process's working directory.
 fn argv0_path(base: &std::path::Path) -> Option<PathBuf> {

@@ -119,7 +119,10 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         let mut out = Attached::default();
         for (_, (target, probes)) in work {
-            self.plan_in(&target, info, &probes);
+            if self.plan_in(&target, info, &probes) {
+                out.gone = true;
+                return out;
+            }
             for (sid, pi) in probes {
                 match self.attach_one(info, &target, sid, pi) {
                     Ok(()) => out.count += 1,
@@ -179,8 +182,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .collect()
     }
 
-    /// Plans (once per file) the probes of `probes` not planned in `target` yet.
-    fn plan_in(&mut self, target: &Target, info: &ProcInfo, probes: &[(SpecId, usize)]) {
+    /// Plans (once per file) the probes of `probes` not planned in `target` yet. True when
+    /// the file could not be read because the process it was read through exited: nothing
+    /// is remembered then (the next process of the file plans again), and the caller drops
+    /// the process.
+    fn plan_in(&mut self, target: &Target, info: &ProcInfo, probes: &[(SpecId, usize)]) -> bool {
         let bin = self.binaries.entry(target.key).or_insert_with(|| BinState {
             attach_path: target.attach_path.clone(),
             display: target.display.clone(),
@@ -236,6 +242,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             self.resolver
                 .plan(&target.attach_path, &target.display, &requests)
         };
+        if results
+            .iter()
+            .any(|r| r.as_ref().is_err_and(|e| e.is_process_gone()))
+        {
+            return true;
+        }
         for (r, res) in requests.iter().zip(&results) {
             bin.plans.put(r.probe, r.limits.max_string_bytes, res);
         }
@@ -306,6 +318,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         if watch_changed {
             self.update_watch();
         }
+        false
     }
 
     /// Attaches probe `pi` of spec `sid` in process `info`, in `target`; records the

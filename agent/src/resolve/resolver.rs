@@ -20,7 +20,11 @@ impl crate::engine::Resolver for BinaryResolver {
         use std::sync::Arc;
         match Binary::open_as(path, shown) {
             Err(e) => {
-                let e = Arc::new(ProbeError::Binary(e));
+                let e = Arc::new(if read_through_gone_process(path, &e) {
+                    ProbeError::Trace(crate::engine::tracer::TraceError::ProcessGone)
+                } else {
+                    ProbeError::Binary(e)
+                });
                 probes.iter().map(|_| Err(e.clone())).collect()
             }
             Ok(bin) => probes
@@ -67,5 +71,63 @@ impl crate::engine::Resolver for BinaryResolver {
         let bin = Binary::open(path).ok()?;
         let f = bin.find_c_function("_dl_debug_state").ok()?;
         bin.c_entry_offset(&f).ok()
+    }
+}
+
+/// True when `path` could not be opened because it leads through a process that exited
+/// (`/proc/PID/exe`, `/proc/PID/root/...`): the file itself may be fine, and readable
+/// through another process that runs it, so this is no error of the binary's.
+fn read_through_gone_process(path: &std::path::Path, e: &super::ResolveError) -> bool {
+    let super::ResolveError::Io { source, .. } = e else {
+        return false;
+    };
+    let gone_kind =
+        source.kind() == std::io::ErrorKind::NotFound || source.raw_os_error() == Some(libc::ESRCH);
+    let Some(pid) = path
+        .strip_prefix("/proc")
+        .ok()
+        .and_then(|rest| rest.iter().next())
+        .and_then(|p| p.to_str()?.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    gone_kind && !crate::discover::procs::process_runs(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn not_found(path: &str) -> crate::resolve::ResolveError {
+        crate::resolve::ResolveError::Io {
+            path: path.into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        }
+    }
+
+    #[test]
+    fn a_file_read_through_an_exited_process_is_not_the_binarys_fault() {
+        // A child that has exited and been reaped: its pid names no process.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let through = format!("/proc/{pid}/root/app/bin");
+        assert!(read_through_gone_process(
+            Path::new(&through),
+            &not_found(&through)
+        ));
+        // Through a live process (this one), or not through a process at all, it is.
+        let me = format!("/proc/{}/root/no/such/file", std::process::id());
+        assert!(!read_through_gone_process(Path::new(&me), &not_found(&me)));
+        assert!(!read_through_gone_process(
+            Path::new("/no/such/file"),
+            &not_found("/no/such/file")
+        ));
+        let denied = crate::resolve::ResolveError::Io {
+            path: through.clone().into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(!read_through_gone_process(Path::new(&through), &denied));
     }
 }

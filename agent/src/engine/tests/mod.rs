@@ -220,11 +220,16 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
 impl Resolver for FakeResolver {
     fn plan(
         &mut self,
-        _open: &Path,
+        open: &Path,
         path: &Path,
         probes: &[PlanRequest<'_>],
     ) -> Vec<Result<ProbePlan, Arc<ProbeError>>> {
         *self.0.borrow_mut() += 1;
+        // Pid 66 exits while its binary is read through /proc/66/exe.
+        if open.starts_with("/proc/66/") {
+            let gone = Arc::new(ProbeError::Trace(TraceError::ProcessGone));
+            return probes.iter().map(|_| Err(gone.clone())).collect();
+        }
         probes
             .iter()
             .map(|r| match r.probe.symbol.as_str() {
@@ -608,6 +613,33 @@ fn a_process_gone_before_or_during_attach_is_missed_unless_held_and_blames_no_pr
     let ps = w.stats.processes();
     assert_eq!((ps.matched, ps.traced, ps.missed_total), (5, 2, 3));
     assert_eq!(ps.missed[2].pid, 13);
+}
+
+#[test]
+fn a_binary_read_through_a_process_that_exited_is_planned_again_for_the_next_one() {
+    let mut w = world(Mode::Local);
+    w.engine
+        .add_spec(spec("s", None, "{executable: /app/shop}", TWO))
+        .unwrap();
+    w.engine
+        .process_seen(proc(66, "/app/shop", 7), exec(&w, 66, false));
+    assert!(!w.engine.is_tracked(66));
+    // The next process of the same file is planned through itself, not refused with the
+    // error of the first (before: "cannot read ...; check that the file exists" for every
+    // process of the file until the spec changed).
+    w.engine
+        .process_seen(proc(67, "/app/shop", 7), exec(&w, 67, true));
+    assert_eq!(live_links(&w, 67), 2);
+    assert_eq!(*w.opened.borrow(), 2, "planned again, through pid 67");
+    let ps = w.stats.processes();
+    assert_eq!((ps.matched, ps.traced, ps.missed_total), (2, 1, 1));
+    assert_eq!(ps.missed[0].reason, "exited before gprobe could attach");
+    for (k, p) in w.stats.probes() {
+        assert_eq!(
+            p.error, None,
+            "{k}: a process that exits is no probe's fault"
+        );
+    }
 }
 
 #[test]
