@@ -40,6 +40,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             Some(o) => *o,
             None => {
                 let o = self.resolver.loader_hook(&path);
+                if o.is_none() && self.resolver.through_gone_process(&path) {
+                    return;
+                }
                 if o.is_none() {
                     tracing::warn!(
                         "{}: no _dl_debug_state in this dynamic loader; libraries loaded later are found by a rescan every second, so their first calls may be missed",

@@ -65,6 +65,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     cfg,
                 })
             });
+            if planned.is_none() && self.resolver.through_gone_process(path) {
+                return None;
+            }
             self.newproc.insert(key, planned);
         }
         self.newproc.get(&key).and_then(Option::as_ref)

@@ -73,9 +73,16 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     Ok(PropagateProbes { cfg, sites, why })
                 })
                 .map_err(|why| {
-                    tracing::warn!("propagate: requests from {shown} carry no traceparent: {why}")
+                    if !self.resolver.through_gone_process(path) {
+                        tracing::warn!(
+                            "propagate: requests from {shown} carry no traceparent: {why}"
+                        )
+                    }
                 })
                 .ok();
+            if planned.is_none() && self.resolver.through_gone_process(path) {
+                return None;
+            }
             self.propagate.insert(key, planned);
         }
         self.propagate.get(&key).and_then(Option::as_ref)

@@ -222,6 +222,12 @@ pub trait Resolver {
     /// gprobe's own probes that carry propagating spans to outgoing net/http requests in
     /// the Go executable at `path`, or why there can be none.
     fn propagate_plan(&mut self, path: &Path) -> Result<PropagatePlan, String>;
+
+    /// True when `path` leads through a process that has exited (`/proc/PID/...`): what
+    /// could not be read through it says nothing of the file, and is not remembered.
+    fn through_gone_process(&self, _path: &Path) -> bool {
+        false
+    }
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).

@@ -67,6 +67,10 @@ impl crate::engine::Resolver for BinaryResolver {
         super::propagate::plan(&bin)
     }
 
+    fn through_gone_process(&self, path: &std::path::Path) -> bool {
+        proc_pid(path).is_some_and(|pid| !crate::discover::procs::process_runs(pid))
+    }
+
     fn loader_hook(&mut self, path: &std::path::Path) -> Option<u64> {
         let bin = Binary::open(path).ok()?;
         let f = bin.find_c_function("_dl_debug_state").ok()?;
@@ -83,15 +87,18 @@ fn read_through_gone_process(path: &std::path::Path, e: &super::ResolveError) ->
     };
     let gone_kind =
         source.kind() == std::io::ErrorKind::NotFound || source.raw_os_error() == Some(libc::ESRCH);
-    let Some(pid) = path
-        .strip_prefix("/proc")
+    gone_kind && proc_pid(path).is_some_and(|pid| !crate::discover::procs::process_runs(pid))
+}
+
+/// The pid of a `/proc/PID/...` path.
+fn proc_pid(path: &std::path::Path) -> Option<u32> {
+    path.strip_prefix("/proc")
+        .ok()?
+        .iter()
+        .next()?
+        .to_str()?
+        .parse()
         .ok()
-        .and_then(|rest| rest.iter().next())
-        .and_then(|p| p.to_str()?.parse::<u32>().ok())
-    else {
-        return false;
-    };
-    gone_kind && !crate::discover::procs::process_runs(pid)
 }
 
 #[cfg(test)]

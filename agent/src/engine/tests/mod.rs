@@ -245,6 +245,10 @@ impl Resolver for FakeResolver {
         None
     }
 
+    fn through_gone_process(&self, path: &Path) -> bool {
+        path.starts_with("/proc/66/")
+    }
+
     fn propagate_plan(
         &mut self,
         path: &Path,
