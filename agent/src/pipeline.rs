@@ -289,7 +289,7 @@ impl RunSummary {
         "the matched processes exited before gprobe could attach".into()
     }
 
-    /// The end-of-run report of DESIGN.md (stderr text and `--summary-file` JSON).
+    /// The end-of-run report (README, docs/DESIGN.md): stderr text and `--summary-file` JSON.
     pub fn summary(&self) -> crate::export::summary::Summary {
         crate::export::summary::Summary::from_stats(&self.stats)
     }

@@ -1,5 +1,5 @@
-//! What `gprobe run --summary-file PATH` writes at exit (DESIGN.md): the numbers of the
-//! summary printed on stderr, as one JSON object.
+//! What `gprobe run --summary-file PATH` writes at exit (the README, docs/DESIGN.md): the
+//! numbers of the summary printed on stderr, as one JSON object.
 
 use serde::Deserialize;
 

@@ -1,4 +1,5 @@
-//! Redaction of captured strings (DESIGN.md: "URL credentials ... replaced by REDACTED").
+//! Redaction of captured strings (README: URL credentials and secret-looking query values
+//! are replaced by REDACTED).
 //!
 //! Two things are replaced, and only in what looks like a URL or a query string:
 //! - the userinfo of a URL, `scheme://user:pass@host/...` -> `scheme://REDACTED@host/...`

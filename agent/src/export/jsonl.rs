@@ -1,4 +1,5 @@
-//! The JSONL record of DESIGN.md: one object per call, field names part of the contract.
+//! The JSONL record (README, "JSONL record"; docs/DESIGN.md): one object per call, field
+//! names part of the contract.
 
 use crate::events::{CallRecord, Value, ValueKind};
 use std::io::Write;

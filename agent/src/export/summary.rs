@@ -1,5 +1,5 @@
 //! The end-of-run report, built from [`Stats`] only: the text printed on stderr and the
-//! `--summary-file` JSON of DESIGN.md, with the same numbers.
+//! `--summary-file` JSON of docs/DESIGN.md and the README, with the same numbers.
 
 use crate::stats::Stats;
 use serde::Serialize;
