@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod multi;
 pub mod perf;
 pub mod pins;
+pub mod ring;
 
 use crate::engine::tracer::{Held, Hold, HoldKind, ProcCounts};
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
@@ -16,7 +17,7 @@ use crate::plan::ProbePlan;
 use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
 use abi::{GpControl, GpHold, GpProbeCfg, GpProcStats, GpStats, GP_COMM_LEN, GP_MAX_PROBES};
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::UProbe;
 use aya::{Btf, Ebpf, EbpfLoader};
 use detach::DetachPool;
@@ -86,8 +87,8 @@ impl Default for LoadOptions {
 
 /// The two ring buffers the programs write to.
 pub struct RingBuffers {
-    pub events: RingBuf<MapData>,
-    pub procs: RingBuf<MapData>,
+    pub events: ring::Ring,
+    pub procs: ring::Ring,
 }
 
 /// One attached set of uprobes; dropping it detaches them.
@@ -143,9 +144,14 @@ fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
 fn trace_map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> TraceError {
     move |e| TraceError::Map {
         map,
-        source: Box::new(e),
+        source: MapError(Box::new(e)),
     }
 }
+
+/// Why the kernel refused a BPF map operation (aya's error, behind the project's type).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct MapError(Box<aya::maps::MapError>);
 
 fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
 where
@@ -206,8 +212,8 @@ impl BpfTracer {
             }
         };
         let rings = RingBuffers {
-            events: take(&mut ebpf, "events")?,
-            procs: take(&mut ebpf, "proc_events")?,
+            events: ring::Ring::new(take(&mut ebpf, "events")?),
+            procs: ring::Ring::new(take(&mut ebpf, "proc_events")?),
         };
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| LoadError::Cpus(e))?;
         let tracer = BpfTracer {

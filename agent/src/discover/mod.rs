@@ -8,7 +8,7 @@ pub mod procs;
 pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
 use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER, GP_PATH_MAX, PROC_EVENT_HEAD};
-use aya::maps::{MapData, RingBuf};
+use crate::attach::ring::Ring;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use tokio::io::unix::AsyncFd;
@@ -72,17 +72,17 @@ pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
 
 /// Hands exec/exit events from the process ring buffer to `sink` until it returns false.
 pub async fn watch_processes(
-    ring: RingBuf<MapData>,
+    ring: Ring,
     mut sink: impl FnMut(ProcEvent) -> bool,
 ) -> std::io::Result<()> {
-    // SAFETY: the RingBuf owns its fd for the AsyncFd's whole life.
+    // SAFETY: the Ring owns its fd for the AsyncFd's whole life.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     loop {
         let mut guard = afd.readable_mut().await?;
         {
             let ring = guard.get_inner_mut();
-            while let Some(item) = ring.next() {
+            while let Some(item) = ring.next_record() {
                 if let Some(ev) = decode_proc_event(&item) {
                     if !sink(ev) {
                         return Ok(());

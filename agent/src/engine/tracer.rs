@@ -110,7 +110,7 @@ pub enum TraceError {
     Map {
         map: &'static str,
         #[source]
-        source: Box<aya::maps::MapError>,
+        source: crate::attach::MapError,
     },
 }
 

@@ -6,10 +6,10 @@ use super::{
     PairingStats, ProbeMeta, Resource, SpanIds, ValueKind,
 };
 use crate::attach::abi::{read_event, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
+use crate::attach::ring::Ring;
 use crate::plan::Decode;
 use crate::resolve::go::plan::{SPAN_CAPTURE, TRACEPARENT_CAPTURE};
 use crate::stats::Stats;
-use aya::maps::{MapData, RingBuf};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
@@ -382,14 +382,14 @@ fn word(v: Option<&super::Value>) -> Option<u64> {
 /// returns the stage's counters. Batches go to `tx`; a slow consumer slows this loop,
 /// and the ring buffer (not memory) absorbs it, with losses counted in BPF.
 pub async fn run(
-    ring: RingBuf<MapData>,
+    ring: Ring,
     mut proc: Processor,
     tx: mpsc::Sender<Vec<CallRecord>>,
     mut stop: watch::Receiver<bool>,
     exits: std::sync::mpsc::Receiver<u32>,
     poll: Duration,
 ) -> std::io::Result<ReaderStats> {
-    // SAFETY: the RingBuf owns its map fd for as long as the AsyncFd owns the RingBuf, and
+    // SAFETY: the Ring owns its map fd for as long as the AsyncFd owns the Ring, and
     // as_raw_fd always returns that same fd.
     let mut afd = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
         .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -451,12 +451,12 @@ pub async fn run(
 }
 
 /// Reads up to a batch of records; the flag says whether the batch limit stopped it.
-fn drain(ring: &mut RingBuf<MapData>, proc: &mut Processor) -> (bool, Vec<CallRecord>) {
+fn drain(ring: &mut Ring, proc: &mut Processor) -> (bool, Vec<CallRecord>) {
     const BATCH: usize = 4096;
     proc.new_batch();
     let mut out = Vec::new();
     let mut n = 0;
-    while let Some(item) = ring.next() {
+    while let Some(item) = ring.next_record() {
         if let Some(rec) = proc.process(&item) {
             out.push(rec);
         }
