@@ -144,6 +144,20 @@ static __always_inline void inflight_push(const struct gp_inflight_key *ik,
 	in->depth = d + 1;
 }
 
+/* Takes the top of the non-empty stack `in` (of key `ik`): returns its call id, and its
+ * entry's time in `ts`; an emptied stack is deleted. */
+static __always_inline __u64 inflight_pop(const struct gp_inflight_key *ik,
+					  struct gp_inflight *in, __u64 *ts)
+{
+	__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
+	__u64 call_id = in->call_id[d];
+	*ts = in->ts[d];
+	in->depth--;
+	if (in->depth == 0)
+		bpf_map_delete_elem(&inflight, ik);
+	return call_id;
+}
+
 /* An entry that records nothing (over the rate limit) still holds its place on a stack
  * its goroutine has open, so that its return pops that place and not an outer call's
  * entry. Without an open stack its return finds none and is counted unpaired. */
@@ -373,13 +387,11 @@ int gprobe_uprobe(struct x86_regs *r)
 			st->unpaired++;
 			return 0;
 		}
-		__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
-		__u64 unrecorded = in->call_id[d] & GP_CALL_UNRECORDED;
-		h.call_id = in->call_id[d] & ~GP_CALL_UNRECORDED;
-		h.duration = h.now - in->ts[d];
-		in->depth--;
-		if (in->depth == 0)
-			bpf_map_delete_elem(&inflight, &ik);
+		__u64 entered;
+		h.call_id = inflight_pop(&ik, in, &entered);
+		__u64 unrecorded = h.call_id & GP_CALL_UNRECORDED;
+		h.call_id &= ~GP_CALL_UNRECORDED;
+		h.duration = h.now - entered;
 		h.kind = GP_EV_RETURN;
 		if (h.call_id && (cfg->flags & GP_CFG_PROPAGATE))
 			span_exit(ik.tgid, ik.goroutine, h.call_id);
