@@ -9,7 +9,10 @@
 // one http.Header, each from call(id) on a goroutine of its own, and -outside more from
 // goroutines that are in no call; the back service started with -barrier N answers only
 // once N requests are in, so that a round's requests are all in flight at once, and the
-// client's idle connections serve the next round. Each role prints one line per request
+// client's idle connections serve the next round. `-addr` fixes the address a service
+// listens on (default: a free loopback port); a client with `-every D` waits until the
+// front service answers, then sends a request every D (for ever with -n 0), as a
+// Deployment does. Each role prints one line per request
 // ("sent", "front", "back") with what it sent or received, so a test can rebuild the
 // traces the spans must form.
 package main
@@ -25,6 +28,7 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -127,6 +131,22 @@ func get(url string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
+// waitFor returns once a TCP connection to the host of URL u succeeds (a service of the same
+// pod that is still starting).
+func waitFor(u string) {
+	host := strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://")
+	if i := strings.IndexByte(host, '/'); i >= 0 {
+		host = host[:i]
+	}
+	for {
+		if conn, err := net.Dial("tcp", host); err == nil {
+			conn.Close()
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -142,8 +162,8 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func serve(path string, h http.HandlerFunc) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func serve(addr, path string, h http.HandlerFunc) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		panic(err)
 	}
@@ -159,9 +179,15 @@ func serve(path string, h http.HandlerFunc) {
 	panic(srv.Serve(ln))
 }
 
-func client(front string, n int) {
+func client(front string, n int, every time.Duration) {
 	c := &http.Client{}
-	for i := 1; i <= n; i++ {
+	if every > 0 {
+		waitFor(front)
+	}
+	for i := 1; n <= 0 || i <= n; i++ {
+		if every > 0 && i > 1 {
+			time.Sleep(every)
+		}
 		req, err := http.NewRequest("GET", fmt.Sprintf("%s/front?id=%d", front, i), nil)
 		if err != nil {
 			panic(err)
@@ -188,13 +214,20 @@ func client(front string, n int) {
 			}
 		}
 		resp, err := c.Do(req)
+		if err == nil {
+			io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				err = fmt.Errorf("%s", resp.Status)
+			}
+		}
+		if err != nil && every > 0 {
+			// A service of the pod still starting: said, and the next request tried.
+			say("failed id=%d traceparent=%s: %v", i, tp, err)
+			continue
+		}
 		if err != nil {
 			panic(err)
-		}
-		io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			panic(resp.Status)
 		}
 		say("sent id=%d traceparent=%s valid=%d", i, tp, valid)
 	}
@@ -308,6 +341,8 @@ func main() {
 	linger := flag.Bool("linger", false, "shared: stay until stdin ends")
 	flag.IntVar(&barrier.n, "barrier", 0, "back: answer once this many requests are in")
 	log := flag.String("log", "", "write the lines to this file instead of stdout")
+	addr := flag.String("addr", "127.0.0.1:0", "back, front: the address to listen on")
+	every := flag.Duration("every", 0, "client: wait for the front service, then a request every this long (-n 0: for ever)")
 	flag.Parse()
 	if *log != "" {
 		f, err := os.Create(*log)
@@ -318,12 +353,12 @@ func main() {
 	}
 	switch *role {
 	case "back":
-		serve("/back", backHandler)
+		serve(*addr, "/back", backHandler)
 	case "front":
 		backend = *back
-		serve("/front", frontHandler)
+		serve(*addr, "/front", frontHandler)
 	case "client":
-		client(*front, *n)
+		client(*front, *n, *every)
 	case "headers":
 		headers(*back, *n, *total, *first)
 	case "shared":
