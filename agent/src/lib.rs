@@ -11,7 +11,6 @@ pub mod engine;
 pub mod events;
 pub mod export;
 pub mod local;
-pub mod memory;
 pub mod pipeline;
 pub mod resolve;
 pub mod stats;

@@ -214,7 +214,6 @@ fn run<T: Tracer, R: Resolver>(
     snap: watch::Sender<Arc<Snapshot>>,
 ) {
     let mut next_tick = Instant::now() + TICK;
-    let mut trimmer = crate::memory::Trimmer::default();
     // Pids gprobe starts itself (`gprobe run -- CMD`) until they are attached.
     let mut starting = std::collections::BTreeSet::new();
     let mut next_hold_poll = Instant::now() + HOLD_POLL;
@@ -307,7 +306,6 @@ fn run<T: Tracer, R: Resolver>(
         }
         if now >= next_tick {
             engine.tick(now);
-            trimmer.maybe_trim(now);
             // Libraries loaded since (dlopen): attach the probes that name them.
             for pid in engine.pids_with_library_probes() {
                 engine.libraries_changed(pid, libraries_of(pid));
