@@ -314,6 +314,14 @@ fn main() {
     if !can_trace("soak") || !can_run_containers("soak") {
         std::process::exit(2);
     }
+    // Exits only after `soak` returned: its containerd, pods and folders are dropped (by
+    // pid) first, also when a check failed.
+    let passed = soak(a);
+    std::process::exit(if passed { 0 } else { 1 });
+}
+
+/// Runs the soak and its checks; true when every check passed.
+fn soak(a: Args) -> bool {
     let bin = program("e2e/testdata/churn", GoVersion::Go127, false);
     let ctrd = Containerd::start().expect("containerd");
     ctrd.import_image("registry.test/soak/churn:v1", &bin)
@@ -667,6 +675,7 @@ fn main() {
                 .collect::<Vec<_>>()
                 .join("\n")
         );
-        std::process::exit(1);
+        return false;
     }
+    true
 }
