@@ -16,12 +16,12 @@
 //! cargo run --release -p gprobe-e2e --example soak -- --gprobe target/release/gprobe --duration 1h
 //! ```
 
-use gprobe_e2e::cri::{can_run_containers, Containerd, Pod, PodSpec};
+use gprobe_e2e::cri::{require_containers, Containerd, Pod, PodSpec};
 use gprobe_e2e::footprint::{
     bpf_objects, fds, rss_anon, slope, status_field, still_in_kernel, threads, BpfObjects,
 };
 use gprobe_e2e::go::{GoVersion, TempDir};
-use gprobe_e2e::harness::{can_trace, program};
+use gprobe_e2e::harness::{program, require_trace};
 use gprobe_e2e::spec::{to_yaml, ProbeBuilder, SpecBuilder};
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
@@ -311,9 +311,8 @@ fn per_hour(samples: &[Sample], f: impl Fn(&Sample) -> f64) -> f64 {
 
 fn main() {
     let a = args();
-    if !can_trace("soak") || !can_run_containers("soak") {
-        std::process::exit(2);
-    }
+    require_trace("soak");
+    require_containers("soak");
     // Exits only after `soak` returned: its containerd, pods and folders are dropped (by
     // pid) first, also when a check failed.
     let passed = soak(a);

@@ -27,15 +27,14 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// True when this process may load BPF programs; otherwise the test fails, naming why.
-pub fn can_trace(test: &str) -> bool {
+/// Fails the calling test, naming why, when this process may not load BPF programs: a
+/// test that did not run must not pass.
+pub fn require_trace(test: &str) {
     // SAFETY: geteuid has no preconditions.
-    // A test that did not run must not pass: without root it fails, naming the cause.
     assert!(
         unsafe { libc::geteuid() } == 0,
         "{test}: needs root (CAP_BPF, CAP_PERFMON) to load BPF programs: run it as root"
     );
-    true
 }
 
 /// What one `gprobe run` printed, and how it ended.

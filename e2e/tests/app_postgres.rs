@@ -5,7 +5,7 @@
 //! user, with its cluster and unix socket in a folder of the test.
 
 use gprobe_e2e::go::TempDir;
-use gprobe_e2e::harness::{can_trace, serial, Gprobe};
+use gprobe_e2e::harness::{require_trace, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
@@ -202,9 +202,7 @@ fn spec() -> String {
 }
 
 fn setup(test: &str) -> Option<(u32, u32)> {
-    if !can_trace(test) {
-        return None;
-    }
+    require_trace(test);
     if !PathBuf::from(BIN).join("postgres").exists() {
         eprintln!("SKIPPED {test}: postgresql-15 is not installed (scripts/setup.sh --test)");
         return None;

@@ -5,7 +5,7 @@
 //! Needs root (BPF) and python3.11 (`scripts/setup.sh --test`).
 
 use gprobe_e2e::go::TempDir;
-use gprobe_e2e::harness::{can_trace, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::path::Path;
@@ -79,9 +79,7 @@ fn spec() -> String {
 
 #[test]
 fn function_entry_reports_exactly_the_calls_the_script_profiles() {
-    if !can_trace("python") {
-        return;
-    }
+    require_trace("python");
     if !Path::new(PYTHON).exists() {
         eprintln!("SKIPPED python: {PYTHON} is not installed (scripts/setup.sh --test)");
         return;

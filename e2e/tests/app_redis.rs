@@ -5,7 +5,7 @@
 //! Needs root (BPF) and the redis-server package (`scripts/setup.sh --test`).
 
 use gprobe_e2e::go::TempDir;
-use gprobe_e2e::harness::{can_trace, serial, Gprobe};
+use gprobe_e2e::harness::{require_trace, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -187,9 +187,7 @@ fn spec(exe: &Path) -> String {
 
 #[test]
 fn every_argument_redis_parses_is_captured_byte_for_byte() {
-    if !can_trace("redis") {
-        return;
-    }
+    require_trace("redis");
     let Some(exe) = redis_exe() else {
         eprintln!("SKIPPED redis: {REDIS} is not installed (scripts/setup.sh --test)");
         return;

@@ -5,7 +5,7 @@
 
 use gprobe_e2e::cc;
 use gprobe_e2e::go::{repo_root, TempDir};
-use gprobe_e2e::harness::{can_trace, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -156,9 +156,7 @@ fn trace_and_compare(bin: &Path, prototypes: bool) {
 #[test]
 fn c_functions_and_usdt_with_dwarf_equal_the_programs_record() {
     let _serial = serial();
-    if !can_trace("c_functions_and_usdt_with_dwarf_equal_the_programs_record") {
-        return;
-    }
+    require_trace("c_functions_and_usdt_with_dwarf_equal_the_programs_record");
     let dir = TempDir::new("c-dwarf");
     trace_and_compare(&ctarget(dir.path(), true), false);
 }
@@ -166,9 +164,7 @@ fn c_functions_and_usdt_with_dwarf_equal_the_programs_record() {
 #[test]
 fn c_functions_without_dwarf_use_the_prototypes_in_signature() {
     let _serial = serial();
-    if !can_trace("c_functions_without_dwarf_use_the_prototypes_in_signature") {
-        return;
-    }
+    require_trace("c_functions_without_dwarf_use_the_prototypes_in_signature");
     let dir = TempDir::new("c-nodebug");
     let bin = ctarget(dir.path(), false);
     trace_and_compare(&bin, true);
@@ -195,9 +191,7 @@ fn c_functions_without_dwarf_use_the_prototypes_in_signature() {
 #[test]
 fn c_strings_longer_than_max_string_bytes_are_cut_and_marked() {
     let _serial = serial();
-    if !can_trace("c_strings_longer_than_max_string_bytes_are_cut_and_marked") {
-        return;
-    }
+    require_trace("c_strings_longer_than_max_string_bytes_are_cut_and_marked");
     let dir = TempDir::new("c-cut");
     let bin = ctarget(dir.path(), true);
     // 5 bytes: "grace" fits exactly, "linus" too, the long name is cut.
@@ -232,9 +226,7 @@ fn c_strings_longer_than_max_string_bytes_are_cut_and_marked() {
 #[test]
 fn missing_usdt_probes_and_wrong_argument_counts_are_refused_one_by_one() {
     let _serial = serial();
-    if !can_trace("missing_usdt_probes_and_wrong_argument_counts_are_refused_one_by_one") {
-        return;
-    }
+    require_trace("missing_usdt_probes_and_wrong_argument_counts_are_refused_one_by_one");
     let dir = TempDir::new("c-bad");
     let bin = ctarget(dir.path(), true);
     let spec = SpecBuilder::new("c")
@@ -298,9 +290,7 @@ impl Drop for Waiting {
 #[test]
 fn usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach() {
     let _serial = serial();
-    if !can_trace("usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach") {
-        return;
-    }
+    require_trace("usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach");
     let dir = TempDir::new("c-sem");
     let bin = ctarget(dir.path(), true);
     // The same file under another name (a hard link): not selected.
@@ -328,9 +318,7 @@ fn usdt_semaphores_are_raised_in_the_selected_process_only_and_lowered_at_detach
 #[test]
 fn children_forked_by_a_traced_process_are_traced_too() {
     let _serial = serial();
-    if !can_trace("children_forked_by_a_traced_process_are_traced_too") {
-        return;
-    }
+    require_trace("children_forked_by_a_traced_process_are_traced_too");
     use std::io::{BufRead, BufReader, Read, Write};
     let dir = TempDir::new("c-fork");
     let src = repo_root().join("e2e/testdata/forker/forker.c");

@@ -7,7 +7,7 @@
 
 use gprobe_e2e::cc;
 use gprobe_e2e::go::{repo_root, TempDir};
-use gprobe_e2e::harness::{can_trace, program_lines, run_program, serial, Gprobe, Run};
+use gprobe_e2e::harness::{program_lines, require_trace, run_program, serial, Gprobe, Run};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -157,9 +157,7 @@ fn trace(bin: &Path, prototypes: bool) {
 #[test]
 fn negative_lengths_read_nothing_and_are_marked_invalid_with_dwarf() {
     let _serial = serial();
-    if !can_trace("negative_lengths_read_nothing_and_are_marked_invalid_with_dwarf") {
-        return;
-    }
+    require_trace("negative_lengths_read_nothing_and_are_marked_invalid_with_dwarf");
     let dir = TempDir::new("clen-dwarf");
     trace(&clen(dir.path(), true), false);
 }
@@ -167,9 +165,7 @@ fn negative_lengths_read_nothing_and_are_marked_invalid_with_dwarf() {
 #[test]
 fn negative_lengths_read_nothing_and_are_marked_invalid_from_prototypes() {
     let _serial = serial();
-    if !can_trace("negative_lengths_read_nothing_and_are_marked_invalid_from_prototypes") {
-        return;
-    }
+    require_trace("negative_lengths_read_nothing_and_are_marked_invalid_from_prototypes");
     let dir = TempDir::new("clen-nodebug");
     trace(&clen(dir.path(), false), true);
 }

@@ -4,7 +4,7 @@
 //! and resumes it, so the records equal the JVM's own class-loading log from its first
 //! class. It needs root (BPF) and openjdk-17-jre-headless (scripts/setup.sh --test).
 
-use gprobe_e2e::harness::{can_trace, serial, Gprobe};
+use gprobe_e2e::harness::{require_trace, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::path::Path;
 use std::process::Command;
@@ -31,9 +31,7 @@ fn logged_classes(log: &str) -> Vec<String> {
 #[test]
 fn classes_loaded_by_a_jvm_started_after_gprobe_are_all_seen_from_the_first() {
     let _serial = serial();
-    if !can_trace("classes_loaded_by_a_jvm_started_after_gprobe_are_all_seen_from_the_first") {
-        return;
-    }
+    require_trace("classes_loaded_by_a_jvm_started_after_gprobe_are_all_seen_from_the_first");
     let java = std::fs::canonicalize(java()).unwrap();
     let spec = SpecBuilder::new("jvm")
         .executable(&java)
@@ -85,9 +83,7 @@ fn classes_loaded_by_a_jvm_started_after_gprobe_are_all_seen_from_the_first() {
 #[test]
 fn a_library_glob_that_matches_nothing_is_said_with_what_is_loaded() {
     let _serial = serial();
-    if !can_trace("a_library_glob_that_matches_nothing_is_said_with_what_is_loaded") {
-        return;
-    }
+    require_trace("a_library_glob_that_matches_nothing_is_said_with_what_is_loaded");
     let java = std::fs::canonicalize(java()).unwrap();
     let spec = SpecBuilder::new("jvm")
         .executable(&java)

@@ -3,10 +3,10 @@
 //! quick and leaves nothing in the kernel. They need root (BPF, containers); CI on the
 //! project's machines runs them all.
 
-use gprobe_e2e::cri::{can_run_containers, Containerd, Pod, PodSpec};
+use gprobe_e2e::cri::{require_containers, Containerd, Pod, PodSpec};
 use gprobe_e2e::footprint::{bpf_objects, rss_anon, slope, still_in_kernel};
 use gprobe_e2e::go::{GoVersion, TempDir};
-use gprobe_e2e::harness::{can_trace, gprobe_bin, program, serial, Gprobe};
+use gprobe_e2e::harness::{gprobe_bin, program, require_trace, serial, Gprobe};
 use gprobe_e2e::procmem::{byte_at_file_offset, probe_offset, INT3};
 use gprobe_e2e::spec::{to_yaml, ProbeBuilder, SpecBuilder};
 use std::collections::BTreeMap;
@@ -254,9 +254,8 @@ const CHECK_BASE: i64 = 1_000_000_000;
 /// records).
 #[test]
 fn a_thousand_spec_rewrites_leave_anonymous_memory_flat() {
-    if !can_trace("spec churn") || !can_run_containers("spec churn") {
-        return;
-    }
+    require_trace("spec churn");
+    require_containers("spec churn");
     let rewrites: i64 = std::env::var("GPROBE_CHURN_REWRITES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -480,9 +479,7 @@ fn spawn_churn(bin: &Path, n: usize, args: &[&str]) -> Kids {
 
 #[test]
 fn stopping_with_1200_links_takes_at_most_two_seconds_and_leaves_nothing() {
-    if !can_trace("stop with 1,200 links") {
-        return;
-    }
+    require_trace("stop with 1,200 links");
     let bin = churn_bin();
     let _guard = serial();
     const PROCS: usize = 200;
@@ -550,9 +547,7 @@ fn stopping_with_1200_links_takes_at_most_two_seconds_and_leaves_nothing() {
 
 #[test]
 fn links_of_processes_that_exited_are_released_when_they_exit() {
-    if !can_trace("links of exited processes") {
-        return;
-    }
+    require_trace("links of exited processes");
     let bin = churn_bin();
     let _guard = serial();
     let g = Gprobe::cmd(&five_latency_probes("crowd", &bin))

@@ -2,9 +2,9 @@
 //! with kubelet-style labels, Go images built and imported here, and `gprobe agent` with
 //! ProbeSpecs from --spec-dir exporting to a real OTLP receiver.
 
-use gprobe_e2e::cri::{can_run_containers, Containerd, Pod, PodSpec};
+use gprobe_e2e::cri::{require_containers, Containerd, Pod, PodSpec};
 use gprobe_e2e::go::{GoVersion, TempDir};
-use gprobe_e2e::harness::{self, can_trace, gprobe_bin, serial};
+use gprobe_e2e::harness::{self, gprobe_bin, require_trace, serial};
 use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, spans};
 use gprobe_e2e::procmem::{byte_at_file_offset, probe_offset, INT3};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
@@ -131,9 +131,8 @@ impl Drop for Agent {
 
 #[test]
 fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() {
-    if !can_trace("cluster cri") || !can_run_containers("cluster cri") {
-        return;
-    }
+    require_trace("cluster cri");
+    require_containers("cluster cri");
     let bin = harness::program("examples/http-client", GoVersion::Go127, false);
     let _guard = serial();
     let rt = tokio::runtime::Builder::new_multi_thread()

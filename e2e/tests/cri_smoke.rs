@@ -1,7 +1,7 @@
 //! The CRI scaffolding itself: a private containerd runs a locally built Go image as a pod,
 //! the way a kubelet would, and cleans everything up.
 
-use gprobe_e2e::cri::{can_run_containers, Containerd, PodSpec};
+use gprobe_e2e::cri::{require_containers, Containerd, PodSpec};
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness;
 use std::collections::BTreeMap;
@@ -50,9 +50,7 @@ fn processes_mentioning(needle: &str) -> Vec<u32> {
 #[test]
 fn containerd_runs_a_go_pod_over_cri() {
     let test = "containerd_runs_a_go_pod_over_cri";
-    if !can_run_containers(test) {
-        return;
-    }
+    require_containers(test);
     let t0 = Instant::now();
     let binary = harness::program("examples/http-client", GoVersion::Go127, false);
     eprintln!("{test}: built http-client in {:?}", t0.elapsed());

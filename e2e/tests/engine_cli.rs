@@ -3,7 +3,7 @@
 //! URLs, and a shutdown with many uprobes. They need root (BPF).
 
 use gprobe_e2e::go::{GoVersion, TempDir};
-use gprobe_e2e::harness::{can_trace, gprobe_bin, program, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{gprobe_bin, program, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{multi_yaml, ProbeBuilder, SpecBuilder};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -35,9 +35,7 @@ fn work(exe: impl AsRef<Path>) -> SpecBuilder {
 
 #[test]
 fn nothing_attached_is_a_failure_with_the_reason() {
-    if !can_trace("exit status") {
-        return;
-    }
+    require_trace("exit status");
     let _guard = serial();
     // Nothing matches while it runs.
     let run = Gprobe::cmd(&work("/nonexistent/dir/app").yaml())
@@ -146,9 +144,7 @@ fn bad_flags_and_hostile_specs_are_clear_errors() {
 
 #[test]
 fn the_same_spec_twice_is_refused_once_and_records_are_not_doubled() {
-    if !can_trace("duplicate spec") {
-        return;
-    }
+    require_trace("duplicate spec");
     let bin = lifecycle();
     let _guard = serial();
     let spec = work(&bin).build();
@@ -170,9 +166,7 @@ fn the_same_spec_twice_is_refused_once_and_records_are_not_doubled() {
 
 #[test]
 fn a_selector_naming_a_symlink_matches_and_control_characters_are_escaped_in_logs() {
-    if !can_trace("symlink") {
-        return;
-    }
+    require_trace("symlink");
     let bin = lifecycle();
     let dir = TempDir::new("paths");
     // The real file sits in a folder whose name holds a newline and an escape sequence;
@@ -204,9 +198,7 @@ fn a_selector_naming_a_symlink_matches_and_control_characters_are_escaped_in_log
 
 #[test]
 fn secrets_in_captured_urls_are_redacted_unless_the_probe_says_otherwise() {
-    if !can_trace("redaction") {
-        return;
-    }
+    require_trace("redaction");
     let bin = lifecycle();
     let _guard = serial();
     let visit = |name: &str, redact: bool| {
@@ -259,9 +251,7 @@ fn secrets_in_captured_urls_are_redacted_unless_the_probe_says_otherwise() {
 
 #[test]
 fn stopping_with_150_uprobes_takes_less_than_five_seconds() {
-    if !can_trace("shutdown") {
-        return;
-    }
+    require_trace("shutdown");
     let bin = lifecycle();
     let _guard = serial();
     // 30 processes x 5 functions: 150 per-process uprobes.

@@ -4,7 +4,7 @@
 //! stack is counted. They need root (BPF); CI on the project's machines runs them all.
 
 use gprobe_e2e::go::{GoVersion, TempDir};
-use gprobe_e2e::harness::{can_trace, program, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{program, program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::procmem::{byte_at_file_offset, probe_offset, INT3};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,9 +48,7 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn an_unselected_process_of_the_same_file_pays_nothing_and_appears_nowhere() {
-    if !can_trace("blast radius") {
-        return;
-    }
+    require_trace("blast radius");
     let bin = lifecycle();
     // Two paths to one file (a hard link): only the first is selected.
     let dir = TempDir::new("blast");
@@ -130,9 +128,7 @@ fn an_unselected_process_of_the_same_file_pays_nothing_and_appears_nowhere() {
 
 #[test]
 fn short_lived_processes_are_traced_from_their_first_call() {
-    if !can_trace("short-lived") {
-        return;
-    }
+    require_trace("short-lived");
     let bin = lifecycle();
     let _guard = serial();
     let g = Gprobe::cmd(&work_spec("short", bin.to_str().unwrap()))
@@ -184,9 +180,7 @@ fn short_lived_processes_are_traced_from_their_first_call() {
 
 #[test]
 fn a_process_started_before_its_file_was_known_is_listed_as_missed_with_the_reason() {
-    if !can_trace("missed") {
-        return;
-    }
+    require_trace("missed");
     let bin = lifecycle();
     let dir = TempDir::new("missed");
     let exe = dir.path().join("lifecycle");
@@ -234,9 +228,7 @@ fn a_process_started_before_its_file_was_known_is_listed_as_missed_with_the_reas
 
 #[test]
 fn calls_in_flight_when_a_process_is_killed_are_reported_at_once() {
-    if !can_trace("in flight") {
-        return;
-    }
+    require_trace("in flight");
     let bin = lifecycle();
     let _guard = serial();
     let spec = SpecBuilder::new("inflight")
@@ -278,9 +270,7 @@ fn calls_in_flight_when_a_process_is_killed_are_reported_at_once() {
 
 #[test]
 fn recursion_deeper_than_the_pairing_stack_is_counted_and_the_rest_pairs_exactly() {
-    if !can_trace("recursion") {
-        return;
-    }
+    require_trace("recursion");
     let bin = lifecycle();
     let _guard = serial();
     let spec = SpecBuilder::new("rec")

@@ -4,7 +4,7 @@
 //! none is listed as missed. Needs root (BPF), cc and sys/sdt.h (systemtap-sdt-dev).
 
 use gprobe_e2e::go::{repo_root, TempDir};
-use gprobe_e2e::harness::{can_trace, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::path::Path;
@@ -15,9 +15,7 @@ const CALLS: u64 = 2000;
 
 #[test]
 fn programs_exec_d_by_a_wrapper_are_traced_once_from_their_first_call() {
-    if !can_trace("exec wrapper") {
-        return;
-    }
+    require_trace("exec wrapper");
     let dir = TempDir::new("exec-wrapper");
     let bin = dir.path().join("loop");
     let cc = Command::new("cc")

@@ -8,7 +8,7 @@
 //! stripped) is traced the same way. They need root (BPF).
 
 use gprobe_e2e::go::{self, GoVersion, TempDir};
-use gprobe_e2e::harness::{build_dir, can_trace, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{build_dir, program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -154,11 +154,9 @@ fn trace_and_compare(bin: &Path, stripped: bool) {
 #[test]
 fn latency_probes_in_externally_linked_pie_go_binaries_read_exact_values_and_harm_nothing() {
     let _serial = serial();
-    if !can_trace(
+    require_trace(
         "latency_probes_in_externally_linked_pie_go_binaries_read_exact_values_and_harm_nothing",
-    ) {
-        return;
-    }
+    );
     for v in [GoVersion::Go119, GoVersion::Go127] {
         for stripped in [false, true] {
             trace_and_compare(&pieext(v, stripped), stripped);
@@ -178,9 +176,7 @@ fn debians_age_is_traced_as_go_and_still_encrypts_correctly() {
         eprintln!("SKIPPED debians_age_is_traced_as_go_and_still_encrypts_correctly: /usr/bin/age is not installed (scripts/setup.sh --test installs it)");
         return;
     }
-    if !can_trace("debians_age_is_traced_as_go_and_still_encrypts_correctly") {
-        return;
-    }
+    require_trace("debians_age_is_traced_as_go_and_still_encrypts_correctly");
     let dir = TempDir::new("age");
     // A copy of this test process's own: a uprobe follows the file.
     let bin = dir.path().join("age");

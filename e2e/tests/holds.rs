@@ -5,7 +5,7 @@
 //! they need root (BPF).
 
 use gprobe_e2e::go::{GoVersion, TempDir};
-use gprobe_e2e::harness::{can_trace, program, program_lines, serial, Gprobe};
+use gprobe_e2e::harness::{program, program_lines, require_trace, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -85,9 +85,7 @@ fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// teardown: none of them stays stopped, and a new gprobe traces them all.
 #[test]
 fn a_killed_gprobe_leaves_no_process_stopped_and_a_new_one_traces_them() {
-    if !can_trace("kill -9") {
-        return;
-    }
+    require_trace("kill -9");
     let bin = crowd();
     let spec = crowd_spec("killed", &bin);
     let _guard = serial();
@@ -167,9 +165,7 @@ fn a_killed_gprobe_leaves_no_process_stopped_and_a_new_one_traces_them() {
 /// so its call is recorded; a child that could not be is listed as missed with the reason.
 #[test]
 fn children_forked_by_a_traced_process_are_held_until_their_probes_are_attached() {
-    if !can_trace("forked children held") {
-        return;
-    }
+    require_trace("forked children held");
     let dir = TempDir::new("fork-hold");
     let src = gprobe_e2e::go::repo_root().join("e2e/testdata/forker/forker.c");
     let bin = gprobe_e2e::cc::build(&src, &dir.path().join("forker"), &["-g"], None);
@@ -253,9 +249,7 @@ fn children_forked_by_a_traced_process_are_held_until_their_probes_are_attached(
 /// traced from its first call (or listed as missed).
 #[test]
 fn a_crowd_of_new_processes_is_traced_from_their_first_calls() {
-    if !can_trace("crowd") {
-        return;
-    }
+    require_trace("crowd");
     let bin = crowd();
     let spec = crowd_spec("crowd", &bin);
     let _guard = serial();
@@ -467,9 +461,7 @@ impl Drop for Bpffs {
 /// the hold is traced; the old pin is removed.
 #[test]
 fn a_new_gprobe_takes_over_the_holds_an_agent_that_died_left() {
-    if !can_trace("orphan holds") {
-        return;
-    }
+    require_trace("orphan holds");
     let bin = crowd();
     let spec = crowd_spec("orphans", &bin);
     let _guard = serial();

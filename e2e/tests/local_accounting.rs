@@ -3,7 +3,7 @@
 //! deeper than the pairing stack (too deep). They need root (BPF).
 
 use gprobe_e2e::go::GoVersion;
-use gprobe_e2e::harness::{can_trace, program, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{program, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::path::Path;
 
@@ -38,9 +38,7 @@ fn burst_spec(bin: &Path, limit: u32) -> String {
 
 #[test]
 fn calls_over_the_rate_limit_are_counted_not_lost_silently() {
-    if !can_trace("rate limit") {
-        return;
-    }
+    require_trace("rate limit");
     let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
     let _guard = serial();
     let g = Gprobe::start(&burst_spec(&bin, 50), &[]);
@@ -61,9 +59,7 @@ const TINY_RING: &[&str] = &["--ring-buffer-size", "8KiB", "--wakeup-size", "4Ki
 
 #[test]
 fn a_full_ring_buffer_loses_calls_but_counts_every_one() {
-    if !can_trace("ring buffer full") {
-        return;
-    }
+    require_trace("ring buffer full");
     let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
     let _guard = serial();
     let g = Gprobe::start(&burst_spec(&bin, 0), TINY_RING);
@@ -92,9 +88,7 @@ fn a_full_ring_buffer_loses_calls_but_counts_every_one() {
 
 #[test]
 fn a_full_ring_buffer_with_latency_probes_counts_every_call_once() {
-    if !can_trace("ring buffer full, latency") {
-        return;
-    }
+    require_trace("ring buffer full, latency");
     let bin = program("e2e/testdata/burst", GoVersion::Go127, false);
     let _guard = serial();
     let spec = SpecBuilder::new("burst")
@@ -144,9 +138,7 @@ const MAX_DEPTH: i64 = 16;
 
 #[test]
 fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
-    if !can_trace("recursion") {
-        return;
-    }
+    require_trace("recursion");
     let bin = program("e2e/testdata/recurse", GoVersion::Go127, false);
     let _guard = serial();
     let spec = SpecBuilder::new("recurse")
@@ -224,9 +216,7 @@ fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
 /// still pairs with its own return, not with the return of a throttled call nested in it.
 #[test]
 fn a_throttled_call_inside_recorded_ones_leaves_their_pairing_exact() {
-    if !can_trace("throttled recursion") {
-        return;
-    }
+    require_trace("throttled recursion");
     let bin = program("e2e/testdata/recurse", GoVersion::Go127, false);
     let _guard = serial();
     let spec = SpecBuilder::new("recurse")

@@ -8,7 +8,7 @@
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{
-    build_dir, can_trace, program, run_program, serial, Gprobe, Run, VERSIONS,
+    build_dir, program, require_trace, run_program, serial, Gprobe, Run, VERSIONS,
 };
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::{Map, Value};
@@ -135,9 +135,7 @@ fn values_spec(bin: &Path, v: GoVersion, stripped: bool) -> String {
 /// Runs the program under gprobe for every Go version and build kind, and hands each run
 /// to `check`.
 fn each_build(test: &str, check: impl Fn(&Run, &str, GoVersion, bool, &str)) {
-    if !can_trace(test) {
-        return;
-    }
+    require_trace(test);
     for v in VERSIONS {
         for stripped in [false, true] {
             let bin = program(SRC, v, stripped);
@@ -224,9 +222,7 @@ fn http_handler_request_method_path_host_and_length() {
 
 #[test]
 fn a_position_independent_binary_names_dynamic_types_through_its_load_bias() {
-    if !can_trace("pie") {
-        return;
-    }
+    require_trace("pie");
     // -buildmode=pie: type descriptors sit at the link address plus where the process was
     // loaded, which gprobe reads from /proc/PID/maps when it attaches.
     let v = GoVersion::Go127;

@@ -9,7 +9,7 @@
 //! They need root (BPF).
 
 use gprobe_e2e::go::GoVersion;
-use gprobe_e2e::harness::{can_trace, program, run_program, serial, Gprobe, Run, VERSIONS};
+use gprobe_e2e::harness::{program, require_trace, run_program, serial, Gprobe, Run, VERSIONS};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -125,9 +125,7 @@ fn spec(bin: &Path) -> String {
 /// Runs the program under gprobe for every Go version and build kind; hands each run to
 /// `check`.
 fn each_build(test: &str, check: impl Fn(&Run, &str, GoVersion, bool, &str)) {
-    if !can_trace(test) {
-        return;
-    }
+    require_trace(test);
     for v in VERSIONS {
         for stripped in [false, true] {
             let bin = program(SRC, v, stripped);
@@ -238,9 +236,7 @@ fn positional_names_of_named_values_are_refused_with_their_names() {
 /// Without a signature (DWARF names the values), `p0` is refused by the planner.
 #[test]
 fn positional_names_are_refused_where_dwarf_names_the_values() {
-    if !can_trace("positional_dwarf") {
-        return;
-    }
+    require_trace("positional_dwarf");
     for v in VERSIONS {
         let bin = program(SRC, v, false);
         let _guard = serial();

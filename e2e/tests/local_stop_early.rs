@@ -3,7 +3,7 @@
 //! lost. Needs root (BPF).
 
 use gprobe_e2e::go::TempDir;
-use gprobe_e2e::harness::{can_trace, gprobe_bin, serial};
+use gprobe_e2e::harness::{gprobe_bin, require_trace, serial};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,9 +20,7 @@ fn catches_sigint(pid: u32) -> bool {
 
 #[test]
 fn a_sigint_sent_before_ready_stops_the_run_once_ready() {
-    if !can_trace("early SIGINT") {
-        return;
-    }
+    require_trace("early SIGINT");
     let dir = TempDir::new("stop-early");
     let spec = dir.path().join("spec.yaml");
     let yaml = SpecBuilder::new("early")

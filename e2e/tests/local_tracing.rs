@@ -5,7 +5,7 @@
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{
-    build_dir, can_trace, program, program_lines, run_program, serial, Gprobe, VERSIONS,
+    build_dir, program, program_lines, require_trace, run_program, serial, Gprobe, VERSIONS,
 };
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::collections::BTreeMap;
@@ -27,9 +27,7 @@ fn client_get_spec(name: &str, bin: &Path) -> String {
 
 #[test]
 fn every_fetched_url_appears_exactly_once_on_go119_and_go127_stripped_or_not() {
-    if !can_trace("urls") {
-        return;
-    }
+    require_trace("urls");
     for v in VERSIONS {
         for stripped in [false, true] {
             let bin = program("examples/http-client", v, stripped);
@@ -105,9 +103,7 @@ fn every_fetched_url_appears_exactly_once_on_go119_and_go127_stripped_or_not() {
 
 #[test]
 fn a_process_running_before_gprobe_starts_is_traced() {
-    if !can_trace("already running") {
-        return;
-    }
+    require_trace("already running");
     let bin = program("examples/http-client", GoVersion::Go127, false);
     let _guard = serial();
     let urls_file = build_dir().join("urls-early.txt");
@@ -147,9 +143,7 @@ fn a_process_running_before_gprobe_starts_is_traced() {
 
 #[test]
 fn compute_e_iterations_are_exact() {
-    if !can_trace("computeE") {
-        return;
-    }
+    require_trace("computeE");
     let bin = program("examples/compute-e", GoVersion::Go127, true);
     let _guard = serial();
     let spec = SpecBuilder::new("compute-e")
@@ -217,9 +211,7 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[test]
 fn latency_is_right_when_goroutines_migrate_between_threads() {
-    if !can_trace("latency") {
-        return;
-    }
+    require_trace("latency");
     let bin = program("e2e/testdata/sleeper", GoVersion::Go127, false);
     let _guard = serial();
     let spec = SpecBuilder::new("sleeper")

@@ -4,7 +4,7 @@
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{
-    can_trace, program, program_lines, run_program, serial, Gprobe, VERSIONS,
+    program, program_lines, require_trace, run_program, serial, Gprobe, VERSIONS,
 };
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
@@ -50,9 +50,7 @@ fn zoo_spec(bin: &Path) -> String {
 
 #[test]
 fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs() {
-    if !can_trace("zoo") {
-        return;
-    }
+    require_trace("zoo");
     for v in VERSIONS {
         let bin = program("e2e/testdata/zoo", v, false);
         let _guard = serial();
@@ -159,9 +157,7 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
 
 #[test]
 fn stripped_binary_needs_a_signature_to_capture_but_can_count_calls() {
-    if !can_trace("stripped") {
-        return;
-    }
+    require_trace("stripped");
     let bin = program("e2e/testdata/zoo", GoVersion::Go119, true);
     let _guard = serial();
     let spec = SpecBuilder::new("stripped")

@@ -2,7 +2,7 @@
 //! receiver started here (gRPC with tonic, and HTTP/protobuf), built on opentelemetry-proto.
 
 use gprobe_e2e::go::GoVersion;
-use gprobe_e2e::harness::{build_dir, can_trace, program, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{build_dir, program, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, http_receiver};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
@@ -159,25 +159,21 @@ fn check(protocol: &str) {
 
 #[test]
 fn spans_and_metrics_reach_an_otlp_grpc_receiver() {
-    if can_trace("otlp grpc") {
-        check("grpc");
-    }
+    require_trace("otlp grpc");
+    check("grpc");
 }
 
 #[test]
 fn spans_and_metrics_reach_an_otlp_http_protobuf_receiver() {
-    if can_trace("otlp http") {
-        check("http/protobuf");
-    }
+    require_trace("otlp http");
+    check("http/protobuf");
 }
 
 /// The spans of nested calls and of a goroutine a call started reach the receiver as
 /// trees: each child's parent span id is its parent call's span, in the parent's trace.
 #[test]
 fn nested_calls_and_their_goroutines_reach_the_receiver_as_span_trees() {
-    if !can_trace("nested_calls_and_their_goroutines_reach_the_receiver_as_span_trees") {
-        return;
-    }
+    require_trace("nested_calls_and_their_goroutines_reach_the_receiver_as_span_trees");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -6,7 +6,7 @@
 
 use gprobe_e2e::cc;
 use gprobe_e2e::go::{repo_root, TempDir};
-use gprobe_e2e::harness::{can_trace, gprobe_bin, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{gprobe_bin, program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -95,9 +95,7 @@ fn wait(child: &mut std::process::Child, timeout: Duration) -> ExitStatus {
 
 #[test]
 fn a_command_is_traced_from_its_first_call_and_gives_gprobe_its_status() {
-    if !can_trace("a_command_is_traced_from_its_first_call_and_gives_gprobe_its_status") {
-        return;
-    }
+    require_trace("a_command_is_traced_from_its_first_call_and_gives_gprobe_its_status");
     let _guard = serial();
     let dir = TempDir::new("run-command");
     let bin = ctarget(dir.path());
@@ -218,9 +216,7 @@ fn a_command_is_traced_from_its_first_call_and_gives_gprobe_its_status() {
 
 #[test]
 fn with_an_output_file_the_commands_stdout_is_left_alone() {
-    if !can_trace("with_an_output_file_the_commands_stdout_is_left_alone") {
-        return;
-    }
+    require_trace("with_an_output_file_the_commands_stdout_is_left_alone");
     let _guard = serial();
     let dir = TempDir::new("run-command-out");
     let bin = ctarget(dir.path());
@@ -333,9 +329,7 @@ fn wait_for_file(path: &Path, what: &str) {
 
 #[test]
 fn signals_reach_the_command_once_and_gprobe_traces_until_it_exits() {
-    if !can_trace("signals_reach_the_command_once_and_gprobe_traces_until_it_exits") {
-        return;
-    }
+    require_trace("signals_reach_the_command_once_and_gprobe_traces_until_it_exits");
     let _guard = serial();
     let dir = TempDir::new("run-command-signals");
     let bin = counter(dir.path());
@@ -406,9 +400,7 @@ fn closed_pipe() -> OwnedFd {
 
 #[test]
 fn a_closed_output_ends_gprobe_quietly() {
-    if !can_trace("a_closed_output_ends_gprobe_quietly") {
-        return;
-    }
+    require_trace("a_closed_output_ends_gprobe_quietly");
     let _guard = serial();
     let dir = TempDir::new("run-closed");
     let bin = ctarget(dir.path());
@@ -503,9 +495,7 @@ fn container_selectors_say_at_once_that_they_select_nothing_here() {
 
 #[test]
 fn waiting_is_info_and_a_spec_error_is_said_once() {
-    if !can_trace("waiting_is_info_and_a_spec_error_is_said_once") {
-        return;
-    }
+    require_trace("waiting_is_info_and_a_spec_error_is_said_once");
     let _guard = serial();
     let dir = TempDir::new("run-levels");
     let bin = ctarget(dir.path());
@@ -559,9 +549,7 @@ fn waiting_is_info_and_a_spec_error_is_said_once() {
 
 #[test]
 fn the_table_shows_local_time_in_order_and_escapes_what_is_not_text() {
-    if !can_trace("the_table_shows_local_time_in_order_and_escapes_what_is_not_text") {
-        return;
-    }
+    require_trace("the_table_shows_local_time_in_order_and_escapes_what_is_not_text");
     let _guard = serial();
     let dir = TempDir::new("run-table");
     let src = dir.path().join("bytes.c");

@@ -12,7 +12,7 @@
 //! (BPF).
 
 use gprobe_e2e::go::GoVersion;
-use gprobe_e2e::harness::{can_trace, program, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{program, program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, spans, Received};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
@@ -101,9 +101,7 @@ const REQUESTS: usize = 12;
 #[test]
 fn a_requests_spans_form_one_trace_across_two_services() {
     let _serial = serial();
-    if !can_trace("a_requests_spans_form_one_trace_across_two_services") {
-        return;
-    }
+    require_trace("a_requests_spans_form_one_trace_across_two_services");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -401,9 +399,7 @@ const MANY_HEADERS: [(usize, usize, usize, bool); 5] = [
 #[test]
 fn a_handler_joins_the_trace_of_a_request_with_many_headers() {
     let _serial = serial();
-    if !can_trace("a_handler_joins_the_trace_of_a_request_with_many_headers") {
-        return;
-    }
+    require_trace("a_handler_joins_the_trace_of_a_request_with_many_headers");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -496,9 +492,7 @@ const SHARED: (usize, usize, usize) = (30, 10, 2);
 #[test]
 fn requests_sharing_one_header_each_carry_their_own_span() {
     let _serial = serial();
-    if !can_trace("requests_sharing_one_header_each_carry_their_own_span") {
-        return;
-    }
+    require_trace("requests_sharing_one_header_each_carry_their_own_span");
     for (v, stripped) in [(GoVersion::Go119, false), (GoVersion::Go127, true)] {
         let what = format!("{v:?} stripped={stripped}");
         let bin = program("e2e/testdata/services", v, stripped);

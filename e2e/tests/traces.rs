@@ -4,7 +4,7 @@
 //! started inside a call (runtime.newproc1) has its calls in that call's trace. Checked against
 //! e2e/testdata/nest's own record of its calls. They need root (BPF).
 
-use gprobe_e2e::harness::{can_trace, program, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{program, program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,9 +22,7 @@ fn id(r: &Value, key: &str) -> Option<String> {
 #[test]
 fn spans_nest_by_goroutine_with_siblings_and_recursion_as_the_program_called() {
     let _serial = serial();
-    if !can_trace("spans_nest_by_goroutine_with_siblings_and_recursion_as_the_program_called") {
-        return;
-    }
+    require_trace("spans_nest_by_goroutine_with_siblings_and_recursion_as_the_program_called");
     for (v, stripped) in gprobe_e2e::harness::VERSIONS
         .into_iter()
         .flat_map(|v| [(v, false), (v, true)])

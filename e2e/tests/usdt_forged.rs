@@ -6,15 +6,13 @@
 
 use gprobe_e2e::cc;
 use gprobe_e2e::go::{repo_root, TempDir};
-use gprobe_e2e::harness::{can_trace, program_lines, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 
 #[test]
 fn forged_usdt_notes_are_refused_and_the_program_computes_right() {
     let _serial = serial();
-    if !can_trace("forged_usdt_notes_are_refused_and_the_program_computes_right") {
-        return;
-    }
+    require_trace("forged_usdt_notes_are_refused_and_the_program_computes_right");
     let dir = TempDir::new("forged");
     let bin = cc::build(
         &repo_root().join("e2e/testdata/forged/forged.c"),

@@ -4,11 +4,9 @@
 //! `/kubepods/besteffort/pod<uid>`).
 //!
 //! ```no_run
-//! use gprobe_e2e::cri::{can_run_containers, Containerd, PodSpec};
+//! use gprobe_e2e::cri::{require_containers, Containerd, PodSpec};
 //! # fn test(binary: &std::path::Path) -> Result<(), String> {
-//! if !can_run_containers("my_test") {
-//!     return Ok(());
-//! }
+//! require_containers("my_test");
 //! let ctrd = Containerd::start()?;
 //! ctrd.import_image("registry.test/shop/app:v1", binary)?;
 //! let pod = ctrd.run_pod(&PodSpec {
@@ -73,13 +71,14 @@ pub struct Pod {
     pub spec: PodSpec,
 }
 
-/// Prints "SKIPPED <test>: <reason>" and returns false when containers cannot run here.
-pub fn can_run_containers(test: &str) -> bool {
+/// Fails the calling test, naming why, when containers cannot run here: a test that did
+/// not run must not pass.
+pub fn require_containers(test: &str) {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED {test}: needs root to run containerd and containers");
-        return false;
-    }
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "{test}: needs root to run containerd and containers: run it as root"
+    );
     let missing: Vec<&str> = [
         "containerd",
         "containerd-shim-runc-v2",
@@ -90,14 +89,11 @@ pub fn can_run_containers(test: &str) -> bool {
     .into_iter()
     .filter(|t| which(t).is_none())
     .collect();
-    if !missing.is_empty() {
-        eprintln!(
-            "SKIPPED {test}: {} not installed (scripts/setup.sh --test installs containerd and runc)",
-            missing.join(", ")
-        );
-        return false;
-    }
-    true
+    assert!(
+        missing.is_empty(),
+        "{test}: {} not installed (scripts/setup.sh --test installs containerd and runc)",
+        missing.join(", ")
+    );
 }
 
 fn which(tool: &str) -> Option<PathBuf> {
