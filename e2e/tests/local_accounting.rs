@@ -133,12 +133,10 @@ fn a_full_ring_buffer_with_latency_probes_counts_every_call_once() {
     }
 }
 
-/// The pairing stack's depth (GP_MAX_DEPTH in agent-ebpf/include/gprobe.h).
-const MAX_DEPTH: i64 = 16;
-
-#[test]
-fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
-    require_trace("recursion");
+/// Traces e2e/testdata/recurse's `main.depth` (its argument, result and latency) at
+/// `limit` calls per second while it makes `rounds` rounds of `deepest + 1` nested calls;
+/// returns gprobe's run once the program printed that it made them all.
+fn run_recursion(limit: u32, rounds: i64, deepest: i64) -> gprobe_e2e::harness::Run {
     let bin = program("e2e/testdata/recurse", GoVersion::Go127, false);
     let _guard = serial();
     let spec = SpecBuilder::new("recurse")
@@ -149,11 +147,9 @@ fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
                 .capture(["n", "r0"])
                 .latency(),
         )
-        .events_per_second(0)
+        .events_per_second(limit)
         .yaml();
     let g = Gprobe::cmd(&spec).summary_file().start();
-    // Rounds of depth(20): 21 calls nested, the outer 16 recorded, the inner 5 too deep.
-    let (rounds, deepest) = (30, 20);
     let out = run_program(
         &bin,
         &[
@@ -167,7 +163,18 @@ fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
         out.contains(&format!("calls={}", rounds * (deepest + 1))),
         "{out}"
     );
-    let run = g.stop();
+    g.stop()
+}
+
+/// The pairing stack's depth (GP_MAX_DEPTH in agent-ebpf/include/gprobe.h).
+const MAX_DEPTH: i64 = 16;
+
+#[test]
+fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
+    require_trace("recursion");
+    // Rounds of depth(20): 21 calls nested, the outer 16 recorded, the inner 5 too deep.
+    let (rounds, deepest) = (30, 20);
+    let run = run_recursion(0, rounds, deepest);
     let records = run.records_of("main.depth");
     let recorded = MAX_DEPTH;
     assert_eq!(records.len() as i64, rounds * recorded, "{}", run.stderr);
@@ -217,35 +224,12 @@ fn recursive_calls_pair_with_their_own_returns_and_the_too_deep_are_counted() {
 #[test]
 fn a_throttled_call_inside_recorded_ones_leaves_their_pairing_exact() {
     require_trace("throttled recursion");
-    let bin = program("e2e/testdata/recurse", GoVersion::Go127, false);
-    let _guard = serial();
-    let spec = SpecBuilder::new("recurse")
-        .executable(&bin)
-        .probe(
-            ProbeBuilder::new("main.depth")
-                .signature("func(n int64) int64")
-                .capture(["n", "r0"])
-                .latency(),
-        )
-        .events_per_second(50)
-        .yaml();
-    let g = Gprobe::cmd(&spec).summary_file().start();
     // Rounds of depth(10), 11 calls each, in a burst far shorter than the one-second window:
     // the first 50 entries are recorded, so the fifth round is cut after depth(5), and the
     // returns of its throttled inner calls come before those of its recorded outer ones.
     let (rounds, deepest) = (200, 10);
-    let out = run_program(
-        &bin,
-        &[
-            "-rounds",
-            &rounds.to_string(),
-            "-depth",
-            &deepest.to_string(),
-        ],
-    );
     let calls = rounds * (deepest + 1);
-    assert!(out.contains(&format!("calls={calls}")), "{out}");
-    let run = g.stop();
+    let run = run_recursion(50, rounds, deepest);
     let records = run.records_of("main.depth");
     let (delivered, lost, throttled) = summary_counts(&run.stderr, "main.depth");
     assert_eq!(records.len() as u64, delivered);
