@@ -26,8 +26,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && install -D -m 0755 target/release/gprobe /out/gprobe
 
 # distroless/cc: glibc, libgcc and CA certificates (OTLP over TLS), no shell. The agent runs
-# as root (the chart gives it BPF, PERFMON, SYS_PTRACE, DAC_READ_SEARCH and SYS_RESOURCE,
-# not privileged), so this is the image's default user, not :nonroot. Distroless publishes no
+# as root (the chart gives it BPF, PERFMON, SYS_PTRACE, DAC_READ_SEARCH, SYS_RESOURCE, KILL
+# and SYS_NICE, not privileged), so this is the image's default user, not :nonroot. Distroless publishes no
 # version tags: pin a digest (cc-debian12@sha256:...) for release builds.
 # hadolint ignore=DL3007
 FROM gcr.io/distroless/cc-debian12:latest

@@ -41,7 +41,7 @@ for k in ("hostNetwork", "hostIPC"):
 (c,) = [c for c in pod["containers"] if c["name"] == "agent"]
 sc = c.get("securityContext", {})
 caps = sc.get("capabilities", {})
-want = {"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "SYS_RESOURCE", "KILL"}
+want = {"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "SYS_RESOURCE", "KILL", "SYS_NICE"}
 if caps.get("drop") != ["ALL"]: err(f"agent: capabilities.drop is {caps.get('drop')}, not [ALL]")
 added = caps.get("add", [])
 if sorted(added) != sorted(want):
