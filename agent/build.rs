@@ -31,6 +31,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "kind",
             "n_captures",
             "flags",
+            "jcc",
             "rate_limit",
             "aux",
             "caps",

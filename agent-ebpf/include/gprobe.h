@@ -159,7 +159,9 @@ struct gp_probe_cfg {
 	__u8 kind;        /* enum gp_probe_kind */
 	__u8 n_captures;
 	__u8 flags;       /* GP_CFG_* */
-	__u8 _pad;
+	__u8 jcc;         /* entry site on Go's stack-check jump: 1 + its condition (the Jcc
+			   * opcode's low nibble); a hit where the jump is taken is no call (the
+			   * function restarts after morestack). 0: any other site */
 	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
 	__u32 _pad2;
 	__u64 aux;        /* GP_PROBE_HTTP_WRITE: the *bufio.Writer type descriptor's address;

@@ -340,12 +340,37 @@ static __always_inline int loader_hit(void)
 	return 0;
 }
 
+/* Whether a Jcc of condition `cc` (the opcode's low nibble) jumps with these EFLAGS: the
+ * even conditions as listed, the odd ones their negation. resolve/sites.rs decides the same
+ * (`jcc_taken`, tested on every flag combination). */
+static __always_inline int jcc_taken(__u8 cc, __u64 flags)
+{
+	int cf = !!(flags & (1 << 0)), pf = !!(flags & (1 << 2)), zf = !!(flags & (1 << 6));
+	int sf = !!(flags & (1 << 7)), of = !!(flags & (1 << 11));
+	int taken;
+	switch (cc >> 1) {
+	case 0: taken = of; break;
+	case 1: taken = cf; break;
+	case 2: taken = zf; break;
+	case 3: taken = cf | zf; break;
+	case 4: taken = sf; break;
+	case 5: taken = pf; break;
+	case 6: taken = sf != of; break;
+	default: taken = zf | (sf != of); break;
+	}
+	return taken != (cc & 1);
+}
+
 SEC("uprobe")
 int gprobe_uprobe(struct x86_regs *r)
 {
 	__u32 id = (__u32)bpf_get_attach_cookie(r);
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	if (!cfg || cfg->kind == GP_PROBE_FREED)
+		return 0;
+	/* On Go's stack-check jump: taken, the stack grows and the function restarts, to come
+	 * here again with the jump not taken. That second hit is the call. */
+	if (cfg->jcc && jcc_taken(cfg->jcc - 1, r->flags))
 		return 0;
 	if (cfg->kind == GP_PROBE_LOADER)
 		return loader_hit();

@@ -169,7 +169,10 @@ pub enum Command {
         /// regular expression.
         #[arg(long, value_name = "RE")]
         filter: Option<String>,
-        /// Also print each function's address, size, probe sites and RET count.
+        /// Also print each function's address, size, probe sites and RET count, and where
+        /// gprobe puts its probes on this kernel with what a call costs there (`emulated`
+        /// or `single-stepped`, measured on gprobe's own code: needs root and BPF, else
+        /// `unmeasured`).
         #[arg(long)]
         verbose: bool,
     },

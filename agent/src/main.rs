@@ -126,15 +126,24 @@ fn run(command: Command) -> Result<ExitCode> {
             pid,
             filter,
             verbose,
-        } => match (binary, pid) {
-            (Some(b), _) => {
-                to_stdout(|out| gprobe_agent::symbols::list(&b, filter.as_deref(), verbose, out))
+        } => {
+            if verbose {
+                // Where probes go, and what they cost, depends on this kernel.
+                match gprobe_agent::attach::measure_sites() {
+                    Ok(k) => gprobe_agent::resolve::sites::set_kernel(k),
+                    Err(e) => eprintln!("{e}: probe sites are shown as unmeasured (measuring them needs root and BPF)"),
+                }
             }
-            (None, Some(p)) => {
-                to_stdout(|out| gprobe_agent::symbols::list_pid(p, filter.as_deref(), verbose, out))
+            match (binary, pid) {
+                (Some(b), _) => to_stdout(|out| {
+                    gprobe_agent::symbols::list(&b, filter.as_deref(), verbose, out)
+                }),
+                (None, Some(p)) => to_stdout(|out| {
+                    gprobe_agent::symbols::list_pid(p, filter.as_deref(), verbose, out)
+                }),
+                (None, None) => unreachable!("clap requires one"),
             }
-            (None, None) => unreachable!("clap requires one"),
-        },
+        }
         Command::Types {
             binary,
             pid,

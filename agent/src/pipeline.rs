@@ -66,6 +66,13 @@ impl Pipeline {
         out: Box<dyn Write + Send>,
     ) -> Result<(Pipeline, Vec<SpecRejected>), PipelineError> {
         let (tracer, rings) = BpfTracer::load(&opts.load)?;
+        // Before anything is planned: where the probes go depends on it.
+        match tracer.measure_sites() {
+            Ok(k) => crate::resolve::sites::set_kernel(k),
+            Err(e) => tracing::warn!(
+                "{e}: which instructions this kernel emulates under a uprobe is unknown, so every probe stays on its usual site (after Go's stack check, a C function's first byte), and sites show as unmeasured"
+            ),
+        }
         let registry = Arc::new(Registry::default());
         let stats = Stats::new();
         stats.set_propagation_dry_run(opts.load.propagate_dry_run);

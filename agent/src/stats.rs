@@ -26,6 +26,8 @@ impl std::fmt::Display for ProbeKey {
 pub struct ProbeStats {
     /// Attached to at least one process at some time.
     pub attached: bool,
+    /// How the kernel runs its sites, as last attached.
+    pub costs: Option<crate::resolve::sites::SiteCosts>,
     /// The latest reason it could not be attached somewhere (`None` if it never failed).
     pub error: Option<String>,
     /// Calls delivered to the output (JSONL/table and OTLP's queue).
@@ -175,11 +177,11 @@ impl Stats {
         lock(&self.0.probes).entry(key.clone()).or_default();
     }
 
-    pub fn set_attached(&self, key: &ProbeKey) {
-        lock(&self.0.probes)
-            .entry(key.clone())
-            .or_default()
-            .attached = true;
+    pub fn set_attached(&self, key: &ProbeKey, costs: crate::resolve::sites::SiteCosts) {
+        let mut probes = lock(&self.0.probes);
+        let p = probes.entry(key.clone()).or_default();
+        p.attached = true;
+        p.costs = Some(costs);
     }
 
     pub fn set_error(&self, key: &ProbeKey, error: String) {

@@ -2,6 +2,7 @@
 //! shared libraries it has mapped: functions (Go signatures, or C prototypes where DWARF
 //! has them) and USDT probes (provider:name, argument specs, semaphore, sites).
 
+use crate::resolve::sites::{self, SiteClass};
 use crate::resolve::usdt::args::parse_args;
 use crate::resolve::{Binary, ResolveError, UsdtProbe};
 use std::collections::BTreeSet;
@@ -255,17 +256,23 @@ fn list_functions(
             let extra = if bin.is_go() {
                 match bin.probe_sites(f) {
                     Ok(s) => format!(
-                        "entry={:#x} body={:#x} rets={}",
+                        "entry={:#x} body={:#x} probe={:#x}{} ({}) rets={} ({})",
                         s.entry_offset,
                         s.body_offset,
-                        s.ret_offsets.len()
+                        s.entry.offset,
+                        if s.entry.jcc.is_some() { " jcc" } else { "" },
+                        cost(s.entry.class),
+                        s.ret_offsets.len(),
+                        cost(s.ret_class),
                     ),
                     Err(e) => format!("sites: {e}"),
                 }
             } else {
-                match bin.c_entry_offset(f) {
-                    Ok(o) => format!("entry={o:#x}"),
-                    Err(e) => format!("sites: {e}"),
+                match (bin.c_entry_offset(f), bin.c_entry_site(f)) {
+                    (Ok(first), Ok((o, class))) => {
+                        format!("entry={first:#x} probe={o:#x} ({})", cost(class))
+                    }
+                    (Err(e), _) | (_, Err(e)) => format!("sites: {e}"),
                 }
             };
             writeln!(
@@ -285,6 +292,14 @@ fn list_functions(
         }
     }
     Ok(n)
+}
+
+/// "emulated ~900 ns": a site's class and, when measured, its cost per call.
+fn cost(class: SiteClass) -> String {
+    match class.cost_ns(sites::kernel()) {
+        0 => class.as_str().to_string(),
+        ns => format!("{} ~{ns} ns", class.as_str()),
+    }
 }
 
 /// One line per USDT probe: `usdt provider:name  [args]  semaphore ...  N sites`, the

@@ -26,6 +26,19 @@ pub struct ProbeSummary {
     pub throttled: u64,
     pub unfinished: u64,
     pub abandoned: u64,
+    /// How the kernel runs its sites, once attached.
+    #[serde(default)]
+    pub site: Option<SiteSummary>,
+}
+
+/// A probe's sites: `emulated`, `single-stepped` or `unmeasured`, with the measured cost.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SiteSummary {
+    pub entry: String,
+    pub entry_ns: Option<u32>,
+    #[serde(rename = "return")]
+    pub ret: Option<String>,
+    pub return_ns: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

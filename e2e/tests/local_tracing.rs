@@ -121,8 +121,13 @@ fn a_process_running_before_gprobe_starts_is_traced() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // Stopped until gprobe is ready, so that its calls (2 s after its start) come after
+    // the attach however slowly gprobe starts: it still started before gprobe, unseen.
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGSTOP) };
     let g = Gprobe::start(&client_get_spec("early", &bin), &[]);
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
     assert!(
         g.stderr_now()
             .contains("attached early / net/http.(*Client).Get"),

@@ -358,7 +358,8 @@ pub struct GpProbeCfg {
     pub kind: u8,
     pub n_captures: u8,
     pub flags: u8,
-    pub _pad: u8,
+    /// Entry site on Go's stack-check jump: 1 + its condition code; 0: any other site.
+    pub jcc: u8,
     pub rate_limit: u32,
     pub _pad2: u32,
     /// `PROBE_HTTP_WRITE`: the link-time address of the `*bufio.Writer` type descriptor.
@@ -478,7 +479,7 @@ check_layout!(GpErrType, SIZEOF_GP_ERR_TYPE, n => OFFSETOF_GP_ERR_TYPE_N,
     kind => OFFSETOF_GP_ERR_TYPE_KIND, off => OFFSETOF_GP_ERR_TYPE_OFF);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
-    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT,
+    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, jcc => OFFSETOF_GP_PROBE_CFG_JCC, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT,
     aux => OFFSETOF_GP_PROBE_CFG_AUX, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,

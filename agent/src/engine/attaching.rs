@@ -305,6 +305,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     sites: sites(&plan, &cfg),
                     cfg,
                     types,
+                    costs: plan.costs,
                 })
             });
             if let Err(e) = &outcome {
@@ -336,9 +337,11 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .binaries
             .get(&target.key)
             .expect("plan_in made the file's state");
+        let mut costs = None;
         let outcome = match bin.probes.get(&(sid, pi)) {
             Some(Ok(planned)) => {
                 let n = planned.sites.len();
+                costs = Some(planned.costs);
                 // The load bias is read now, while the process surely runs (a short-lived
                 // PIE process may be gone when its records are decoded).
                 if let Some(t) = &planned.types {
@@ -354,12 +357,14 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         };
         let result = match &outcome {
             Ok((_, n)) => {
+                let costs = costs.unwrap_or_default();
                 tracing::info!(
-                    "attached {key} to {} ({n} uprobe{}; pid {pid})",
+                    "attached {key} to {} ({n} uprobe{}; {}; pid {pid})",
                     printable(&bin.display.to_string_lossy()),
-                    if *n == 1 { "" } else { "s" }
+                    if *n == 1 { "" } else { "s" },
+                    crate::resolve::sites::describe(costs, crate::resolve::sites::kernel())
                 );
-                self.stats.set_attached(&key);
+                self.stats.set_attached(&key, costs);
                 Ok(())
             }
             Err(e) if e.is_process_gone() => Err(e.clone()),
@@ -405,6 +410,7 @@ mod tests {
             type_names: None,
             propagate: false,
             newproc: false,
+            ..Default::default()
         }
     }
 

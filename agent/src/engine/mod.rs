@@ -136,6 +136,8 @@ struct Planned {
     sites: Vec<Site>,
     /// The file's type names, where the probe shows dynamic types (see attach_one).
     types: Option<Arc<crate::events::DynTypes>>,
+    /// How the kernel runs its sites (what a call costs the program).
+    costs: crate::resolve::sites::SiteCosts,
 }
 
 /// A file probes are planned in: an executable or a shared library.

@@ -1,6 +1,7 @@
 //! The end-of-run report, built from [`Stats`] only: the text printed on stderr and the
 //! `--summary-file` JSON of docs/DESIGN.md and the README, with the same numbers.
 
+use crate::resolve::sites::{self, KernelSites, SiteClass, SiteCosts};
 use crate::stats::Stats;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -27,6 +28,34 @@ pub struct ProbeSummary {
     /// Calls whose request's header map could not be searched to the end for a
     /// `traceparent` (more headers than gprobe searches, or unreadable memory).
     pub join_incomplete: u64,
+    /// How the kernel runs the probe's sites, once attached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<SiteSummary>,
+}
+
+/// What a call costs the traced program, by site: `emulated`, `single-stepped` or
+/// `unmeasured`, and the cost measured at start (ns per call; absent when unmeasured).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SiteSummary {
+    pub entry: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry_ns: Option<u32>,
+    #[serde(rename = "return", skip_serializing_if = "Option::is_none")]
+    pub ret: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub return_ns: Option<u32>,
+}
+
+impl SiteSummary {
+    fn of(c: SiteCosts, k: Option<KernelSites>) -> Self {
+        let ns = |class: SiteClass| Some(class.cost_ns(k)).filter(|&n| n > 0);
+        SiteSummary {
+            entry: c.entry.as_str(),
+            entry_ns: ns(c.entry),
+            ret: c.ret.map(SiteClass::as_str),
+            return_ns: c.ret.and_then(ns),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -119,6 +148,7 @@ impl Summary {
                 returns_lost: p.returns_lost,
                 too_deep: p.too_deep,
                 join_incomplete: p.join_incomplete,
+                site: p.costs.map(|c| SiteSummary::of(c, sites::kernel())),
             })
             .collect();
         let p = stats.processes();
@@ -388,10 +418,10 @@ mod tests {
     fn stats() -> Stats {
         let st = Stats::new();
         let get = key("http-client-urls", "net/http.(*Client).Get");
-        st.set_attached(&get);
+        st.set_attached(&get, SiteCosts::default());
         st.add_delivered([(&get, 7, 811), (&get, 8, 1)]);
         let tick = key("burst", "main.tick");
-        st.set_attached(&tick);
+        st.set_attached(&tick, SiteCosts::default());
         st.add_delivered([(&tick, 9, 1)]);
         st.set_kernel(
             &tick,
@@ -459,7 +489,7 @@ mod tests {
             &serde_json::json!({"spec": "http-client-urls", "symbol": "net/http.(*Client).Get",
                 "attached": true, "error": null, "delivered": 812, "lost": 0, "throttled": 0,
                 "unfinished": 0, "abandoned": 0, "returns_lost": 0, "too_deep": 0,
-                "join_incomplete": 0})
+                "join_incomplete": 0, "site": {"entry": "unmeasured"}})
         );
         let tick = &v["probes"][0];
         assert_eq!(tick["symbol"], "main.tick");

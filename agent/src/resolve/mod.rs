@@ -13,6 +13,7 @@ pub mod go;
 pub mod plan;
 pub mod propagate;
 mod resolver;
+pub mod sites;
 pub mod usdt;
 mod warnings;
 
@@ -63,6 +64,22 @@ pub struct ProbeSites {
     pub body_offset: u64,
     /// Every RET (C3 / C2 iw) of the function.
     pub ret_offsets: Vec<u64>,
+    /// Where the entry probe goes on this kernel ([`sites`]): the stack check's jump when
+    /// the kernel emulates branches, else `body_offset`.
+    pub entry: EntryProbe,
+    /// How the kernel runs a RET probe (the same for every RET).
+    pub ret_class: sites::SiteClass,
+}
+
+/// The site of an entry probe and what a hit there costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryProbe {
+    /// File offset.
+    pub offset: u64,
+    /// The site is the stack check's conditional jump, of this condition (0-15): a hit
+    /// where it is taken is no call (the function restarts after `morestack`).
+    pub jcc: Option<u8>,
+    pub class: sites::SiteClass,
 }
 
 /// What kind of code a binary's functions are, which decides how probes are planned.
@@ -353,21 +370,39 @@ impl Binary {
         let (entry, code) = self.code(&f.name, f.addr, f.size)?;
         let mut rets = Vec::new();
         x86::rets(code, |o| rets.push(o));
-        let body = if self.is_go() {
-            go::prologue::body_offset(code)
+        let check = if self.is_go() {
+            go::prologue::stack_check(code)
         } else {
-            0
+            None
         };
-        let mut sites = rets.clone();
-        sites.push(body);
+        let body = check.map_or(0, |c| c.body);
+        let mut all = rets.clone();
+        all.push(body);
+        all.extend(check.map(|c| c.jcc));
         // Go pads functions with INT3 up to the next one: the decode of a Go function ends
         // exactly at its end (checked on every function of the kubectl builds), and half
         // the functions of a table shifted by a few bytes do not.
-        x86::check_sites(code, &sites, self.is_go()).map_err(|e| self.site_error(f, e))?;
+        x86::check_sites(code, &all, self.is_go()).map_err(|e| self.site_error(f, e))?;
+        let kernel = sites::kernel();
+        let at = |o: u64, jcc: Option<u8>| EntryProbe {
+            offset: entry + o,
+            jcc,
+            class: sites::class_at(code, o, kernel),
+        };
+        let jump = check.and_then(|c| Some((c.jcc, sites::jcc_condition(code, c.jcc)?)));
+        let probe = match jump {
+            Some((o, cc)) if kernel.is_some_and(|k| k.jcc) => at(o, Some(cc)),
+            _ => at(body, None),
+        };
+        let ret_class = rets.first().map_or(sites::SiteClass::SingleStepped, |&o| {
+            sites::class_at(code, o, kernel)
+        });
         Ok(ProbeSites {
             entry_offset: entry,
             body_offset: entry + body,
             ret_offsets: rets.into_iter().map(|o| entry + o).collect(),
+            entry: probe,
+            ret_class,
         })
     }
 

@@ -148,6 +148,11 @@ pub struct ProbePlan {
     /// that a call whose stack grows (and restarts the function) is seen once; for C, the
     /// function's first byte; for USDT, the first site's probe instruction.
     pub entry_offset: u64,
+    /// The entry site is Go's stack-check jump, of this condition (0-15): BPF skips a hit
+    /// where it is taken (`GpProbeCfg::jcc`). Go functions only (no extra entry sites).
+    pub entry_jcc: Option<u8>,
+    /// How the kernel runs the entry and return sites (what a call costs the program).
+    pub costs: crate::resolve::sites::SiteCosts,
     /// The return sites; empty when no return probe is needed. Go: every RET instruction
     /// (uprobes). C: `[entry_offset]`, where a uretprobe goes (`uretprobe`).
     pub ret_offsets: Vec<u64>,
@@ -246,6 +251,11 @@ impl ProbePlan {
                     0
                 }
                 | if self.newproc { abi::CFG_NEWPROC } else { 0 },
+            // Only the entry site can be the stack check's jump.
+            jcc: match (kind, self.entry_jcc) {
+                (abi::PROBE_ENTRY | abi::PROBE_CALL, Some(cc)) => cc + 1,
+                _ => 0,
+            },
             // A propagating entry finds the caller's traceparent through its header capture.
             aux: caps
                 .iter()
@@ -396,6 +406,8 @@ pub fn plan_probe(
     Ok(plan)
 }
 
+use super::sites::{SiteClass, SiteCosts};
+
 fn plan_go(
     bin: &Binary,
     probe: &Probe,
@@ -440,7 +452,12 @@ fn plan_go(
     }
     Ok(ProbePlan {
         symbol,
-        entry_offset: sites.body_offset,
+        entry_offset: sites.entry.offset,
+        entry_jcc: sites.entry.jcc,
+        costs: SiteCosts {
+            entry: sites.entry.class,
+            ret: needs_return.then_some(sites.ret_class),
+        },
         ret_offsets: if needs_return {
             sites.ret_offsets
         } else {
@@ -468,7 +485,7 @@ fn plan_c(
     func: FuncInfo,
     max_string_bytes: u32,
 ) -> Result<ProbePlan, PlanError> {
-    let entry = bin.c_entry_offset(&func)?;
+    let (entry, entry_class) = bin.c_entry_site(&func)?;
     let mut warnings = Vec::new();
     let caps = c::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
     let needs_return = probe.latency || !caps.ret.is_empty();
@@ -479,6 +496,12 @@ fn plan_c(
     Ok(ProbePlan {
         symbol: probe.symbol.clone(),
         entry_offset: entry,
+        entry_jcc: None,
+        costs: SiteCosts {
+            entry: entry_class,
+            // A uretprobe's return: not measured.
+            ret: needs_return.then_some(SiteClass::Unmeasured),
+        },
         ret_offsets: if needs_return {
             vec![entry]
         } else {

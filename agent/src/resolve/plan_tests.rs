@@ -38,6 +38,7 @@ fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbeP
         type_names: None,
         propagate: false,
         newproc: false,
+        ..Default::default()
     }
 }
 
@@ -86,4 +87,15 @@ fn c_and_usdt_configurations_pair_by_thread() {
         abi::CFG_PAIR_BY_THREAD & (abi::CFG_WORDS | abi::CFG_ONE_BYTES),
         0
     );
+}
+
+#[test]
+fn only_the_entry_configuration_skips_a_taken_stack_check_jump() {
+    let mut p = plan(vec![capture("n", abi::CAP_WORD)], vec![], true);
+    p.entry_jcc = Some(6);
+    let (e, r) = p.configs(7, 0);
+    assert_eq!(e.jcc, 7, "1 + the JBE's condition");
+    assert_eq!(r.expect("a return configuration").jcc, 0);
+    p.entry_jcc = None;
+    assert_eq!(p.configs(7, 0).0.jcc, 0);
 }

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use gprobe_crds::csig::CSignature;
 
 use super::error::{PlanError, ResolveError};
+use super::sites::SiteClass;
 use super::{Binary, FuncInfo};
 use dwarf::CDwarf;
 
@@ -112,6 +113,28 @@ impl Binary {
     /// The file offset of a C function's first byte: its entry probe, and where its
     /// uretprobe is attached. It must be code, and a valid instruction must start there
     /// (the same check as every other probe site: `x86::check_sites`).
+    /// Where a C function's entry probe goes on this kernel ([`super::sites::c_entry`]):
+    /// its file offset and how the kernel runs it.
+    pub fn c_entry_site(&self, f: &FuncInfo) -> Result<(u64, SiteClass), ResolveError> {
+        let first = self.c_entry_offset(f)?;
+        let kernel = super::sites::kernel();
+        // A symbol without a size: its branches cannot be seen, so the entry stays.
+        let len = match f.size {
+            0 => self.elf.bytes_in_segment(f.addr).clamp(1, 15),
+            n => n,
+        };
+        let (_, code) = self.code(&f.name, f.addr, len)?;
+        let at = if f.size == 0 {
+            0
+        } else {
+            super::sites::c_entry(code, kernel)
+        };
+        if at != 0 {
+            super::x86::check_sites(code, &[at], false).map_err(|e| self.site_error(f, e))?;
+        }
+        Ok((first + at, super::sites::class_at(code, at, kernel)))
+    }
+
     pub fn c_entry_offset(&self, f: &FuncInfo) -> Result<u64, ResolveError> {
         self.elf.check_x86_64()?;
         // A symbol without a size (some assembly) is read as one instruction's worth.

@@ -3,14 +3,23 @@
 //! fires once per call; one at the entry fires again when the stack grows and the
 //! function restarts.
 
+use crate::resolve::sites::is_jcc;
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, Register};
 
 /// How many leading instructions may hold the check.
 const PROLOGUE_INSNS: usize = 8;
 
-/// The offset of the first instruction after the stack-growth check of `code`, or 0 when
-/// the function has none (leaf functions, `//go:nosplit`, non-Go code).
-pub(crate) fn body_offset(code: &[u8]) -> u64 {
+/// Go's stack-growth check in a function: where its conditional jump is, and the first
+/// instruction after it. Offsets from the function's first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StackCheck {
+    pub jcc: u64,
+    pub body: u64,
+}
+
+/// The stack-growth check of `code`, or `None` when the function has none (leaf
+/// functions, `//go:nosplit`, non-Go code).
+pub(crate) fn stack_check(code: &[u8]) -> Option<StackCheck> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut insn = Instruction::default();
     let mut seen_cmp = false;
@@ -25,18 +34,19 @@ pub(crate) fn body_offset(code: &[u8]) -> u64 {
                 && insn.memory_index() == Register::None
                 && insn.memory_displacement64() == 0x10;
         } else if is_jcc(insn.mnemonic()) {
-            return insn.next_ip();
+            return Some(StackCheck {
+                jcc: insn.ip(),
+                body: insn.next_ip(),
+            });
         }
     }
-    0
+    None
 }
 
-fn is_jcc(m: Mnemonic) -> bool {
-    use Mnemonic::*;
-    matches!(
-        m,
-        Ja | Jae | Jb | Jbe | Je | Jne | Jg | Jge | Jl | Jle | Jo | Jno | Jp | Jnp | Js | Jns
-    )
+/// The offset of the first instruction after the stack-growth check of `code`, or 0 when
+/// the function has none.
+pub(crate) fn body_offset(code: &[u8]) -> u64 {
+    stack_check(code).map_or(0, |c| c.body)
 }
 
 #[cfg(test)]
@@ -50,6 +60,7 @@ mod tests {
             0x49, 0x3b, 0x66, 0x10, 0x76, 0x20, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3,
         ];
         assert_eq!(body_offset(&code), 6);
+        assert_eq!(stack_check(&code), Some(StackCheck { jcc: 4, body: 6 }));
     }
 
     #[test]
@@ -63,6 +74,7 @@ mod tests {
             0xc2, 0x08, 0x00, // ret 8
         ];
         assert_eq!(body_offset(&code), 18);
+        assert_eq!(stack_check(&code), Some(StackCheck { jcc: 12, body: 18 }));
     }
 
     #[test]

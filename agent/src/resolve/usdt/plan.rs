@@ -15,6 +15,7 @@ use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;
 use crate::resolve::error::{PlanError, UnsupportedArg};
 use crate::resolve::plan::{CapturePlan, EntrySite, PlanWarning, ProbePlan, SignatureSource};
+use crate::resolve::sites::{self, SiteClass, SiteCosts};
 use crate::resolve::Binary;
 
 /// Plans `probe` (whose `usdt` is provider:name) against `bin`.
@@ -81,6 +82,16 @@ pub(crate) fn plan(
     Ok(ProbePlan {
         symbol: point,
         entry_offset: first.offset,
+        entry_jcc: None,
+        // The site is sys/sdt.h's one-byte `nop` (usdt/check.rs).
+        costs: SiteCosts {
+            entry: match sites::kernel() {
+                None => SiteClass::Unmeasured,
+                Some(k) if k.nop => SiteClass::Emulated,
+                Some(_) => SiteClass::SingleStepped,
+            },
+            ret: None,
+        },
         ret_offsets: Vec::new(),
         entry_captures: first.captures,
         return_captures: Vec::new(),
