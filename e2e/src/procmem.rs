@@ -6,8 +6,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::process::Command;
 
-/// The file offset where gprobe places the entry uprobe of `symbol` in `bin` (its `body=`
-/// in `gprobe symbols --verbose`).
+/// The file offset where gprobe places the entry uprobe of `symbol` in `bin` on this kernel
+/// (its `probe=` in `gprobe symbols --verbose`).
 pub fn probe_offset(bin: &Path, symbol: &str) -> u64 {
     let out = Command::new(crate::harness::gprobe_bin())
         .arg("symbols")
@@ -24,11 +24,11 @@ pub fn probe_offset(bin: &Path, symbol: &str) -> u64 {
         .lines()
         .find(|l| l.split_whitespace().any(|w| w == symbol))
         .unwrap_or_else(|| panic!("{symbol} not listed by gprobe symbols:\n{text}"));
-    let body = line
+    let probe = line
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("body=0x"))
-        .unwrap_or_else(|| panic!("no body= in {line:?}"));
-    u64::from_str_radix(body, 16).unwrap()
+        .find_map(|w| w.strip_prefix("probe=0x"))
+        .unwrap_or_else(|| panic!("no probe= in {line:?}"));
+    u64::from_str_radix(probe, 16).unwrap()
 }
 
 fn regex_escape(s: &str) -> String {
