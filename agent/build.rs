@@ -80,10 +80,8 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "parent_span",
         ],
     ),
-    (
-        "gp_proc_event",
-        &["kind", "pid", "ppid", "hold", "ino", "filename"],
-    ),
+    ("gp_proc_event", &["kind", "pid", "ppid", "hold"]),
+    ("gp_proc_exec", &["ev", "ino", "filename"]),
 ];
 
 fn clang() -> Result<PathBuf> {
@@ -210,7 +208,6 @@ fn main() -> Result<()> {
         "GP_HOLD_EXEC",
         "GP_HOLD_FORK",
         "GP_HOLD_LOADER",
-        "GP_PROC_EVENT_HEAD",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

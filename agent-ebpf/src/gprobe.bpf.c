@@ -336,7 +336,7 @@ static __always_inline int loader_hit(void)
 	struct gp_control *ctl = control_of();
 	if (ctl && lease_fresh(ctl, now))
 		ev.hold = hold_current(ctl, ev.pid, GP_HOLD_LOADER, now);
-	proc_output(&ev, GP_PROC_EVENT_HEAD);
+	proc_output(&ev, sizeof(ev));
 	return 0;
 }
 

@@ -61,7 +61,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct gp_proc_event);
+	__type(value, struct gp_proc_exec);
 } proc_scratch SEC(".maps");
 
 struct {
