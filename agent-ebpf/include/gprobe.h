@@ -4,7 +4,9 @@
 #ifndef GPROBE_H
 #define GPROBE_H
 
-#ifndef __BPF__
+#ifdef __BPF__
+#include <linux/types.h>
+#else
 #include <stdint.h>
 typedef uint8_t __u8;
 typedef uint16_t __u16;
