@@ -81,10 +81,21 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "parent_span",
         ],
     ),
-    (
-        "gp_proc_event",
-        &["kind", "pid", "ppid", "hold", "ino", "filename"],
-    ),
+    ("gp_proc_event", &["kind", "pid", "ppid", "hold"]),
+    ("gp_proc_exec", &["ev", "ino", "filename"]),
+];
+
+/// How every BPF source is compiled: the programs, and each header alone (`check_headers`).
+const BPF_FLAGS: &[&str] = &[
+    "-O2",
+    "-g",
+    "-target",
+    "bpf",
+    "-mcpu=v3",
+    "-D__TARGET_ARCH_x86",
+    "-Wall",
+    "-Werror",
+    "-I/usr/include/x86_64-linux-gnu",
 ];
 
 fn clang() -> Result<PathBuf> {
@@ -119,6 +130,64 @@ fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
+/// Compiles every header of agent-ebpf on its own, included twice in an otherwise empty
+/// file, with the programs' flags: a header that uses what it does not include (and so
+/// compiles only after whatever its includer defined first) or lacks an include guard fails
+/// the build here, naming itself. Unused functions are no error here: a header's functions
+/// are for its includers.
+fn check_headers(clang: &Path, ebpf: &Path, out: &Path) -> Result<()> {
+    let mut headers = Vec::new();
+    for dir in [ebpf.join("include"), ebpf.join("src")] {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "h") {
+                headers.push(path);
+            }
+        }
+    }
+    headers.sort();
+    // All at once: each takes a fraction of a second, most of it clang starting.
+    let mut checks = Vec::new();
+    for (i, header) in headers.iter().enumerate() {
+        let file = out.join(format!("header_check_{i}.c"));
+        std::fs::write(
+            &file,
+            format!("#include \"{0}\"\n#include \"{0}\"\n", header.display()),
+        )?;
+        let child = Command::new(clang)
+            .args(BPF_FLAGS)
+            .args(["-Wno-unused-function", "-fsyntax-only"])
+            .arg("-I")
+            .arg(ebpf.join("include"))
+            .arg(&file)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("running clang (header check)")?;
+        checks.push((header, child));
+    }
+    let mut failed = String::new();
+    for (header, child) in checks {
+        let res = child
+            .wait_with_output()
+            .context("running clang (header check)")?;
+        if !res.status.success() {
+            failed += &format!(
+                "\n{} does not compile on its own: it must include what it uses and have an \
+                 include guard:\n{}",
+                header.display(),
+                String::from_utf8_lossy(&res.stderr)
+            );
+        }
+    }
+    if !failed.is_empty() {
+        bail!("BPF headers that do not stand alone:{failed}");
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let ebpf = manifest
@@ -138,19 +207,9 @@ fn main() -> Result<()> {
     for name in ["gprobe", "procs"] {
         run(
             Command::new(&clang)
-                .args([
-                    "-O2",
-                    "-g",
-                    "-target",
-                    "bpf",
-                    "-mcpu=v3",
-                    "-D__TARGET_ARCH_x86",
-                    "-Wall",
-                    "-Werror",
-                ])
+                .args(BPF_FLAGS)
                 .arg("-I")
                 .arg(&include)
-                .arg("-I/usr/include/x86_64-linux-gnu")
                 .arg("-c")
                 .arg(ebpf.join(format!("src/{name}.bpf.c")))
                 .arg("-o")
@@ -158,6 +217,8 @@ fn main() -> Result<()> {
             "clang (BPF programs)",
         )?;
     }
+
+    check_headers(&clang, &ebpf, &out)?;
 
     // Layout probe: a host program printing each struct's size and field offsets.
     let mut c = String::from(
@@ -211,7 +272,6 @@ fn main() -> Result<()> {
         "GP_HOLD_EXEC",
         "GP_HOLD_FORK",
         "GP_HOLD_LOADER",
-        "GP_PROC_EVENT_HEAD",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

@@ -4,7 +4,9 @@
 #ifndef GPROBE_H
 #define GPROBE_H
 
-#ifndef __BPF__
+#ifdef __BPF__
+#include <linux/types.h>
+#else
 #include <stdint.h>
 typedef uint8_t __u8;
 typedef uint16_t __u16;
@@ -315,20 +317,23 @@ struct gp_hold {
 	__u32 _pad;
 };
 
-/* Records of the process ring buffer (exec, fork and exit of any process on the host; the
- * dynamic loader hook of traced ones). Only exec records are whole: the others are the
- * first GP_PROC_EVENT_HEAD bytes. */
+/* Records of the process ring buffer: exec, fork and exit of any process on the host, and
+ * the dynamic loader hook of traced ones. Every record starts with a gp_proc_event; exit,
+ * fork and loader records are one, an exec record is a gp_proc_exec. */
 struct gp_proc_event {
 	__u32 kind;  /* GP_EV_EXEC, GP_EV_EXIT, GP_EV_FORK or GP_EV_LOADER */
 	__u32 pid;
 	__u32 ppid;  /* GP_EV_FORK: the parent */
 	__u32 _pad;
 	__u64 hold;  /* the process is held: its gp_hold.since_ns; 0: it is not */
-	__u64 ino;                  /* EXEC: inode number of the executed file */
-	char filename[GP_PATH_MAX]; /* EXEC: the path given to execve (may be relative) */
 };
 
-#define GP_PROC_EVENT_HEAD 24
+/* GP_EV_EXEC: a process executed a file. */
+struct gp_proc_exec {
+	struct gp_proc_event ev;
+	__u64 ino;                  /* inode number of the executed file */
+	char filename[GP_PATH_MAX]; /* the path given to execve (may be relative) */
+};
 
 /* Counters of the process hooks (per CPU). */
 struct gp_proc_stats {

@@ -6,8 +6,16 @@
  * uprobe_multi loader pass it), the verifier checks each once, on its own. Without BTF
  * they would be checked at each call (some 2 s of verification), and record offsets that
  * pass through s->cursor (memory whose contents the verifier does not track) keep the
- * outcomes of one element or capture from multiplying those of the next. Included by
- * gprobe.bpf.c after struct scratch. */
+ * outcomes of one element or capture from multiplying those of the next. */
+#ifndef GPROBE_CAPTURES_H
+#define GPROBE_CAPTURES_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+#include "maps.h"
+#include "regs.h"
+#include "gomap.h"
 
 /* The scratch buffer at `o`, masked below GP_SCRATCH; struct scratch's slack holds what a
  * write of one string may run past it (the planner keeps real records inside). */
@@ -108,8 +116,6 @@ static __always_inline __u64 elem_count(__u64 l, __u8 *flags)
 	}
 	return l;
 }
-
-#include "gomap.h"
 
 /* One string of a []string at `p`: u32 full length, u16 bytes kept, u8 flags, u8 0, the
  * bytes padded to 8. Returns the bytes written. */
@@ -431,3 +437,5 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 	v->len = len;
 	return sizeof(*v) + pad8(len);
 }
+
+#endif

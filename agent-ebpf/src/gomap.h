@@ -1,7 +1,7 @@
 /* One request header of a Go http.Header (map[string][]string), read where a net/http
  * handler starts: its W3C `traceparent`, so the handler's span joins the caller's trace.
  * Read here, while the request is live, not later from userspace, where the map may have
- * changed or been freed. Included by captures.h.
+ * changed or been freed.
  *
  * The map is searched slot by slot: its hash seed is per map and its hash (AES-based on
  * amd64) is not computed here, so the key's bucket is not known. Every bucket or group is
@@ -30,6 +30,13 @@
  * verifier does not track, so one visit's counters look like the next one's. Each visit
  * reads one bucket or group with gp_scan_group. The search stops at the key, or once it
  * has seen as many keys as the map holds (its count). */
+#ifndef GPROBE_GOMAP_H
+#define GPROBE_GOMAP_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+#include "maps.h"
 
 #define GP_MAP_MAX_READS 512 /* buckets or groups read in one search, overflow buckets included */
 #define GP_MAP_MAX_KEYS 1024 /* a map with more keys is not searched */
@@ -271,3 +278,5 @@ __attribute__((noinline)) int gp_header_lookup(struct scratch *s, __u64 m, __u32
 		return -1;
 	return w->done ? 0 : -2;
 }
+
+#endif

@@ -12,100 +12,7 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
-/* struct pt_regs on x86_64, as the kernel passes it to uprobe programs. */
-struct x86_regs {
-	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
-	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20); /* the agent sets it before load (--ring-buffer-size) */
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, GP_MAX_PROBES);
-	__type(key, __u32);
-	__type(value, struct gp_probe_cfg);
-} probes SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, GP_MAX_PROBES);
-	__type(key, __u32);
-	__type(value, struct gp_stats);
-} stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, GP_MAX_PROBES);
-	__type(key, __u32);
-	__type(value, struct gp_rate);
-} rates SEC(".maps");
-
-/* Calls in flight, by goroutine: LRU so abandoned entries (panics) cannot grow it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct gp_inflight_key);
-	__type(value, struct gp_inflight);
-} inflight SEC(".maps");
-
-#include "procmaps.h"
-
-/* Error types of the Go binaries probed: see struct gp_err_type. The agent adds a table's
- * entries when a probe with an error capture is added; a table is named by its contents,
- * so probes of binaries of one Go release share one. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, struct gp_err_key);
-	__type(value, struct gp_err_type);
-} errtypes SEC(".maps");
-
-struct scratch {
-	__u64 seq;
-	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
-	__u64 nested;  /* this hit's entry found calls of its function in flight on its goroutine */
-	__u64 lost;    /* the last record of this CPU could not be written (GP_EV_AFTER_LOSS) */
-	__u64 cursor;  /* captures.h: a record offset read back from here is one the verifier
-			* no longer tracks, so the paths that computed it converge */
-	__u64 regs[16];
-	__u64 hdr[2]; /* gomap.h: the string header of the header value found */
-	__u64 ovf;    /* gomap.h: the overflow bucket after the one searched */
-	__u64 walk[14]; /* gomap.h: the search in progress (struct gp_walk), in map memory
-			 * whose contents the verifier does not track: its counters then do
-			 * not make each visit of bpf_loop's callback a state of its own */
-	/* spans.h: the header map a propagating entry searched in this hit, and the outcome,
-	 * for its record's header capture (0: none) */
-	__u64 hdr_map;
-	__s64 hdr_res;
-	__u64 incomplete; /* captures.h: header maps this hit could not search to the end */
-	__u8 grp[512 + 16]; /* gomap.h: a map bucket or group being searched (up to 336 bytes;
-			     * offsets masked below 512, a word read past them stays inside) */
-	__u64 span[4]; /* spans.h: the span this hit opened (trace high, low, span, parent) */
-	struct gp_span_ctx fresh; /* spans.h: a goroutine's first, zeroed */
-	__u64 eq[8][2]; /* captures.h: the interfaces of an error capture still to read */
-	__u32 enq;      /* how many eq holds */
-	__u32 estrs;    /* strings of the error capture read */
-	__u8 buf[GP_SCRATCH];
-	/* Never part of a record: lets the verifier accept writes at masked offsets below
-	 * GP_SCRATCH of up to one string's bytes (captures.h). */
-	__u8 slack[GP_MAX_STR + 64];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct scratch);
-} scratch SEC(".maps");
-
-/* Wake the reader only once about this much data was written on one CPU; it also polls on
- * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
-volatile const __u64 wakeup_bytes = 0;
-
+#include "maps.h"
 #include "regs.h"
 
 static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
@@ -176,65 +83,7 @@ static __always_inline void inflight_skip(const struct gp_inflight_key *ik)
 	in->depth = d + 1;
 }
 
-/* What every record of one hit carries in its header. */
-struct hit {
-	__u64 now;
-	__u64 call_id;
-	__u64 duration;
-	__u64 pid_tgid;
-	__u64 goroutine; /* or the thread id, for configurations that pair by thread */
-	__u32 id;
-	__u16 kind;
-};
-
-static __always_inline void fill_header(struct gp_event *e, const struct hit *h,
-					const struct x86_regs *r, __u16 data_len)
-{
-	e->ts_ns = h->now;
-	e->call_id = h->call_id;
-	e->goroutine = h->goroutine;
-	e->duration_ns = h->duration;
-	e->pid = h->pid_tgid >> 32;
-	e->tid = (__u32)h->pid_tgid;
-	e->probe_id = h->id;
-	e->kind = h->kind;
-	e->data_len = data_len;
-}
-
-/* The ring buffer's wake-up flag for a record of `size` bytes: batched wake-ups without
- * asking the ring how full it is, from a per-CPU count of the bytes written since this CPU
- * last woke the reader. */
-static __always_inline __u64 wake_flag(struct scratch *s, __u32 size)
-{
-	if (!wakeup_bytes)
-		return 0;
-	s->unwoken += size;
-	if (s->unwoken >= wakeup_bytes) {
-		s->unwoken = 0;
-		return BPF_RB_FORCE_WAKEUP;
-	}
-	return BPF_RB_NO_WAKEUP;
-}
-
-/* A length of `size` bytes (1..7; 0 or 8 = the whole word): a C `int` leaves the upper
- * half of its register undefined, so the length is cut to its size, and sign-extended
- * from it when the capture says the length is signed (GP_CAPF_LEN_SIGNED). A negative
- * signed length (a C `int len` of -1, taken as unsigned, would read max_len bytes past the
- * buffer) sets INVALID and is 0: nothing is read. */
-static __always_inline __u64 len_of(__u64 len, __u8 size, __u8 cflags, __u8 *flags)
-{
-	__u8 is_signed = cflags & GP_CAPF_LEN_SIGNED;
-	if (size > 0 && size < 8) {
-		__u32 shift = 64 - (__u32)size * 8;
-		len <<= shift;
-		len = is_signed ? (__u64)((__s64)len >> shift) : len >> shift;
-	}
-	if (is_signed && (__s64)len < 0) {
-		*flags |= GP_VAL_INVALID;
-		return 0;
-	}
-	return len;
-}
+#include "record.h"
 
 #include "inplace.h"
 
@@ -336,7 +185,7 @@ static __always_inline int loader_hit(void)
 	struct gp_control *ctl = control_of();
 	if (ctl && lease_fresh(ctl, now))
 		ev.hold = hold_current(ctl, ev.pid, GP_HOLD_LOADER, now);
-	proc_output(&ev, GP_PROC_EVENT_HEAD);
+	proc_output(&ev, sizeof(ev));
 	return 0;
 }
 

@@ -1,7 +1,15 @@
 /* The in-place record writers of gprobe.bpf.c: configurations of words only
  * (GP_CFG_WORDS) and of one string/bytes value (GP_CFG_ONE_BYTES), whose records are
- * reserved in the ring buffer and written there, without the scratch buffer. Included by
- * gprobe.bpf.c after its helpers (read_word_direct, fill_header, wake_flag, len_of). */
+ * reserved in the ring buffer and written there, without the scratch buffer. */
+#ifndef GPROBE_INPLACE_H
+#define GPROBE_INPLACE_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+#include "maps.h"
+#include "regs.h"
+#include "record.h"
 
 /* Records of configurations whose captures are all words (GP_CFG_WORDS): N values of 8
  * bytes, so the record's size is a constant per N, and it is written in place in the ring
@@ -109,3 +117,5 @@ static __always_inline int emit_one_bytes(const struct x86_regs *r, const struct
 	default: return emit_bytes(r, h, GP_BYTES_REC(GP_MAX_STR), wake, ptr, len, n, flags);
 	}
 }
+
+#endif

@@ -1,9 +1,13 @@
 /* The maps of process tracking and holds, shared by the uprobe object (gprobe.bpf.c, whose
  * dynamic loader hook holds processes) and the process hooks (procs.bpf.c: exec, fork,
  * exit). Both objects define them identically: the agent creates them with the first and
- * hands the same maps to the second. Needs <linux/bpf.h>, <bpf/bpf_helpers.h>, gprobe.h. */
+ * hands the same maps to the second. */
 #ifndef GPROBE_PROCMAPS_H
 #define GPROBE_PROCMAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
 
 #define GP_SIGCONT 18
 #define GP_SIGSTOP 19
@@ -61,7 +65,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct gp_proc_event);
+	__type(value, struct gp_proc_exec);
 } proc_scratch SEC(".maps");
 
 struct {

@@ -91,26 +91,26 @@ int gprobe_exec(unsigned long long *ctx)
 {
 	struct linux_binprm *bprm = (struct linux_binprm *)ctx[2];
 	__u32 zero = 0;
-	struct gp_proc_event *ev = bpf_map_lookup_elem(&proc_scratch, &zero);
-	if (!ev)
+	struct gp_proc_exec *ex = bpf_map_lookup_elem(&proc_scratch, &zero);
+	if (!ex)
 		return 0;
-	ev->kind = GP_EV_EXEC;
-	ev->pid = bpf_get_current_pid_tgid() >> 32;
-	ev->ppid = 0;
-	ev->_pad = 0;
-	ev->hold = 0;
-	ev->ino = bprm->file->f_inode->i_ino;
-	ev->filename[0] = 0;
-	bpf_probe_read_kernel_str(ev->filename, sizeof(ev->filename), bprm->filename);
+	ex->ev.kind = GP_EV_EXEC;
+	ex->ev.pid = bpf_get_current_pid_tgid() >> 32;
+	ex->ev.ppid = 0;
+	ex->ev._pad = 0;
+	ex->ev.hold = 0;
+	ex->ino = bprm->file->f_inode->i_ino;
+	ex->filename[0] = 0;
+	bpf_probe_read_kernel_str(ex->filename, sizeof(ex->filename), bprm->filename);
 	char comm[GP_COMM_LEN] = {};
 	bpf_get_current_comm(comm, sizeof(comm));
-	if (exec_candidate(ev->ino, comm)) {
+	if (exec_candidate(ex->ino, comm)) {
 		__u64 now = bpf_ktime_get_ns();
 		struct gp_control *ctl = control_of();
 		if (ctl && agent_alive(ctl, now))
-			ev->hold = hold_current(ctl, ev->pid, GP_HOLD_EXEC, now);
+			ex->ev.hold = hold_current(ctl, ex->ev.pid, GP_HOLD_EXEC, now);
 	}
-	proc_output(ev, sizeof(*ev));
+	proc_output(ex, sizeof(*ex));
 	return 0;
 }
 
@@ -150,7 +150,7 @@ int gprobe_fork(unsigned long long *ctx)
 			}
 		}
 	}
-	proc_output(&ev, GP_PROC_EVENT_HEAD);
+	proc_output(&ev, sizeof(ev));
 	return 0;
 }
 
@@ -196,6 +196,6 @@ int gprobe_exit(unsigned long long *ctx)
 	bpf_map_delete_elem(&traced, &tgid);
 	bpf_map_delete_elem(&held, &tgid);
 	struct gp_proc_event ev = { .kind = GP_EV_EXIT, .pid = tgid };
-	proc_output(&ev, GP_PROC_EVENT_HEAD);
+	proc_output(&ev, sizeof(ev));
 	return 0;
 }

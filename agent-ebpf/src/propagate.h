@@ -12,31 +12,56 @@
  * count of buffered bytes moved past it. Whatever else w is, nothing is written to it.
  * HTTP/1 only: HTTP/2 encodes headers elsewhere.
  * Counts (gp_stats): emitted = headers written; lost = not written (a stale hand-off, no
- * room, another writer type). The program is built twice (propagate_write.h): with the
- * writes, and without them for `--propagate-dry-run`. */
+ * room, another writer type). The program comes twice: with the writes, and without them
+ * for `--propagate-dry-run` (propagate_write.h). */
+#ifndef GPROBE_PROPAGATE_H
+#define GPROBE_PROPAGATE_H
 
-static __always_inline void hex16(char *dst, __u64 v)
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+#include "maps.h"
+#include "regs.h"
+#include "propagate_write.h"
+
+static __attribute__((noinline)) int http_write(struct x86_regs *r, const struct gp_probe_cfg *cfg,
+						struct gp_stats *st)
 {
-#pragma clang loop unroll(full)
-	for (int i = 15; i >= 0; i--) {
-		__u8 d = v & 15;
-		dst[i] = d < 10 ? '0' + d : 'a' + d - 10;
-		v >>= 4;
-	}
+	return http_write_line(r, cfg, st, 1);
 }
 
-#define GP_WRITE 1
-#define GP_WRITE_FN http_write
-#define GP_PROPAGATE_PROG gprobe_propagate
-#include "propagate_write.h"
-#undef GP_WRITE
-#undef GP_WRITE_FN
-#undef GP_PROPAGATE_PROG
+static __attribute__((noinline)) int http_write_dry(struct x86_regs *r,
+						    const struct gp_probe_cfg *cfg,
+						    struct gp_stats *st)
+{
+	return http_write_line(r, cfg, st, 0);
+}
 
-#define GP_WRITE 0
-#define GP_WRITE_FN http_write_dry
-#define GP_PROPAGATE_PROG gprobe_propagate_dry
-#include "propagate_write.h"
-#undef GP_WRITE
-#undef GP_WRITE_FN
-#undef GP_PROPAGATE_PROG
+static __always_inline int propagate_hit(struct x86_regs *r, const int write)
+{
+	__u32 id = (__u32)bpf_get_attach_cookie(r);
+	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
+	if (!cfg)
+		return 0;
+	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
+	if (!st)
+		return 0;
+	st->hits++;
+	if (cfg->kind == GP_PROBE_HTTP_WRITE)
+		return write ? http_write(r, cfg, st) : http_write_dry(r, cfg, st);
+	return 0;
+}
+
+SEC("uprobe")
+int gprobe_propagate(struct x86_regs *r)
+{
+	return propagate_hit(r, 1);
+}
+
+SEC("uprobe")
+int gprobe_propagate_dry(struct x86_regs *r)
+{
+	return propagate_hit(r, 0);
+}
+
+#endif

@@ -1,10 +1,30 @@
-/* The header writer of propagate.h, included twice by it: GP_WRITE 1 builds
- * gprobe_propagate, which writes; GP_WRITE 0 builds gprobe_propagate_dry, the same program
- * without the two writes (`--propagate-dry-run`: a kernel that forbids the writes still
- * checks everything else, and counts the headers that would have been written). */
+/* The header writer of propagate.h: all of what gprobe_propagate does at a header write.
+ * With `write` 0 it is gprobe_propagate_dry's, the same without the two writes
+ * (`--propagate-dry-run`: a kernel that forbids the writes still checks everything else,
+ * and counts the headers that would have been written). Always inlined with a constant
+ * `write`: the dry program has no bpf_probe_write_user call at all. */
+#ifndef GPROBE_PROPAGATE_WRITE_H
+#define GPROBE_PROPAGATE_WRITE_H
 
-static __attribute__((noinline)) int GP_WRITE_FN(struct x86_regs *r, const struct gp_probe_cfg *cfg,
-				      struct gp_stats *st)
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+#include "maps.h"
+#include "regs.h"
+#include "spans.h"
+
+static __always_inline void hex16(char *dst, __u64 v)
+{
+#pragma clang loop unroll(full)
+	for (int i = 15; i >= 0; i--) {
+		__u8 d = v & 15;
+		dst[i] = d < 10 ? '0' + d : 'a' + d - 10;
+		v >>= 4;
+	}
+}
+
+static __always_inline int http_write_line(struct x86_regs *r, const struct gp_probe_cfg *cfg,
+					   struct gp_stats *st, const int write)
 {
 	/* writeSubset(h Header, w io.Writer, ...): h in RAX, w's itab and data in RBX, RCX. The
 	 * data is looked up as a connection's writer a request was handed to (spans.h). */
@@ -62,39 +82,26 @@ static __attribute__((noinline)) int GP_WRITE_FN(struct x86_regs *r, const struc
 	line[67] = '1';
 	line[68] = '\r';
 	line[69] = '\n';
-#if GP_WRITE
-	if (bpf_probe_write_user((void *)(buf + n), line, TP_LINE)) {
-		st->lost++;
-		return 0;
+	if (write) {
+		if (bpf_probe_write_user((void *)(buf + n), line, TP_LINE)) {
+			st->lost++;
+			return 0;
+		}
+		n += TP_LINE;
+		if (bpf_probe_write_user((void *)(data + 40), &n, 8)) {
+			/* The bytes lie past the count: the writer overwrites them, as if never
+			 * written. */
+			st->lost++;
+			return 0;
+		}
+	} else {
+		/* The dry run: everything but the write. The line is made, the request goes out
+		 * as it was; counted as if written. */
+		if (line[65] != '-')
+			return 0;
 	}
-	n += TP_LINE;
-	if (bpf_probe_write_user((void *)(data + 40), &n, 8)) {
-		/* The bytes lie past the count: the writer overwrites them, as if never written. */
-		st->lost++;
-		return 0;
-	}
-#else
-	/* The dry run: everything but the write. The line is made, the request goes out as it
-	 * was; counted as if written. */
-	if (line[65] != '-')
-		return 0;
-#endif
 	st->emitted++;
 	return 0;
 }
 
-SEC("uprobe")
-int GP_PROPAGATE_PROG(struct x86_regs *r)
-{
-	__u32 id = (__u32)bpf_get_attach_cookie(r);
-	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
-	if (!cfg)
-		return 0;
-	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
-	if (!st)
-		return 0;
-	st->hits++;
-	if (cfg->kind == GP_PROBE_HTTP_WRITE)
-		return GP_WRITE_FN(r, cfg, st);
-	return 0;
-}
+#endif

@@ -1,6 +1,18 @@
-/* Registers and locations of gprobe.bpf.c: a register by its x86 encoding, the registers
- * copied once per hit, and a capture location's word (gp_loc). Included by gprobe.bpf.c
- * after struct x86_regs. */
+/* Registers and locations of gprobe.bpf.c: the registers a uprobe program is given, a
+ * register by its x86 encoding, the registers copied once per hit, a capture location's
+ * word (gp_loc), and a length word cut to its size. */
+#ifndef GPROBE_REGS_H
+#define GPROBE_REGS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+
+/* struct pt_regs on x86_64, as the kernel passes it to uprobe programs. */
+struct x86_regs {
+	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8;
+	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
+};
 
 /* A general-purpose register by x86 encoding, read straight from pt_regs: one constant-
  * offset load per case. The verifier rejects pt_regs loads at computed offsets, and clang
@@ -104,3 +116,25 @@ static __always_inline int read_word_direct(const struct x86_regs *r, const stru
 	*out = 0;
 	return -1;
 }
+
+/* A length of `size` bytes (1..7; 0 or 8 = the whole word): a C `int` leaves the upper
+ * half of its register undefined, so the length is cut to its size, and sign-extended
+ * from it when the capture says the length is signed (GP_CAPF_LEN_SIGNED). A negative
+ * signed length (a C `int len` of -1, taken as unsigned, would read max_len bytes past the
+ * buffer) sets INVALID and is 0: nothing is read. */
+static __always_inline __u64 len_of(__u64 len, __u8 size, __u8 cflags, __u8 *flags)
+{
+	__u8 is_signed = cflags & GP_CAPF_LEN_SIGNED;
+	if (size > 0 && size < 8) {
+		__u32 shift = 64 - (__u32)size * 8;
+		len <<= shift;
+		len = is_signed ? (__u64)((__s64)len >> shift) : len >> shift;
+	}
+	if (is_signed && (__s64)len < 0) {
+		*flags |= GP_VAL_INVALID;
+		return 0;
+	}
+	return len;
+}
+
+#endif

@@ -1,8 +1,16 @@
 /* Spans of propagating probes (GP_CFG_PROPAGATE), kept per goroutine here because a
  * request made inside one must carry its ids at once, before the agent has read a record:
  * the entry makes the span's id (and a new trace's), records them (GP_CAP_SPAN) and
- * pushes the span; its return pops it. The nesting of all other spans is the agent's.
- * Included by gprobe.bpf.c after struct scratch and captures.h. */
+ * pushes the span; its return pops it. The nesting of all other spans is the agent's. */
+#ifndef GPROBE_SPANS_H
+#define GPROBE_SPANS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+#include "maps.h"
+#include "regs.h"
+#include "captures.h"
 
 /* Goroutines with propagating spans open; LRU: one whose returns never come (a panic)
  * cannot grow it. */
@@ -382,3 +390,5 @@ static __attribute__((noinline)) int http_request(struct x86_regs *r,
 		return http_conn(r, cfg, st, &k);
 	return http_done(&k);
 }
+
+#endif

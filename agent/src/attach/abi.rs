@@ -150,8 +150,6 @@ pub mod reg {
 pub const HOLD_EXEC: u32 = c::GP_HOLD_EXEC as u32;
 pub const HOLD_FORK: u32 = c::GP_HOLD_FORK as u32;
 pub const HOLD_LOADER: u32 = c::GP_HOLD_LOADER as u32;
-/// Bytes of an exit, fork or loader record of the process ring (exec records are whole).
-pub const PROC_EVENT_HEAD: usize = c::GP_PROC_EVENT_HEAD;
 
 pub const VAL_TRUNCATED: u8 = 1;
 pub const VAL_FAULT: u8 = 2;
@@ -427,15 +425,29 @@ pub struct GpHold {
     pub _pad: u32,
 }
 
+/// A record of the process ring buffer (`proc_events`), or the start of one: exit, fork
+/// and loader records are this, an exec record is a [`GpProcExec`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpProcEvent {
+    /// `EV_EXEC`, `EV_EXIT`, `EV_FORK` or `EV_LOADER`.
     pub kind: u32,
     pub pid: u32,
+    /// `EV_FORK`: the parent.
     pub ppid: u32,
     pub _pad: u32,
+    /// The process is held: its `GpHold::since_ns`; 0: it is not.
     pub hold: u64,
+}
+
+/// `EV_EXEC`: a process executed a file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GpProcExec {
+    pub ev: GpProcEvent,
+    /// The inode number of the executed file.
     pub ino: u64,
+    /// The path given to execve (may be relative), NUL-terminated unless it fills this.
     pub filename: [u8; GP_PATH_MAX],
 }
 
@@ -460,6 +472,8 @@ unsafe impl aya::Pod for GpErrKey {}
 unsafe impl aya::Pod for GpErrType {}
 unsafe impl aya::Pod for GpOut {}
 unsafe impl aya::Pod for GpOutKey {}
+unsafe impl aya::Pod for GpProcEvent {}
+unsafe impl aya::Pod for GpProcExec {}
 
 macro_rules! check_layout {
     ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
@@ -497,9 +511,9 @@ check_layout!(GpHold, SIZEOF_GP_HOLD, since_ns => OFFSETOF_GP_HOLD_SINCE_NS, hol
 check_layout!(GpProcStats, SIZEOF_GP_PROC_STATS, lost => OFFSETOF_GP_PROC_STATS_LOST,
     hold_failed => OFFSETOF_GP_PROC_STATS_HOLD_FAILED, released => OFFSETOF_GP_PROC_STATS_RELEASED);
 check_layout!(GpProcEvent, SIZEOF_GP_PROC_EVENT, kind => OFFSETOF_GP_PROC_EVENT_KIND, pid => OFFSETOF_GP_PROC_EVENT_PID,
-    ppid => OFFSETOF_GP_PROC_EVENT_PPID, hold => OFFSETOF_GP_PROC_EVENT_HOLD, ino => OFFSETOF_GP_PROC_EVENT_INO,
-    filename => OFFSETOF_GP_PROC_EVENT_FILENAME);
-const _: () = assert!(std::mem::offset_of!(GpProcEvent, ino) == PROC_EVENT_HEAD);
+    ppid => OFFSETOF_GP_PROC_EVENT_PPID, hold => OFFSETOF_GP_PROC_EVENT_HOLD);
+check_layout!(GpProcExec, SIZEOF_GP_PROC_EXEC, ev => OFFSETOF_GP_PROC_EXEC_EV, ino => OFFSETOF_GP_PROC_EXEC_INO,
+    filename => OFFSETOF_GP_PROC_EXEC_FILENAME);
 
 /// Reads the fixed header of an event record. `None` when the record is too short.
 pub fn read_event(buf: &[u8]) -> Option<GpEvent> {
@@ -520,6 +534,26 @@ pub fn read_event(buf: &[u8]) -> Option<GpEvent> {
         kind: u16_at(44),
         data_len: u16_at(46),
     })
+}
+
+/// The record of type `T` at the start of `buf`, which may be longer (a record of which `T`
+/// is the first part) and need not be aligned. `None` when it is shorter than `T`.
+pub fn read_record<T: aya::Pod>(buf: &[u8]) -> Option<T> {
+    if buf.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: `buf` holds size_of::<T>() bytes, and any bytes are a valid `T` (aya::Pod:
+    // repr(C) structs of integers and byte arrays); read_unaligned needs no alignment.
+    Some(unsafe { std::ptr::read_unaligned(buf.as_ptr().cast::<T>()) })
+}
+
+/// The bytes of `v`, as a BPF program writes it: records for tests of the decoders.
+#[cfg(test)]
+pub fn bytes_of<T: aya::Pod>(v: &T) -> Vec<u8> {
+    // SAFETY: `v` is size_of::<T>() readable bytes, every one initialized for the records
+    // this is used on (GpProcEvent, GpProcExec: every byte is a field, pads named).
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+        .to_vec()
 }
 
 /// One captured value of a record: (capture index, flags, full length, bytes).

@@ -7,7 +7,9 @@ pub mod procs;
 
 pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
-use crate::attach::abi::{EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER, GP_PATH_MAX, PROC_EVENT_HEAD};
+use crate::attach::abi::{
+    read_record, GpProcEvent, GpProcExec, EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER,
+};
 use crate::attach::ring::Ring;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -41,29 +43,28 @@ pub enum ProcEvent {
     },
 }
 
-/// Decodes one record of the process ring buffer.
+/// Decodes one record of the process ring buffer: a `GpProcEvent`, or for an exec a
+/// `GpProcExec`. `None` for a record shorter than its kind's struct, or of an unknown kind.
 pub fn decode_proc_event(item: &[u8]) -> Option<ProcEvent> {
-    let u32_at = |o: usize| Some(u32::from_ne_bytes(item.get(o..o + 4)?.try_into().ok()?));
-    let u64_at = |o: usize| Some(u64::from_ne_bytes(item.get(o..o + 8)?.try_into().ok()?));
-    let (kind, pid) = (u32_at(0)?, u32_at(4)?);
-    let hold = || u64_at(16).map(|h| (h != 0).then_some(h));
-    match kind {
-        EV_EXIT => Some(ProcEvent::Exit(pid)),
+    let ev: GpProcEvent = read_record(item)?;
+    let hold = (ev.hold != 0).then_some(ev.hold);
+    match ev.kind {
+        EV_EXIT => Some(ProcEvent::Exit(ev.pid)),
         EV_FORK => Some(ProcEvent::Fork {
-            pid,
-            ppid: u32_at(8)?,
-            hold: hold()?,
+            pid: ev.pid,
+            ppid: ev.ppid,
+            hold,
         }),
-        EV_LOADER => Some(ProcEvent::Loader { pid, hold: hold()? }),
+        EV_LOADER => Some(ProcEvent::Loader { pid: ev.pid, hold }),
         EV_EXEC => {
-            let ino = u64_at(PROC_EVENT_HEAD)?;
-            let name = item.get(PROC_EVENT_HEAD + 8..PROC_EVENT_HEAD + 8 + GP_PATH_MAX)?;
+            let exec: GpProcExec = read_record(item)?;
+            let name = &exec.filename;
             let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
             Some(ProcEvent::Exec {
-                pid,
-                hold: hold()?,
+                pid: ev.pid,
+                hold,
                 filename: PathBuf::from(std::ffi::OsStr::from_bytes(&name[..end])),
-                ino,
+                ino: exec.ino,
             })
         }
         _ => None,
@@ -98,16 +99,28 @@ pub async fn watch_processes(
 mod tests {
     use super::*;
 
+    use crate::attach::abi::{bytes_of, GP_PATH_MAX};
+
+    fn exec_record(pid: u32, hold: u64, ino: u64, path: &[u8]) -> GpProcExec {
+        let mut filename = [0u8; GP_PATH_MAX];
+        filename[..path.len()].copy_from_slice(path);
+        GpProcExec {
+            ev: GpProcEvent {
+                kind: EV_EXEC,
+                pid,
+                hold,
+                ..Default::default()
+            },
+            ino,
+            filename,
+        }
+    }
+
     #[test]
     fn exec_exit_fork_and_loader_records_decode() {
-        let mut rec = vec![0u8; PROC_EVENT_HEAD + 8 + GP_PATH_MAX];
-        rec[0..4].copy_from_slice(&EV_EXEC.to_ne_bytes());
-        rec[4..8].copy_from_slice(&42u32.to_ne_bytes());
-        rec[16..24].copy_from_slice(&1234u64.to_ne_bytes());
-        rec[24..32].copy_from_slice(&77u64.to_ne_bytes());
-        rec[32..41].copy_from_slice(b"/bin/true");
+        let exec = bytes_of(&exec_record(42, 1234, 77, b"/bin/true"));
         assert_eq!(
-            decode_proc_event(&rec),
+            decode_proc_event(&exec),
             Some(ProcEvent::Exec {
                 pid: 42,
                 hold: Some(1234),
@@ -115,36 +128,76 @@ mod tests {
                 ino: 77,
             })
         );
-        let mut exit = vec![0u8; PROC_EVENT_HEAD];
-        exit[0..4].copy_from_slice(&EV_EXIT.to_ne_bytes());
-        exit[4..8].copy_from_slice(&7u32.to_ne_bytes());
-        assert_eq!(decode_proc_event(&exit), Some(ProcEvent::Exit(7)));
-        assert_eq!(decode_proc_event(&exit[..6]), None);
-        let mut loader = vec![0u8; PROC_EVENT_HEAD];
-        loader[0..4].copy_from_slice(&EV_LOADER.to_ne_bytes());
-        loader[4..8].copy_from_slice(&9u32.to_ne_bytes());
+        // A path that fills the whole field (no NUL) is kept whole.
+        let long = [b'a'; GP_PATH_MAX];
+        match decode_proc_event(&bytes_of(&exec_record(42, 0, 77, &long))) {
+            Some(ProcEvent::Exec { filename, hold, .. }) => {
+                assert_eq!(filename.as_os_str().len(), GP_PATH_MAX);
+                assert_eq!(hold, None);
+            }
+            other => panic!("not an exec: {other:?}"),
+        }
+        let exit = GpProcEvent {
+            kind: EV_EXIT,
+            pid: 7,
+            ..Default::default()
+        };
         assert_eq!(
-            decode_proc_event(&loader),
+            decode_proc_event(&bytes_of(&exit)),
+            Some(ProcEvent::Exit(7))
+        );
+        let mut loader = GpProcEvent {
+            kind: EV_LOADER,
+            pid: 9,
+            ..Default::default()
+        };
+        assert_eq!(
+            decode_proc_event(&bytes_of(&loader)),
             Some(ProcEvent::Loader { pid: 9, hold: None })
         );
-        loader[16..24].copy_from_slice(&5u64.to_ne_bytes());
+        loader.hold = 5;
         assert_eq!(
-            decode_proc_event(&loader),
+            decode_proc_event(&bytes_of(&loader)),
             Some(ProcEvent::Loader {
                 pid: 9,
                 hold: Some(5)
             })
         );
-        loader[0..4].copy_from_slice(&EV_FORK.to_ne_bytes());
-        loader[8..12].copy_from_slice(&1u32.to_ne_bytes());
+        let fork = GpProcEvent {
+            kind: EV_FORK,
+            ppid: 1,
+            ..loader
+        };
         assert_eq!(
-            decode_proc_event(&loader),
+            decode_proc_event(&bytes_of(&fork)),
             Some(ProcEvent::Fork {
                 pid: 9,
                 ppid: 1,
                 hold: Some(5)
             })
         );
-        assert_eq!(decode_proc_event(&loader[..20]), None, "a short record");
+        let unknown = GpProcEvent { kind: 99, ..fork };
+        assert_eq!(decode_proc_event(&bytes_of(&unknown)), None);
+    }
+
+    #[test]
+    fn a_short_record_is_refused() {
+        let fork = bytes_of(&GpProcEvent {
+            kind: EV_FORK,
+            pid: 9,
+            ppid: 1,
+            _pad: 0,
+            hold: 5,
+        });
+        for n in [0, 6, fork.len() - 1] {
+            assert_eq!(decode_proc_event(&fork[..n]), None, "{n} bytes of a fork");
+        }
+        assert!(decode_proc_event(&fork).is_some());
+        // An exec record cut anywhere in its inode or file name.
+        let exec = bytes_of(&exec_record(42, 0, 77, b"/bin/true"));
+        for n in [fork.len(), fork.len() + 8, exec.len() - 1] {
+            assert_eq!(decode_proc_event(&exec[..n]), None, "{n} bytes of an exec");
+        }
+        assert!(decode_proc_event(&exec).is_some());
     }
 }

@@ -1,0 +1,99 @@
+/* The maps of the uprobe object (gprobe.bpf.c and the headers it includes), and the per-CPU
+ * scratch buffer records are assembled in; procmaps.h has those it shares with the process
+ * hooks (procs.bpf.c). */
+#ifndef GPROBE_MAPS_H
+#define GPROBE_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "gprobe.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20); /* the agent sets it before load (--ring-buffer-size) */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GP_MAX_PROBES);
+	__type(key, __u32);
+	__type(value, struct gp_probe_cfg);
+} probes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GP_MAX_PROBES);
+	__type(key, __u32);
+	__type(value, struct gp_stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GP_MAX_PROBES);
+	__type(key, __u32);
+	__type(value, struct gp_rate);
+} rates SEC(".maps");
+
+/* Calls in flight, by goroutine: LRU so abandoned entries (panics) cannot grow it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct gp_inflight_key);
+	__type(value, struct gp_inflight);
+} inflight SEC(".maps");
+
+#include "procmaps.h"
+
+/* Error types of the Go binaries probed: see struct gp_err_type. The agent adds a table's
+ * entries when a probe with an error capture is added; a table is named by its contents,
+ * so probes of binaries of one Go release share one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct gp_err_key);
+	__type(value, struct gp_err_type);
+} errtypes SEC(".maps");
+
+struct scratch {
+	__u64 seq;
+	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
+	__u64 nested;  /* this hit's entry found calls of its function in flight on its goroutine */
+	__u64 lost;    /* the last record of this CPU could not be written (GP_EV_AFTER_LOSS) */
+	__u64 cursor;  /* captures.h: a record offset read back from here is one the verifier
+			* no longer tracks, so the paths that computed it converge */
+	__u64 regs[16];
+	__u64 hdr[2]; /* gomap.h: the string header of the header value found */
+	__u64 ovf;    /* gomap.h: the overflow bucket after the one searched */
+	__u64 walk[14]; /* gomap.h: the search in progress (struct gp_walk), in map memory
+			 * whose contents the verifier does not track: its counters then do
+			 * not make each visit of bpf_loop's callback a state of its own */
+	/* spans.h: the header map a propagating entry searched in this hit, and the outcome,
+	 * for its record's header capture (0: none) */
+	__u64 hdr_map;
+	__s64 hdr_res;
+	__u64 incomplete; /* captures.h: header maps this hit could not search to the end */
+	__u8 grp[512 + 16]; /* gomap.h: a map bucket or group being searched (up to 336 bytes;
+			     * offsets masked below 512, a word read past them stays inside) */
+	__u64 span[4]; /* spans.h: the span this hit opened (trace high, low, span, parent) */
+	struct gp_span_ctx fresh; /* spans.h: a goroutine's first, zeroed */
+	__u64 eq[8][2]; /* captures.h: the interfaces of an error capture still to read */
+	__u32 enq;      /* how many eq holds */
+	__u32 estrs;    /* strings of the error capture read */
+	__u8 buf[GP_SCRATCH];
+	/* Never part of a record: lets the verifier accept writes at masked offsets below
+	 * GP_SCRATCH of up to one string's bytes (captures.h). */
+	__u8 slack[GP_MAX_STR + 64];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
+/* Wake the reader only once about this much data was written on one CPU; it also polls on
+ * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
+volatile const __u64 wakeup_bytes = 0;
+
+#endif
