@@ -3,7 +3,7 @@
 # test suite): pods of e2e/testdata/churn on a private containerd, steady ones calling five
 # functions all along and spawners starting short-lived copies of it, while a ProbeSpec
 # selecting all of them is rewritten every 1.5 s and a second one comes and goes
-# (e2e/examples/soak.rs). Prints the slopes of the agent's RSS, anonymous memory, fds,
+# (e2e/examples/soak/). Prints the slopes of the agent's RSS, anonymous memory, fds,
 # threads and uprobe links after warm-up, the calls checked against what the programs
 # recorded themselves, and how long the stop took and what it left in the kernel. Exit
 # status 1 if a check failed.

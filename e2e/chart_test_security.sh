@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154 # py, tmp, have_cel: set by chart_test.sh, which sources this
 # The chart checks of the security facts of the rendered objects and of the agent's
-# admission policy: sourced by e2e/chart_test.sh, whose check/fail/skip helpers, $py,
+# admission policy: sourced by e2e/chart_test.sh, whose check/fail helpers, $py,
 # $tmp and $root they use.
 
 # --- security facts --------------------------------------------------------------------------

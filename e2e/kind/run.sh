@@ -225,72 +225,11 @@ log "kubectl apply -f examples/http-client/probespec.yaml"
 k apply -n "$app_ns" -f "$root/examples/http-client/probespec.yaml"
 k wait -n "$app_ns" "probespec/$probespec" --for=condition=Ready --timeout="${timeout}s"
 
-cat >"$tmp/spans.py" <<'EOF'
-# spans.py TRACES_JSON LOG POD NAMESPACE NODE MIN [SINCE_US]: checks the Jaeger query API's
-# answer against the pod's log: exits 0 when at least MIN spans of the pod (started after
-# SINCE_US) are there and they are exact; 1 (with what is missing) when not yet; 2 on a
-# wrong span.
-import json, re, sys
-traces, log, pod, ns, node, want = sys.argv[1:7]
-since = int(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] else 0
-want = int(want)
-def wrong(msg):  # a wrong span: exit 2, at once
-    print(msg)
-    sys.exit(2)
-logged = {}  # item number -> (url, error or None)
-for line in open(log):
-    m = re.match(r"GET (\S+) -> (.*)", line.strip())
-    if m:
-        url = m.group(1)
-        n = int(re.search(r"/item/(\d+)", url).group(1))
-        logged[n] = (url, m.group(2).startswith("error"))
-spans = {}
-for t in json.load(open(traces)).get("data") or []:
-    procs = t.get("processes", {})
-    for s in t["spans"]:
-        if s["operationName"] != "net/http.(*Client).Get" or s["startTime"] < since:
-            continue
-        res = {kv["key"]: kv["value"] for kv in procs.get(s["processID"], {}).get("tags", [])}
-        if res.get("k8s.pod.name") != pod:
-            continue
-        tags = {kv["key"]: kv["value"] for kv in s.get("tags", [])}
-        for key, value in (("k8s.namespace.name", ns), ("k8s.container.name", "http-client"), ("k8s.node.name", node)):
-            if res.get(key) != value:
-                wrong(f"span {s['spanID']}: resource {key}={res.get(key)!r}, not {value!r}")
-        url = tags.get("gprobe.args.url", "")
-        m = re.search(r"/item/(\d+)", url)
-        if not m:
-            wrong(f"span {s['spanID']}: gprobe.args.url={url!r}")
-        n = int(m.group(1))
-        if n in spans:
-            wrong(f"item {n}: two spans ({url})")
-        if s["duration"] <= 0:
-            wrong(f"item {n}: duration {s['duration']}")
-        spans[n] = (url, tags.get("gprobe.returns.err"))
-if len(spans) < want:
-    print(f"{len(spans)} spans of pod {pod} so far (waiting for {want})")
-    sys.exit(1)
-lo, hi = min(spans), max(spans)
-for n in range(lo, hi + 1):
-    if n not in logged:
-        print(f"item {n}: a span, but not yet in the pod's log")
-        sys.exit(1)
-    if n not in spans:
-        wrong(f"item {n} ({logged[n][0]}): logged by the pod between traced calls, but no span")
-    url, failed = logged[n]
-    if spans[n][0] != url:
-        wrong(f"item {n}: span url {spans[n][0]!r}, the pod fetched {url!r}")
-    err = spans[n][1]
-    if failed != (err not in (None, "", "null", "nil")):
-        wrong(f"item {n}: the pod's GET {'failed' if failed else 'succeeded'}, the span's err is {err!r}")
-errs = sum(1 for n in range(lo, hi + 1) if logged[n][1])
-print(f"exact: items {lo}..{hi} of pod {pod}: {hi - lo + 1} calls, {hi - lo + 1} spans ({errs} failed GETs with their error), resource k8s.namespace.name={ns} k8s.pod.name={pod} k8s.container.name=http-client k8s.node.name={node}")
-EOF
 # spans_exact POD MIN [SINCE_US]: Jaeger's spans of POD against its log.
 spans_exact() {
   proxy query "/api/traces?service=http-client&limit=100000&lookback=2h" >"$tmp/traces.json" || return 1
   k logs -n "$app_ns" "$1" >"$tmp/app.log" || return 1
-  python3 "$tmp/spans.py" "$tmp/traces.json" "$tmp/app.log" "$1" "$app_ns" "$node" "$2" "${3:-}"
+  python3 "$here/check_spans.py" "$tmp/traces.json" "$tmp/app.log" "$1" "$app_ns" "$node" "$2" "${3:-}"
   local rc=$?
   ((rc == 2)) && die "a span in Jaeger is wrong (above)"
   return "$rc"
@@ -311,104 +250,6 @@ k apply -f "$here/services.yaml"
 k rollout status -n "$app_ns" deploy/services --timeout="${timeout}s"
 k wait -n "$app_ns" probespec/services --for=condition=Ready --timeout="${timeout}s"
 services_pod="$(k get pods -n "$app_ns" -l app=services --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}')"
-cat >"$tmp/trees.py" <<'EOF'
-# trees.py TRACES_JSON,... CLIENT_LOG POD MIN MODE: checks the trees of the services pod's
-# requests in Jaeger's answers (the traces of services front and back) against what its
-# client sent. A request: the front handler's span (service front), in the client's trace
-# under the client's span when the client sent a valid traceparent, else a root; work and
-# async under it; the two requests it makes to the back service (its own and its
-# goroutine's), each a back handler span (service back) with one lookup under it. MODE
-# "written": the front span's traceparent went out with them, so each back span is under
-# the front span, in its trace (one tree across the services); "refused": the kernel does
-# not let BPF write it (the agent said so), so each back span is a root of a trace of its
-# own. Exits 0 when at least MIN requests are whole and every request between the first
-# and the last whole one is exact; 1 when not yet; 2 on a wrong span, or a request with a
-# part missing between whole ones.
-import json, re, sys
-traces, log, pod, want, mode = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-def wrong(msg):
-    print(msg)
-    sys.exit(2)
-sent = {}  # request id -> (trace id, parent span id) of a valid traceparent, or None
-for line in open(log):
-    m = re.match(r"sent id=(\d+) traceparent=(\S+) valid=(\d)", line.strip())
-    if m:
-        f = m.group(2).split("-")
-        sent[int(m.group(1))] = (int(f[1], 16), int(f[2], 16)) if m.group(3) == "1" else None
-spans = {}
-for t in [t for f in traces.split(",") for t in json.load(open(f)).get("data") or []]:
-    procs = t.get("processes", {})
-    for s in t["spans"]:
-        res = {kv["key"]: kv["value"] for kv in procs.get(s["processID"], {}).get("tags", [])}
-        if res.get("k8s.pod.name") != pod:
-            continue
-        parents = [int(r["spanID"], 16) for r in s.get("references", []) if r.get("refType") == "CHILD_OF"]
-        spans[int(s["spanID"], 16)] = {
-            "op": s["operationName"], "trace": int(s["traceID"], 16), "parent": parents[0] if parents else None,
-            "service": procs[s["processID"]]["serviceName"], "container": res.get("k8s.container.name"),
-            "tags": {kv["key"]: str(kv["value"]) for kv in s.get("tags", [])}, "id": s["spanID"],
-        }
-children, fronts, backs = {}, {}, {}
-for sid, s in spans.items():
-    if s["service"] != s["container"]:
-        wrong(f"span {s['id']} ({s['op']}): service.name {s['service']!r} in container {s['container']!r}")
-    children.setdefault(s["parent"], []).append(sid)
-    query = s["tags"].get("gprobe.args.r.URL.RawQuery", "")
-    if s["op"] == "main.frontHandler":
-        m = re.fullmatch(r"id=(\d+)", query)
-        if not m or s["service"] != "front":
-            wrong(f"front span {s['id']}: service {s['service']}, tags {s['tags']}")
-        if int(m.group(1)) in fronts:
-            wrong(f"request {m.group(1)}: two front spans")
-        fronts[int(m.group(1))] = sid
-    elif s["op"] == "main.backHandler":
-        if s["service"] != "back":
-            wrong(f"back span {s['id']}: service {s['service']}")
-        backs.setdefault(query, []).append(s)
-def tree(n):  # what is wrong with request n's spans, or None when they are whole and exact
-    if n not in fronts:
-        return "no front span"
-    f = spans[fronts[n]]
-    kids = [spans[c] for c in children.get(fronts[n], [])]
-    tp = sent.get(n)
-    if tp is not None and (f["trace"], f["parent"]) != tp:
-        return f"front span {f['id']} not in the client's trace {tp[0]:032x} under its span {tp[1]:016x}"
-    if tp is None and f["parent"] is not None:
-        return f"front span {f['id']} has a parent, but the client sent no valid traceparent"
-    for op in ("main.work", "main.async"):
-        got = [c for c in kids if c["op"] == op]
-        if len(got) != 1 or got[0]["tags"].get("gprobe.args.id") != str(n) or got[0]["trace"] != f["trace"]:
-            return f"{len(got)} {op} spans under the front span, not one with id {n} in its trace"
-    for q in (f"id={n}", f"id={n}&from=goroutine"):
-        got = backs.get(q, [])
-        if len(got) != 1:
-            return f"{len(got)} back handler spans of {q}"
-        b = got[0]
-        if mode == "written" and (b["parent"], b["trace"]) != (fronts[n], f["trace"]):
-            return f"back span {b['id']} of {q} is not under the front span {f['id']} in its trace"
-        if mode == "refused" and (b["parent"] is not None or b["trace"] == f["trace"]):
-            return f"back span {b['id']} of {q} is not a root of a trace of its own (nothing carried the front span)"
-        looks = [spans[c] for c in children.get(int(b["id"], 16), []) if spans[c]["op"] == "main.lookup"]
-        if len(looks) != 1 or looks[0]["tags"].get("gprobe.args.id") != str(n) or looks[0]["trace"] != b["trace"]:
-            return f"{len(looks)} lookup spans under back span {b['id']} of {q}, not one with id {n} in its trace"
-    return None
-whole = [n for n in sorted(fronts) if tree(n) is None]
-if len(whole) < want:
-    print(f"{len(whole)} whole requests of pod {pod} so far (waiting for {want})")
-    sys.exit(1)
-lo, hi = whole[0], whole[-1]
-for n in range(lo, hi + 1):
-    if n not in sent:
-        print(f"request {n}: traced, but not yet in the client's log")
-        sys.exit(1)
-    problem = tree(n)
-    if problem:
-        wrong(f"request {n} (between whole ones {lo} and {hi}): {problem}")
-joined = sum(1 for n in range(lo, hi + 1) if sent[n] is not None)
-shape = ("one tree of 7 spans across services front and back" if mode == "written"
-         else "a tree of 3 spans in service front and two of 2 in service back (the kernel refused the traceparent write)")
-print(f"exact: requests {lo}..{hi} of pod {pod}: {hi - lo + 1} requests, each {shape}; {joined} in the client's own trace")
-EOF
 # Where the kernel forbids BPF programs to write to a process's memory, the agent says so
 # once per process, and the front span cannot travel with the requests.
 propagation_mode() {
@@ -424,7 +265,7 @@ trees_exact() {
   proxy query "/api/traces?service=front&limit=100000&lookback=2h" >"$tmp/front-traces.json" || return 1
   proxy query "/api/traces?service=back&limit=100000&lookback=2h" >"$tmp/back-traces.json" || return 1
   k logs -n "$app_ns" "$services_pod" -c client >"$tmp/client.log" || return 1
-  python3 "$tmp/trees.py" "$tmp/front-traces.json,$tmp/back-traces.json" "$tmp/client.log" "$services_pod" "$1" "$(propagation_mode)"
+  python3 "$here/check_trees.py" "$tmp/front-traces.json,$tmp/back-traces.json" "$tmp/client.log" "$services_pod" "$1" "$(propagation_mode)"
   local rc=$?
   ((rc == 2)) && die "a trace in Jaeger is wrong (above)"
   return "$rc"
@@ -498,44 +339,10 @@ k delete -n "$app_ns" probeattachment rbac-other-node rbac-own-node >/dev/null
 
 # --- 6. the dashboard's queries against Prometheus ------------------------------------------------------
 log "the Grafana dashboard's queries against Prometheus"
-cat >"$tmp/dashboard.py" <<'EOF'
-# dashboard.py DASHBOARD QUERIES_OUT: writes each PromQL query of the dashboard (panels and
-# template variables) with Grafana's variables replaced, one JSON object per line.
-import json, sys
-d = json.load(open(sys.argv[1]))
-subst = {"$__rate_interval": "1m", "$__range": "10m", "$__interval": "15s", "$probe": ".*", "$symbol": ".*"}
-def fill(q):
-    for k in sorted(subst, key=len, reverse=True):
-        q = q.replace(k, subst[k])
-    return q
-out = open(sys.argv[2], "w")
-for v in d.get("templating", {}).get("list", []):
-    q = v.get("query")
-    q = q.get("query") if isinstance(q, dict) else q
-    if v.get("type") == "query" and q:
-        out.write(json.dumps({"what": f"variable {v['name']}", "query": fill(q)}) + "\n")
-def panels(ps):
-    for p in ps:
-        yield p
-        yield from panels(p.get("panels", []))
-for p in panels(d.get("panels", [])):
-    for t in p.get("targets", []):
-        if t.get("expr"):
-            out.write(json.dumps({"what": f"panel {p.get('title')!r} {t.get('refId')}", "query": fill(t["expr"])}) + "\n")
-EOF
-python3 "$tmp/dashboard.py" "$root/charts/gprobe/dashboards/gprobe.json" "$tmp/queries.jsonl"
-# prom_query JSON_LINE: 0 when the query (or label_values(METRIC, LABEL)) returns data.
-cat >"$tmp/promql.py" <<'EOF'
-import json, re, sys, urllib.parse
-q = json.loads(sys.argv[1])["query"]
-m = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", q)
-if m:
-    print(f"/api/v1/label/{m.group(2)}/values?" + urllib.parse.urlencode({"match[]": m.group(1)}))
-else:
-    print("/api/v1/query?" + urllib.parse.urlencode({"query": q}))
-EOF
+python3 "$here/dashboard_queries.py" "$root/charts/gprobe/dashboards/gprobe.json" "$tmp/queries.jsonl"
+# query_has_data JSON_LINE: 0 when the query (or label_values(METRIC, LABEL)) returns data.
 query_has_data() {
-  proxy prometheus "$(python3 "$tmp/promql.py" "$1")" >"$tmp/prom.json" 2>"$tmp/prom.err" || return 1
+  proxy prometheus "$(python3 "$here/promql_url.py" "$1")" >"$tmp/prom.json" 2>"$tmp/prom.err" || return 1
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["data"]; r = d["result"] if isinstance(d, dict) else d; sys.exit(0 if r else 1)' "$tmp/prom.json"
 }
 # The error panel needs failed calls with their err as a metric label, and latency panels need

@@ -37,6 +37,41 @@ pub fn require_trace(test: &str) {
     );
 }
 
+/// Fails the calling test, naming what is missing and how to install it, unless `program`
+/// (an absolute path, or a command looked up on PATH) is an executable file here: a test
+/// that did not run must not pass. `package` is the Debian package that installs it
+/// (scripts/setup.sh --test installs them all). Returns the program's path.
+#[track_caller]
+pub fn require_program(test: &str, program: &str, package: &str) -> PathBuf {
+    let found = if program.contains('/') {
+        Some(PathBuf::from(program)).filter(|p| is_executable(p))
+    } else {
+        which(program)
+    };
+    // A match, not a closure: the panic then names the test's line (track_caller).
+    match found {
+        Some(path) => path,
+        None => panic!(
+            "{test}: needs {program}, which is not installed here: scripts/setup.sh --test \
+             installs it (or apt-get install {package})"
+        ),
+    }
+}
+
+/// The executable file `tool` names on PATH, as a shell would find it.
+pub(crate) fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(tool))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 /// What one `gprobe run` printed, and how it ended.
 #[derive(Debug)]
 pub struct Run {

@@ -5,12 +5,12 @@
 //! user, with its cluster and unix socket in a folder of the test.
 
 use gprobe_e2e::go::TempDir;
-use gprobe_e2e::harness::{require_trace, serial, Gprobe};
+use gprobe_e2e::harness::{require_program, require_trace, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::ffi::CString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -201,26 +201,26 @@ fn spec() -> String {
         .yaml()
 }
 
-fn setup(test: &str) -> Option<(u32, u32)> {
+/// Fails the test unless it can run here; the `postgres` user's uid and gid.
+fn setup(test: &str) -> (u32, u32) {
     require_trace(test);
-    if !PathBuf::from(BIN).join("postgres").exists() {
-        eprintln!("SKIPPED {test}: postgresql-15 is not installed (scripts/setup.sh --test)");
-        return None;
+    for program in ["initdb", "postgres"] {
+        require_program(test, &format!("{BIN}/{program}"), "postgresql-15");
     }
-    let user = postgres_user();
-    if user.is_none() {
-        eprintln!("SKIPPED {test}: no postgres user");
-    }
-    user
+    require_program(test, "psql", "postgresql-client-15");
+    postgres_user().unwrap_or_else(|| {
+        panic!(
+            "{test}: there is no postgres user, which the postgresql-15 package creates: \
+             scripts/setup.sh --test installs it (or apt-get install --reinstall postgresql-15)"
+        )
+    })
 }
 
 /// The backend a psql session talks to was forked by the postmaster; gprobe, started
 /// while the session is open, attaches to the running backend and sees its next queries.
 #[test]
 fn query_start_of_a_running_backend_equals_the_server_statement_log() {
-    let Some((uid, gid)) = setup("postgres") else {
-        return;
-    };
+    let (uid, gid) = setup("postgres");
     let _guard = serial();
     let pg = Postgres::start(uid, gid);
     let mut psql = Psql::connect(pg.socket_dir());
@@ -272,9 +272,7 @@ fn logged_and_traced(
 /// until gprobe has attached to it, so every query it runs is traced, the first included.
 #[test]
 fn query_start_of_backends_forked_after_gprobe_started() {
-    let Some((uid, gid)) = setup("postgres fork") else {
-        return;
-    };
+    let (uid, gid) = setup("postgres fork");
     let _guard = serial();
     let g = Gprobe::cmd(&spec()).summary_file().start();
     // Started after gprobe: the postmaster is held at exec; each backend is its fork.
@@ -302,9 +300,7 @@ fn query_start_of_backends_forked_after_gprobe_started() {
 /// query is traced, in the backend the server's statement log names.
 #[test]
 fn the_first_query_of_every_new_backend_is_traced() {
-    let Some((uid, gid)) = setup("postgres first queries") else {
-        return;
-    };
+    let (uid, gid) = setup("postgres first queries");
     let _guard = serial();
     let g = Gprobe::cmd(&spec()).summary_file().start();
     let pg = Postgres::start(uid, gid);

@@ -5,10 +5,9 @@
 //! Needs root (BPF) and python3.11 (`scripts/setup.sh --test`).
 
 use gprobe_e2e::go::TempDir;
-use gprobe_e2e::harness::{require_trace, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{require_program, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
-use std::path::Path;
 
 /// The interpreter itself (not a pyenv shim found on PATH): its executable holds the notes.
 const PYTHON: &str = "/usr/bin/python3.11";
@@ -80,10 +79,7 @@ fn spec() -> String {
 #[test]
 fn function_entry_reports_exactly_the_calls_the_script_profiles() {
     require_trace("python");
-    if !Path::new(PYTHON).exists() {
-        eprintln!("SKIPPED python: {PYTHON} is not installed (scripts/setup.sh --test)");
-        return;
-    }
+    let python = require_program("python", PYTHON, "python3.11");
     let dir = TempDir::new("python");
     let script = dir.path().join("calls.py");
     std::fs::write(&script, SCRIPT).unwrap();
@@ -91,7 +87,7 @@ fn function_entry_reports_exactly_the_calls_the_script_profiles() {
     let _guard = serial();
     let g = Gprobe::cmd(&spec()).summary_file().start();
     // Started after gprobe: held at exec until the probe (and its semaphore) is in place.
-    let out = run_program(Path::new(PYTHON), &[script.to_str().unwrap()]);
+    let out = run_program(&python, &[script.to_str().unwrap()]);
     let run = g.stop();
     assert!(run.status.success(), "{}", run.stderr);
 

@@ -5,7 +5,7 @@
 //! Needs root (BPF) and the redis-server package (`scripts/setup.sh --test`).
 
 use gprobe_e2e::go::TempDir;
-use gprobe_e2e::harness::{require_trace, serial, Gprobe};
+use gprobe_e2e::harness::{require_program, require_trace, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -167,9 +167,10 @@ fn pairs() -> Vec<(String, String)> {
     v
 }
 
-fn redis_exe() -> Option<PathBuf> {
+fn redis_exe() -> PathBuf {
+    let redis = require_program("redis", REDIS, "redis-server");
     // /usr/bin/redis-server is a symlink: the process's executable is the file behind it.
-    std::fs::canonicalize(REDIS).ok()
+    std::fs::canonicalize(&redis).unwrap_or_else(|e| panic!("{}: {e}", redis.display()))
 }
 
 fn spec(exe: &Path) -> String {
@@ -188,10 +189,7 @@ fn spec(exe: &Path) -> String {
 #[test]
 fn every_argument_redis_parses_is_captured_byte_for_byte() {
     require_trace("redis");
-    let Some(exe) = redis_exe() else {
-        eprintln!("SKIPPED redis: {REDIS} is not installed (scripts/setup.sh --test)");
-        return;
-    };
+    let exe = redis_exe();
     let _guard = serial();
     let g = Gprobe::cmd(&spec(&exe)).summary_file().start();
     // Started after gprobe: held at exec until attached, so nothing it parses is missed.

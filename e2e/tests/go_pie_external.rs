@@ -8,7 +8,9 @@
 //! stripped) is traced the same way. They need root (BPF).
 
 use gprobe_e2e::go::{self, GoVersion, TempDir};
-use gprobe_e2e::harness::{build_dir, program_lines, require_trace, run_program, serial, Gprobe};
+use gprobe_e2e::harness::{
+    build_dir, program_lines, require_program, require_trace, run_program, serial, Gprobe,
+};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -170,19 +172,17 @@ fn latency_probes_in_externally_linked_pie_go_binaries_read_exact_values_and_har
 /// file decrypts to the original.
 #[test]
 fn debians_age_is_traced_as_go_and_still_encrypts_correctly() {
+    let test = "debians_age_is_traced_as_go_and_still_encrypts_correctly";
+    require_trace(test);
+    let age = require_program(test, "/usr/bin/age", "age");
+    let age_keygen = require_program(test, "/usr/bin/age-keygen", "age");
     let _serial = serial();
-    let age = Path::new("/usr/bin/age");
-    if !age.exists() {
-        eprintln!("SKIPPED debians_age_is_traced_as_go_and_still_encrypts_correctly: /usr/bin/age is not installed (scripts/setup.sh --test installs it)");
-        return;
-    }
-    require_trace("debians_age_is_traced_as_go_and_still_encrypts_correctly");
     let dir = TempDir::new("age");
     // A copy of this test process's own: a uprobe follows the file.
     let bin = dir.path().join("age");
-    std::fs::copy(age, &bin).unwrap();
+    std::fs::copy(&age, &bin).unwrap();
     let key = dir.path().join("key.txt");
-    let keygen = Command::new("/usr/bin/age-keygen")
+    let keygen = Command::new(&age_keygen)
         .arg("-o")
         .arg(&key)
         .output()
@@ -234,7 +234,7 @@ fn debians_age_is_traced_as_go_and_still_encrypts_correctly() {
     assert!(p.attached && p.error.is_none(), "{p:?}");
 
     // age was not harmed: what it wrote decrypts to the input (run untraced).
-    let opened = Command::new(age)
+    let opened = Command::new(&age)
         .args(["-d", "-i"])
         .arg(&key)
         .arg(&sealed)

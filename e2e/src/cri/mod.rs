@@ -32,8 +32,8 @@ mod pods;
 
 pub use containerd::Containerd;
 
+use crate::harness::which;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// The image every sandbox runs (imported by `start`, never pulled).
@@ -94,12 +94,4 @@ pub fn require_containers(test: &str) {
         "{test}: {} not installed (scripts/setup.sh --test installs containerd and runc)",
         missing.join(", ")
     );
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|d| d.join(tool))
-        .find(|p| p.is_file())
 }

@@ -1,10 +1,81 @@
-//! A changed ProbeSpec: the new version's probes replace the old ones' in the processes
-//! it selects, which stay tracked; nothing of the old versions piles up.
+//! ProbeSpecs added, changed and deleted: a new version's probes replace the old ones' in
+//! the processes it selects, which stay tracked; nothing of the old versions piles up; a
+//! deleted spec takes its probes and configurations with it.
 
 use super::*;
 
 fn shop(probes: &str) -> ProbeSpec {
     spec("s", None, "{executable: /app/shop}", probes)
+}
+
+#[test]
+fn spec_add_change_and_delete() {
+    let mut w = world(Mode::Local);
+    let id = w
+        .engine
+        .add_spec(spec(
+            "s",
+            None,
+            "{executable: /app/shop}",
+            "[{symbol: main.a}]",
+        ))
+        .unwrap();
+    assert!(matches!(
+        w.engine.add_spec(spec(
+            "s",
+            None,
+            "{executable: /app/shop}",
+            "[{symbol: main.a}]"
+        )),
+        Err(SpecRejected::Duplicate { .. })
+    ));
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    assert_eq!(live_links(&w, 10), 1);
+    // The same spec again changes nothing.
+    assert!(!w.engine.upsert_spec(spec(
+        "s",
+        None,
+        "{executable: /app/shop}",
+        "[{symbol: main.a}]"
+    )));
+    assert_eq!(live_links(&w, 10), 1);
+    // A changed spec replaces the old one's probes in the processes it selects, which
+    // stay tracked (not counted again, not reported as exited).
+    assert!(w.engine.upsert_spec(spec(
+        "s",
+        None,
+        "{executable: /app/shop}",
+        "[{symbol: main.a}, {symbol: main.c}]"
+    )));
+    assert_eq!(
+        live_links(&w, 10),
+        2,
+        "old probes detached, new ones attached"
+    );
+    assert_eq!(
+        w.kernel.borrow().configs.len(),
+        2,
+        "old configurations freed"
+    );
+    assert!(
+        w.engine.find_spec(&SpecKey {
+            namespace: None,
+            name: "s".into()
+        }) != Some(id)
+    );
+    assert!(w.engine.is_tracked(10));
+    assert!(w.exits.try_recv().is_err());
+    assert_eq!(w.stats.processes().matched, 1);
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    assert_eq!(live_links(&w, 10), 2);
+    let id2 = w.engine.spec_ids()[0];
+    w.engine.remove_spec(id2);
+    assert_eq!(live_links(&w, 10), 0);
+    assert!(w.kernel.borrow().configs.is_empty(), "configurations freed");
+    assert!(!w.engine.is_tracked(10));
+    assert!(w.kernel.borrow().comms.is_empty());
 }
 
 #[test]

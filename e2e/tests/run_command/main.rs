@@ -4,94 +4,20 @@
 //! the records, signals reach it once, a closed output ends gprobe quietly, and log levels
 //! say what is wrong and what is not. They need root (BPF, ptrace).
 
-use gprobe_e2e::cc;
-use gprobe_e2e::go::{repo_root, TempDir};
+mod running;
+mod targets;
+
+use gprobe_e2e::go::TempDir;
 use gprobe_e2e::harness::{gprobe_bin, program_lines, require_trace, run_program, serial, Gprobe};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
+use running::{
+    closed_pipe, gprobe_on_a_terminal, gprobe_run, records_in, wait, wait_for_file, TIMEOUT,
+};
 use serde_json::Value;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn ctarget(dir: &Path) -> PathBuf {
-    let src = repo_root().join("e2e/testdata/ctarget/ctarget.c");
-    cc::build(&src, &dir.join("ctarget"), &["-g"], None)
-}
-
-/// `add` (latency, with its result) and `sub` (entry only) of ctarget, selected by a glob
-/// whose last component is not literal: no exec hold knows the program's name or file.
-fn ctarget_spec(dir: &Path) -> String {
-    SpecBuilder::new("cmd")
-        .executable(dir.join("c?arget"))
-        .probe(ProbeBuilder::new("add").capture(["a", "b", "r0"]).latency())
-        .probe(ProbeBuilder::new("sub").capture(["a", "b"]))
-        .yaml()
-}
-
-/// What a finished gprobe left.
-struct Done {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    dir: TempDir,
-}
-
-impl Done {
-    fn records(&self, symbol: &str) -> Vec<Value> {
-        records_in(&self.stdout, symbol)
-    }
-}
-
-fn records_in(text: &str, symbol: &str) -> Vec<Value> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .filter(|r| r["symbol"] == symbol)
-        .collect()
-}
-
-/// Runs `gprobe run SPEC ARGS...` to its end with stdout and stderr in files.
-fn gprobe_run(spec: &str, args: &[&str]) -> Done {
-    let dir = TempDir::new("gprobe-cmd");
-    let spec_path = dir.path().join("spec.yaml");
-    std::fs::write(&spec_path, spec).unwrap();
-    let mut child = Command::new(gprobe_bin())
-        .arg("run")
-        .arg(&spec_path)
-        .args(args)
-        .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
-        .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
-        .spawn()
-        .unwrap();
-    let status = wait(&mut child, TIMEOUT);
-    Done {
-        status,
-        stdout: std::fs::read_to_string(dir.path().join("stdout")).unwrap(),
-        stderr: std::fs::read_to_string(dir.path().join("stderr")).unwrap(),
-        dir,
-    }
-}
-
-fn wait(child: &mut std::process::Child, timeout: Duration) -> ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        if t0.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("gprobe did not end within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use targets::{bytes, counter, ctarget, ctarget_spec};
 
 #[test]
 fn a_command_is_traced_from_its_first_call_and_gives_gprobe_its_status() {
@@ -245,88 +171,6 @@ fn with_an_output_file_the_commands_stdout_is_left_alone() {
     assert!(!run.stderr.contains("sub a="), "{}", run.stderr);
 }
 
-/// A program that counts the SIGINTs and SIGTERMs it receives, then calls `finish(n)` (the
-/// probed function) and exits with that count: a signal delivered twice shows.
-const COUNTER: &str = r#"
-#include <signal.h>
-#include <stdio.h>
-#include <unistd.h>
-static volatile sig_atomic_t n;
-static void on_signal(int s) { (void)s; n++; }
-__attribute__((noinline)) int finish(int k) { return k; }
-int main(void) {
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	printf("counter-ready\n");
-	fflush(stdout);
-	while (!n)
-		pause();
-	usleep(300000); /* a second delivery would land here */
-	return finish(n);
-}
-"#;
-
-fn counter(dir: &Path) -> PathBuf {
-    let src = dir.join("counter.c");
-    std::fs::write(&src, COUNTER).unwrap();
-    cc::build(&src, &dir.join("counter"), &["-g"], None)
-}
-
-/// Starts `gprobe run SPEC -- BIN` in a session of its own whose controlling terminal is a
-/// new pseudo-terminal; returns the child and the terminal's master side.
-fn gprobe_on_a_terminal(dir: &Path, spec: &str, bin: &Path) -> (std::process::Child, OwnedFd) {
-    let spec_path = dir.join("spec.yaml");
-    std::fs::write(&spec_path, spec).unwrap();
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: openpty writes two descriptors into the ints we pass; the rest may be null.
-    let r = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(r, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: openpty returned these descriptors to us.
-    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    let slave_fd = slave.as_raw_fd();
-    let mut cmd = Command::new(gprobe_bin());
-    cmd.arg("run")
-        .arg(&spec_path)
-        .args(["--output", "jsonl", "--"])
-        .arg(bin)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(dir.join("stdout")).unwrap())
-        .stderr(std::fs::File::create(dir.join("stderr")).unwrap());
-    // SAFETY: setsid and ioctl are async-signal-safe; the slave descriptor stays open in
-    // the child until exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().unwrap();
-    drop(slave);
-    (child, master)
-}
-
-fn wait_for_file(path: &Path, what: &str) {
-    let t0 = Instant::now();
-    loop {
-        let s = std::fs::read_to_string(path).unwrap_or_default();
-        if s.contains(what) {
-            return;
-        }
-        assert!(t0.elapsed() < TIMEOUT, "no {what:?} in:\n{s}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn signals_reach_the_command_once_and_gprobe_traces_until_it_exits() {
     require_trace("signals_reach_the_command_once_and_gprobe_traces_until_it_exits");
@@ -384,18 +228,6 @@ fn signals_reach_the_command_once_and_gprobe_traces_until_it_exits() {
     assert_eq!(status.code(), Some(1), "one SIGTERM: {status:?}\n{err}");
     assert!(err.contains("SIGTERM: passed on to the command"), "{err}");
     assert_eq!(records_in(&out, "finish")[0]["args"]["k"], 1, "{out}");
-}
-
-/// A pipe whose reading end is already closed.
-fn closed_pipe() -> OwnedFd {
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array we pass.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: both are ours; the reading end is closed at once.
-    unsafe {
-        libc::close(fds[0]);
-        OwnedFd::from_raw_fd(fds[1])
-    }
 }
 
 #[test]
@@ -552,36 +384,7 @@ fn the_table_shows_local_time_in_order_and_escapes_what_is_not_text() {
     require_trace("the_table_shows_local_time_in_order_and_escapes_what_is_not_text");
     let _guard = serial();
     let dir = TempDir::new("run-table");
-    let src = dir.path().join("bytes.c");
-    std::fs::write(
-        &src,
-        r#"
-#include <pthread.h>
-#include <stddef.h>
-/* noipa: a call the compiler cannot see through is made every time, not once. */
-__attribute__((noipa)) size_t a_function_whose_name_is_longer_than_the_column(const char *p, size_t n) { return n + (p[0] & 1); }
-static const char bytes[] = "caf\xe9 \xff!";
-static void *work(void *arg) {
-	size_t s = 0;
-	for (int i = 0; i < 200; i++)
-		s += a_function_whose_name_is_longer_than_the_column(bytes, 7);
-	return (void *)s;
-}
-int main(void) {
-	/* Its page is in memory before the first call reads it: read through a volatile
-	 * pointer (a constant's element would be folded, and its page left untouched). */
-	(void)*(const volatile char *)bytes;
-	pthread_t t[4];
-	for (int i = 0; i < 4; i++)
-		pthread_create(&t[i], NULL, work, NULL);
-	for (int i = 0; i < 4; i++)
-		pthread_join(t[i], NULL);
-	return 0;
-}
-"#,
-    )
-    .unwrap();
-    let bin = cc::build(&src, &dir.path().join("bytes"), &["-g"], None);
+    let bin = bytes(dir.path());
     let spec = SpecBuilder::new("a-spec-name-longer-than-sixteen")
         .executable(dir.path().join("byte?"))
         .probe(
