@@ -19,6 +19,7 @@ typedef int32_t __s32;
 #define GP_MAX_STR 4096       /* cap on limits.maxStringBytes */
 #define GP_MAX_DEPTH 16       /* nested (recursive) calls paired per goroutine and function */
 #define GP_MAX_PROBES 16384   /* probe configurations (entry and return count separately) */
+#define GP_MAX_BUDGET_SLOTS 16384 /* (process, spec) pairs whose probes' cost is summed */
 #define GP_SCRATCH 16384      /* per-CPU buffer an event is assembled in (per-CPU values max 32 KiB) */
 #define GP_DATA_MASK 0x1fff   /* every capture starts below 8 KiB; with GP_MAX_STR it ends below GP_SCRATCH */
 #define GP_PATH_MAX 256       /* bytes of the executed path carried by an exec event */
@@ -165,7 +166,8 @@ struct gp_probe_cfg {
 			   * opcode's low nibble); a hit where the jump is taken is no call (the
 			   * function restarts after morestack). 0: any other site */
 	__u32 rate_limit; /* calls per second admitted at entry; 0 = unlimited */
-	__u32 _pad2;
+	__u32 cost_ns;    /* what a hit here costs the process (its site's class, measured at
+			   * start): added to the process's budget slot (the cookie's high half) */
 	__u64 aux;        /* GP_PROBE_HTTP_WRITE: the *bufio.Writer type descriptor's address;
 			   * GP_CFG_PROPAGATE entry: 1 + the index of its GP_CAP_HEADER, or 0 */
 	struct gp_capture caps[GP_MAX_CAPTURES];

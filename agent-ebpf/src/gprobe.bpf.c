@@ -213,7 +213,8 @@ static __always_inline int jcc_taken(__u8 cc, __u64 flags)
 SEC("uprobe")
 int gprobe_uprobe(struct x86_regs *r)
 {
-	__u32 id = (__u32)bpf_get_attach_cookie(r);
+	__u64 cookie = bpf_get_attach_cookie(r);
+	__u32 id = (__u32)cookie;
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	if (!cfg || cfg->kind == GP_PROBE_FREED)
 		return 0;
@@ -221,6 +222,12 @@ int gprobe_uprobe(struct x86_regs *r)
 	 * here again with the jump not taken. That second hit is the call. */
 	if (cfg->jcc && jcc_taken(cfg->jcc - 1, r->flags))
 		return 0;
+	__u32 slot = cookie >> 32;
+	if (slot && cfg->cost_ns) {
+		__u64 *spent = bpf_map_lookup_elem(&budget, &slot);
+		if (spent)
+			*spent += cfg->cost_ns;
+	}
 	if (cfg->kind == GP_PROBE_LOADER)
 		return loader_hit();
 	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);

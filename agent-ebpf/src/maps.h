@@ -34,6 +34,16 @@ struct {
 	__type(value, struct gp_rate);
 } rates SEC(".maps");
 
+/* What one spec's probes cost one process (ns of traps, estimated: each hit adds its
+ * configuration's cost_ns), by budget slot: the attach cookie's high half, given by the
+ * agent per (process, spec); slot 0 is none. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, GP_MAX_BUDGET_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} budget SEC(".maps");
+
 /* Calls in flight, by goroutine: LRU so abandoned entries (panics) cannot grow it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -122,6 +122,21 @@ struct Inner {
     processes_by_spec: Mutex<BTreeMap<Arc<str>, ProcessStats>>,
     otlp: OtlpStats,
     propagation: Mutex<Propagation>,
+    /// Processes whose probes were taken off for their cost, by (spec, pid).
+    budget: Mutex<BTreeMap<(String, u32), BudgetEntry>>,
+}
+
+/// A spec's probes taken off a process for their cost (`limits.maxOverheadPercent`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetEntry {
+    pub executable: String,
+    /// The estimated share of one CPU when they were taken off (percent).
+    pub percent: f64,
+    /// How often they were taken off, and attached again.
+    pub detached: u64,
+    pub retried: u64,
+    /// The back-off of the latest time (s).
+    pub backoff_s: u64,
 }
 
 /// Outgoing requests made inside propagating spans (`propagate: true`), in processes with
@@ -170,6 +185,45 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Stats {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Spec `spec`'s probes were taken off `pid` for their cost.
+    pub fn budget_detached(
+        &self,
+        spec: &str,
+        pid: u32,
+        exe: &str,
+        percent: f64,
+        backoff: std::time::Duration,
+    ) {
+        let mut b = lock(&self.0.budget);
+        let e = b.entry((spec.to_string(), pid)).or_insert(BudgetEntry {
+            executable: exe.to_string(),
+            percent,
+            detached: 0,
+            retried: 0,
+            backoff_s: 0,
+        });
+        e.percent = percent;
+        e.detached += 1;
+        e.backoff_s = backoff.as_secs();
+    }
+
+    /// The probes taken off `pid` were attached again.
+    pub fn budget_retried(&self, pid: u32) {
+        for ((_, p), e) in lock(&self.0.budget).iter_mut() {
+            if *p == pid && e.retried < e.detached {
+                e.retried += 1;
+            }
+        }
+    }
+
+    /// Every (spec, pid) whose probes were taken off for their cost.
+    pub fn budget(&self) -> Vec<((String, u32), BudgetEntry)> {
+        lock(&self.0.budget)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// Makes `key` known (so the summary lists it even with no calls).

@@ -232,6 +232,14 @@ pub struct Limits {
     /// counted as throttled. 0 means unlimited.
     #[serde(default = "default_events_per_second")]
     pub events_per_second: u32,
+    /// The share of one CPU (in percent, over 0 and at most 100) that the spec's probes may
+    /// cost one process, estimated from each probe's hits and its site's measured cost. A
+    /// process over it for 10 s in a row loses this spec's probes (said, and counted in the
+    /// summary's `budget`), which come back after a back-off that doubles from 60 s; other
+    /// processes keep theirs.
+    #[serde(default = "default_max_overhead_percent")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 100.0").message("is out of range: use a percentage over 0 and at most 100"))]
+    pub max_overhead_percent: f64,
 }
 
 pub const MAX_STRING_BYTES_CAP: u32 = 4096;
@@ -242,12 +250,16 @@ fn default_max_string_bytes() -> u32 {
 fn default_events_per_second() -> u32 {
     10_000
 }
+fn default_max_overhead_percent() -> f64 {
+    2.0
+}
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_string_bytes: default_max_string_bytes(),
             events_per_second: default_events_per_second(),
+            max_overhead_percent: default_max_overhead_percent(),
         }
     }
 }

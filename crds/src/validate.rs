@@ -216,6 +216,13 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
             ),
         );
     }
+    let overhead = s.limits.max_overhead_percent;
+    if !(overhead > 0.0 && overhead <= 100.0) {
+        spec_issue(
+            "spec.limits.maxOverheadPercent",
+            format!("{overhead} is out of range: use a percentage over 0 and at most 100"),
+        );
+    }
     if s.probes.is_empty() {
         spec_issue(
             "spec.probes",

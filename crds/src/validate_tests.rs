@@ -265,3 +265,27 @@ fn propagate_needs_a_go_latency_probe() {
     assert!(issues[0].message.contains("latency: true"), "{}", issues[0]);
     assert!(s.spec.probes[0].propagate && !s.spec.probes[1].latency);
 }
+
+#[test]
+fn the_overhead_budget_defaults_to_2_percent_and_must_be_a_share_of_one_cpu() {
+    let spec = |limits: &str| {
+        format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: b}}\nspec:\n  selector: {{executable: /bin/x}}\n{limits}  probes: [{{symbol: main.f}}]\n")
+    };
+    let s = &load_specs(&spec(""), "b.yaml").unwrap()[0];
+    assert_eq!(s.spec.limits.max_overhead_percent, 2.0);
+    assert_eq!(validate_spec(s), vec![]);
+    for bad in ["0", "-1", "100.5"] {
+        let text = spec(&format!("  limits: {{maxOverheadPercent: {bad}}}\n"));
+        let s = &load_specs(&text, "b.yaml").unwrap()[0];
+        let issues = validate_spec(s);
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.field == "spec.limits.maxOverheadPercent"
+                    && i.message.contains("is out of range")),
+            "{bad}: {issues:?}"
+        );
+    }
+    let s = &load_specs(&spec("  limits: {maxOverheadPercent: 0.5}\n"), "b.yaml").unwrap()[0];
+    assert_eq!(validate_spec(s), vec![]);
+}

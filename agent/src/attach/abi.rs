@@ -7,8 +7,8 @@ mod c {
     include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
 }
 pub use c::{
-    GP_COMM_LEN, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_ELEMS, GP_MAX_ELEM_STR, GP_MAX_HOPS,
-    GP_MAX_PROBES, GP_MAX_STR, GP_PATH_MAX, GP_SCRATCH,
+    GP_COMM_LEN, GP_MAX_BUDGET_SLOTS, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_ELEMS, GP_MAX_ELEM_STR,
+    GP_MAX_HOPS, GP_MAX_PROBES, GP_MAX_STR, GP_PATH_MAX, GP_SCRATCH,
 };
 
 /// Bytes a probe's header and captures may fill (the BPF cursor mask).
@@ -359,7 +359,9 @@ pub struct GpProbeCfg {
     /// Entry site on Go's stack-check jump: 1 + its condition code; 0: any other site.
     pub jcc: u8,
     pub rate_limit: u32,
-    pub _pad2: u32,
+    /// What a hit here costs the process (ns, its site's class measured at start): added to
+    /// the budget slot in the attach cookie's high half.
+    pub cost_ns: u32,
     /// `PROBE_HTTP_WRITE`: the link-time address of the `*bufio.Writer` type descriptor.
     pub aux: u64,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
@@ -493,7 +495,7 @@ check_layout!(GpErrType, SIZEOF_GP_ERR_TYPE, n => OFFSETOF_GP_ERR_TYPE_N,
     kind => OFFSETOF_GP_ERR_TYPE_KIND, off => OFFSETOF_GP_ERR_TYPE_OFF);
 check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_FUNC_ID,
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
-    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, jcc => OFFSETOF_GP_PROBE_CFG_JCC, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT,
+    flags => OFFSETOF_GP_PROBE_CFG_FLAGS, jcc => OFFSETOF_GP_PROBE_CFG_JCC, rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, cost_ns => OFFSETOF_GP_PROBE_CFG_COST_NS,
     aux => OFFSETOF_GP_PROBE_CFG_AUX, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS, pid => OFFSETOF_GP_EVENT_PID,

@@ -63,6 +63,11 @@ pub fn measure_sites() -> Result<crate::resolve::sites::KernelSites, selftest::S
     Ok(k)
 }
 
+/// A site's BPF cookie: its configuration in the low half, its budget slot in the high one.
+fn cookie(s: &Site) -> u64 {
+    s.cfg as u64 | (s.slot as u64) << 32
+}
+
 /// Places the self-test's uprobes ([`selftest::measure`]): one uprobe_multi link where the
 /// kernel has them (one detach), else a perf event each.
 fn place_self_test(
@@ -177,6 +182,8 @@ pub struct BpfTracer {
     errtypes: BpfHashMap<MapData, abi::GpErrKey, abi::GpErrType>,
     traced: BpfHashMap<MapData, u32, u8>,
     proc_stats: PerCpuArray<MapData, GpProcStats>,
+    /// What each (process, spec) pair's probes cost, by budget slot (ns).
+    budget: PerCpuArray<MapData, u64>,
     /// The exec, fork and exit hooks: detached when this is dropped.
     _hooks: hooks::Hooks,
     /// The pin of `held`, removed at a clean stop.
@@ -289,6 +296,7 @@ impl BpfTracer {
             errtypes: take(&mut ebpf, "errtypes")?,
             traced: take(&mut ebpf, "traced")?,
             proc_stats: take(&mut ebpf, "proc_stats")?,
+            budget: take(&mut ebpf, "budget")?,
             _hooks: hooks,
             pin,
             orphans,
@@ -411,7 +419,7 @@ impl BpfTracer {
                 let group: Vec<(u64, u64, u64)> = sites
                     .iter()
                     .filter(|s| s.point.ret == ret)
-                    .map(|s| (s.point.offset, s.cfg as u64, s.point.ref_ctr_offset))
+                    .map(|s| (s.point.offset, cookie(s), s.point.ref_ctr_offset))
                     .collect();
                 if group.is_empty() {
                     continue;
@@ -441,7 +449,7 @@ impl BpfTracer {
         let prog = up.fd().expect("the uprobe program is loaded");
         let mut links = Vec::with_capacity(sites.len());
         for s in sites {
-            match perf::attach(prog.as_fd(), target, s.point, pid, s.cfg as u64) {
+            match perf::attach(prog.as_fd(), target, s.point, pid, cookie(s)) {
                 Ok(l) => links.push(Link::Perf(l)),
                 Err(e) => {
                     self.pool.drop_all(links);
@@ -781,6 +789,22 @@ impl Tracer for BpfTracer {
             },
             0,
         );
+    }
+
+    fn budget_spent(&self, slot: u32) -> u64 {
+        self.budget
+            .get(&slot, 0)
+            .map(|per_cpu| per_cpu.iter().sum())
+            .unwrap_or(0)
+    }
+
+    fn clear_budget(&mut self, slot: u32) {
+        if let Ok(cpus) = aya::util::nr_cpus() {
+            let zeros = aya::maps::PerCpuValues::try_from(vec![0u64; cpus]);
+            if let Ok(z) = zeros {
+                let _ = self.budget.set(slot, z, 0);
+            }
+        }
     }
 
     fn wait_detached(&mut self, deadline: Instant) -> bool {

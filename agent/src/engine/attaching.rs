@@ -40,6 +40,7 @@ pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
                 ref_ctr_offset: 0,
             },
             cfg: r,
+            slot: 0,
         }));
     }
     let entry_cfgs = std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied());
@@ -51,6 +52,7 @@ pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
                 ref_ctr_offset: plan.ref_ctr_offset,
             },
             cfg: id,
+            slot: 0,
         }));
     }
     v
@@ -333,6 +335,17 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     ) -> Result<(), Arc<ProbeError>> {
         let pid = info.pid;
         let key = self.specs[&sid].probes[pi].key.clone();
+        if self.budgets.waiting(pid, sid, std::time::Instant::now()) {
+            // Taken off for its cost: back after the back-off (budget.rs).
+            return Ok(());
+        }
+        let measured = self
+            .binaries
+            .get(&target.key)
+            .and_then(|b| b.probes.get(&(sid, pi)))
+            .and_then(|p| p.as_ref().ok())
+            .is_some_and(|p| p.costs.entry != crate::resolve::sites::SiteClass::Unmeasured);
+        let slot = self.budget_slot(pid, sid, measured);
         let bin = self
             .binaries
             .get(&target.key)
@@ -342,13 +355,14 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             Some(Ok(planned)) => {
                 let n = planned.sites.len();
                 costs = Some(planned.costs);
+                let sites: Vec<Site> = planned.sites.iter().map(|s| Site { slot, ..*s }).collect();
                 // The load bias is read now, while the process surely runs (a short-lived
                 // PIE process may be gone when its records are decoded).
                 if let Some(t) = &planned.types {
                     t.learn(pid);
                 }
                 self.tracer
-                    .attach(pid, &bin.attach_path, &planned.sites)
+                    .attach(pid, &bin.attach_path, &sites)
                     .map(|l| (l, n))
                     .map_err(|e| Arc::new(ProbeError::Trace(e)))
             }

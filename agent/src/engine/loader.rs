@@ -70,6 +70,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 ref_ctr_offset: 0,
             },
             cfg,
+            slot: 0,
         };
         match self.tracer.attach(pid, &path, &[site]) {
             Ok(links) => {

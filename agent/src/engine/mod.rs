@@ -8,6 +8,7 @@
 //! the exec/exit tracepoints, the spec source and (in cluster mode) the container runtime.
 
 mod attaching;
+mod budget;
 pub mod driver;
 pub mod error;
 mod holds;
@@ -225,6 +226,8 @@ pub struct Engine<T: Tracer, R: Resolver> {
     watch_comms: BTreeSet<String>,
     /// Holds, their deadlines and lost process events (`holds.rs`).
     holds: holds::HoldState,
+    /// What each spec's probes cost each process (`budget.rs`).
+    budgets: budget::Budgets,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
     dirty: bool,
 }
@@ -262,6 +265,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
             holds: holds::HoldState::default(),
+            budgets: budget::Budgets::default(),
             dirty: true,
         }
     }
@@ -597,6 +601,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             self.retire_binary(k);
         }
         self.refresh_counters();
+        self.check_budgets(now);
         // Per-process delivery counts of exited processes (their last records were read
         // long before this tick).
         let procs = &self.procs;

@@ -296,6 +296,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             return;
         };
         self.dirty = true;
+        self.free_budget(pid, None);
         self.tracer.set_traced(pid, false);
         if p.propagate.is_some() {
             // Its pid (and a g address) may come back in another process.

@@ -51,12 +51,14 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                     let mut sites = vec![Site {
                         point: point(plan.out.entry_offset),
                         cfg: cfg.entry,
+                        slot: 0,
                     }];
                     // The round trip's returns (uprobes on its RET instructions).
                     sites.extend(cfg.ret.iter().flat_map(|&done| {
                         plan.out.ret_offsets.iter().map(move |&o| Site {
                             point: point(o),
                             cfg: done,
+                            slot: 0,
                         })
                     }));
                     // The header writer and the connection hand-off: both or neither.
@@ -64,10 +66,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                         sites.push(Site {
                             point: point(plan.write_offset),
                             cfg: w,
+                            slot: 0,
                         });
                         sites.push(Site {
                             point: point(plan.conn.entry_offset),
                             cfg: conn,
+                            slot: 0,
                         });
                     }
                     Ok(PropagateProbes { cfg, sites, why })

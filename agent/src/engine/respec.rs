@@ -60,6 +60,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Detaches spec `sid`'s links from process `pid` and takes the spec off it: `None` if
     /// the process is not tracked, else whether it has no spec left.
     pub(super) fn detach_spec(&mut self, pid: u32, sid: SpecId) -> Option<bool> {
+        self.free_budget(pid, Some(sid));
         let p = self.procs.get_mut(&pid)?;
         p.specs.remove(&sid);
         let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut p.links)

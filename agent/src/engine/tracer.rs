@@ -40,6 +40,8 @@ impl ProbeConfig {
 pub struct Site {
     pub point: ProbePoint,
     pub cfg: CfgId,
+    /// The budget slot its hits' cost is added to (the cookie's high half); 0: none.
+    pub slot: u32,
 }
 
 /// A process held (stopped) until its probes are attached: by this agent's hooks, or left
@@ -192,6 +194,13 @@ pub trait Tracer {
 
     /// Waits until the detaches in flight are done or `deadline` passes; true if done.
     fn wait_detached(&mut self, deadline: Instant) -> bool;
+
+    /// What the probes attached with budget slot `slot` have cost their process so far
+    /// (ns, estimated in the kernel: each hit adds its site's cost).
+    fn budget_spent(&self, slot: u32) -> u64;
+
+    /// Sets a budget slot back to 0 (before it is given to another process).
+    fn clear_budget(&mut self, slot: u32);
 }
 
 /// One probe of a spec to plan against a binary.

@@ -98,14 +98,32 @@ pub struct PropagationSummary {
     pub dry_run: bool,
 }
 
+/// A spec's probes taken off a process for their cost (`limits.maxOverheadPercent`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BudgetSummary {
+    pub spec: String,
+    pub pid: u32,
+    pub executable: String,
+    /// The estimated share of one CPU they cost when taken off (percent).
+    pub percent: f64,
+    /// How often they were taken off, and attached again after the back-off.
+    pub detached: u64,
+    pub retried: u64,
+    /// The latest back-off (s).
+    pub backoff_s: u64,
+}
+
 /// What a run did: one object, serialized as the `--summary-file` JSON.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
     pub probes: Vec<ProbeSummary>,
     pub processes: ProcessSummary,
     pub otlp: OtlpSummary,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub propagation: Option<PropagationSummary>,
+    /// Processes whose probes were taken off for their cost (absent when none was).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budget: Vec<BudgetSummary>,
 }
 
 #[derive(Debug, Error)]
@@ -184,6 +202,19 @@ impl Summary {
                     dry_run: p.dry_run,
                 }
             }),
+            budget: stats
+                .budget()
+                .into_iter()
+                .map(|((spec, pid), e)| BudgetSummary {
+                    spec,
+                    pid,
+                    executable: e.executable,
+                    percent: (e.percent * 10.0).round() / 10.0,
+                    detached: e.detached,
+                    retried: e.retried,
+                    backoff_s: e.backoff_s,
+                })
+                .collect(),
         }
     }
 
@@ -349,6 +380,19 @@ impl Summary {
                     pr.missed.len()
                 );
             }
+        }
+        for b in &self.budget {
+            let _ = writeln!(
+                s,
+                "  over budget: {} in pid {} ({}): about {}% of a CPU, its probes taken off {} (attached again {}; latest back-off {} s)",
+                b.spec,
+                b.pid,
+                crate::util::printable(&b.executable),
+                b.percent,
+                count(b.detached, "time", "times"),
+                count(b.retried, "time", "times"),
+                b.backoff_s
+            );
         }
         let o = &self.otlp;
         if o.spans_exported + o.spans_dropped + o.export_errors > 0 {

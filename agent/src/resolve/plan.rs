@@ -251,6 +251,15 @@ impl ProbePlan {
                     0
                 }
                 | if self.newproc { abi::CFG_NEWPROC } else { 0 },
+            // What a hit costs the process, for its overhead budget (0: not known).
+            cost_ns: {
+                let class = if kind == abi::PROBE_RETURN {
+                    self.costs.ret
+                } else {
+                    Some(self.costs.entry)
+                };
+                class.map_or(0, |c| c.cost_ns(super::sites::kernel()))
+            },
             // Only the entry site can be the stack check's jump.
             jcc: match (kind, self.entry_jcc) {
                 (abi::PROBE_ENTRY | abi::PROBE_CALL, Some(cc)) => cc + 1,

@@ -37,6 +37,10 @@ struct Kernel {
     comms: BTreeSet<String>,
     inos: BTreeSet<u64>,
     counts: BTreeMap<CfgId, KernelCounts>,
+    /// What each budget slot has cost (set by the test).
+    budget: BTreeMap<u32, u64>,
+    /// The budget slot of each attach: (pid, slot).
+    slots: Vec<(u32, u32)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -130,6 +134,9 @@ impl Tracer for FakeTracer {
         k.next_link += 1;
         let id = k.next_link;
         k.links.insert(id, (pid, sites.len()));
+        if let Some(s) = sites.first() {
+            k.slots.push((pid, s.slot));
+        }
         Ok(FakeLinks(id))
     }
 
@@ -201,6 +208,14 @@ impl Tracer for FakeTracer {
     fn wait_detached(&mut self, _deadline: Instant) -> bool {
         true
     }
+
+    fn budget_spent(&self, slot: u32) -> u64 {
+        self.0.borrow().budget.get(&slot).copied().unwrap_or(0)
+    }
+
+    fn clear_budget(&mut self, slot: u32) {
+        self.0.borrow_mut().budget.remove(&slot);
+    }
 }
 
 /// Plans every symbol except `main.missing`; counts the binaries it opened.
@@ -215,6 +230,11 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
         entry_captures: vec![],
         return_captures: vec![],
         signature_source: crate::plan::SignatureSource::Signature,
+        // Measured, so that budgets apply.
+        costs: crate::resolve::sites::SiteCosts {
+            entry: crate::resolve::sites::SiteClass::Emulated,
+            ret: (rets > 0).then_some(crate::resolve::sites::SiteClass::SingleStepped),
+        },
         ..Default::default()
     }
 }
@@ -300,6 +320,7 @@ fn proc(pid: u32, exe: &str, ino: u64) -> ProcInfo {
 }
 
 mod attach;
+mod budget;
 mod cluster;
 mod holds;
 mod loader;

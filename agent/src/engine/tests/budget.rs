@@ -1,0 +1,99 @@
+//! Overhead budgets: a process whose probes cost more than its spec allows for a whole
+//! window loses that spec's probes (said and counted), gets them back when the back-off
+//! ends (doubled the next time), and other processes keep theirs.
+
+use super::*;
+use crate::engine::budget::{FIRST_BACKOFF, WINDOW};
+use std::time::Duration;
+
+fn budgeted(percent: f64) -> ProbeSpec {
+    gprobe_crds::load_specs(
+        &format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: b}}\nspec:\n  selector: {{executable: /app/shop}}\n  limits: {{maxOverheadPercent: {percent}}}\n  probes: [{{symbol: main.a}}]\n"),
+        "t",
+    )
+    .unwrap()
+    .remove(0)
+}
+
+/// The budget slot of `pid`'s latest attach.
+fn slot_of(w: &World, pid: u32) -> u32 {
+    let k = w.kernel.borrow();
+    k.slots.iter().rev().find(|(p, _)| *p == pid).unwrap().1
+}
+
+/// Adds `ms` milliseconds of probe cost to each slot, then ticks `at`.
+fn spend(w: &mut World, costs: &[(u32, u64)], at: Instant) {
+    {
+        let mut k = w.kernel.borrow_mut();
+        for &(slot, ms) in costs {
+            *k.budget.entry(slot).or_default() += ms * 1_000_000;
+        }
+    }
+    w.engine.tick(at);
+}
+
+#[test]
+fn a_process_over_budget_for_a_window_loses_its_probes_until_the_back_off_ends() {
+    let mut w = world(Mode::Local);
+    w.engine.add_spec(budgeted(1.0)).unwrap();
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    w.engine
+        .process_seen(proc(11, "/app/shop", 7), Origin::Running);
+    assert_eq!((live_links(&w, 10), live_links(&w, 11)), (1, 1));
+    let (hot, cold) = (slot_of(&w, 10), slot_of(&w, 11));
+    assert!(hot != 0 && cold != 0 && hot != cold, "{hot} {cold}");
+    let t0 = Instant::now();
+    w.engine.tick(t0);
+    // Pid 10's probes cost 5% of a CPU (50 ms a second), pid 11's 0.1%.
+    let window = WINDOW.as_secs();
+    for s in 1..window {
+        spend(&mut w, &[(hot, 50), (cold, 1)], t0 + Duration::from_secs(s));
+        assert_eq!(live_links(&w, 10), 1, "within the window at {s} s");
+    }
+    spend(&mut w, &[(hot, 50), (cold, 1)], t0 + WINDOW);
+    assert_eq!((live_links(&w, 10), live_links(&w, 11)), (0, 1));
+    let b = w.stats.budget();
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!(b[0].0 .1, 10);
+    assert!((b[0].1.percent - 5.0).abs() < 0.01, "{b:?}");
+    assert_eq!(
+        (b[0].1.detached, b[0].1.retried, b[0].1.backoff_s),
+        (1, 0, 60)
+    );
+    // Nothing comes back before the back-off ends, even when the process is seen again.
+    w.engine
+        .tick(t0 + WINDOW + FIRST_BACKOFF - Duration::from_secs(1));
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    assert_eq!(live_links(&w, 10), 0);
+    let back = t0 + WINDOW + FIRST_BACKOFF;
+    w.engine.tick(back);
+    assert_eq!(live_links(&w, 10), 1);
+    assert_eq!(w.stats.budget()[0].1.retried, 1);
+    // Over budget again: the back-off doubles.
+    let hot = slot_of(&w, 10);
+    for s in 1..=window {
+        spend(&mut w, &[(hot, 50)], back + Duration::from_secs(s));
+    }
+    assert_eq!(live_links(&w, 10), 0);
+    let b = w.stats.budget();
+    assert_eq!((b[0].1.detached, b[0].1.backoff_s), (2, 120));
+    // An exit frees its slot for the next process.
+    w.engine.process_exited(10);
+    w.engine
+        .process_seen(proc(12, "/app/shop", 7), Origin::Running);
+    assert_eq!(live_links(&w, 12), 1);
+}
+
+#[test]
+fn probes_whose_cost_is_not_measured_have_no_budget() {
+    let mut w = world(Mode::Local);
+    w.engine.add_spec(budgeted(1.0)).unwrap();
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    // The fake resolver's plans are measured: a slot was given.
+    assert_ne!(slot_of(&w, 10), 0);
+    // Unmeasured: none (checked on the engine's rule directly).
+    assert_eq!(w.engine.budget_slot(11, SpecId(99), false), 0);
+}
