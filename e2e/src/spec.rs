@@ -110,6 +110,12 @@ impl SpecBuilder {
         self
     }
 
+    /// `limits.maxOverheadPercent`.
+    pub fn max_overhead_percent(mut self, p: f64) -> Self {
+        self.limits.max_overhead_percent = p;
+        self
+    }
+
     /// `limits.maxStringBytes`.
     pub fn max_string_bytes(mut self, n: u32) -> Self {
         self.limits.max_string_bytes = n;

@@ -5,11 +5,26 @@ use serde::Deserialize;
 
 /// The whole summary file. Fields gprobe adds later are ignored here until a test needs them
 /// (`Run::summary_json` has everything).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Summary {
     pub probes: Vec<ProbeSummary>,
     pub processes: ProcessSummary,
     pub otlp: OtlpSummary,
+    /// Processes whose probes were taken off for their cost.
+    #[serde(default)]
+    pub budget: Vec<BudgetEntry>,
+}
+
+/// A spec's probes taken off a process for their cost.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BudgetEntry {
+    pub spec: String,
+    pub pid: u32,
+    pub executable: String,
+    pub percent: f64,
+    pub detached: u64,
+    pub retried: u64,
+    pub backoff_s: u64,
 }
 
 /// One probe of one spec.

@@ -258,7 +258,10 @@ impl ProbePlan {
                 } else {
                     Some(self.costs.entry)
                 };
-                class.map_or(0, |c| c.cost_ns(super::sites::kernel()))
+                match class.map_or(0, |c| c.cost_ns(super::sites::kernel())) {
+                    0 => 0,
+                    trap => trap + super::sites::PROGRAM_NS,
+                }
             },
             // Only the entry site can be the stack check's jump.
             jcc: match (kind, self.entry_jcc) {

@@ -126,6 +126,11 @@ pub fn describe(c: SiteCosts, k: Option<KernelSites>) -> String {
     }
 }
 
+/// What gprobe's program costs per hit beyond the trap, for overhead budgets: about 256 ns
+/// for a probe with an integer capture, less the 63 ns of an empty program that the
+/// self-test's trap already includes (BENCHMARKS.md, "BPF run time per hit").
+pub const PROGRAM_NS: u32 = 200;
+
 /// The instruction kinds whose emulation is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {

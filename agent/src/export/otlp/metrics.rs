@@ -11,6 +11,7 @@
 //! | `gprobe.joins.incomplete`    | observable counter   | the probe's                         |
 //! | `gprobe.spans.dropped`       | observable counter   |                                     |
 //! | `gprobe.processes.matched`, `.traced`, `.missed` | observable counters |            |
+//! | `gprobe.budget.detached`     | observable counter   | `gprobe.spec`                       |
 //!
 //! `reason` is `ring_buffer_full`, `rate_limited`, `too_deep` or `return_lost`. The labels
 //! are a probe's `metrics.labels`: the captured values as `gprobe.args.NAME` /
@@ -129,6 +130,23 @@ pub(crate) fn observe(meter: &Meter, stats: &Stats) {
             .with_callback(move |obs| obs.observe(field(&st.processes()), &[]))
             .build();
     }
+    let st = stats.clone();
+    meter
+        .u64_observable_counter("gprobe.budget.detached")
+        .with_description(
+            "Times a spec's probes were taken off a process for their cost (limits.maxOverheadPercent)",
+        )
+        .with_unit("{detach}")
+        .with_callback(move |obs| {
+            let mut per_spec: BTreeMap<String, u64> = BTreeMap::new();
+            for ((spec, _), e) in st.budget() {
+                *per_spec.entry(spec).or_default() += e.detached;
+            }
+            for (spec, n) in per_spec {
+                obs.observe(n, &[KeyValue::new("gprobe.spec", spec)]);
+            }
+        })
+        .build();
 }
 
 /// Calls counted under `other`, per (spec, symbol): shared by the recorder and the

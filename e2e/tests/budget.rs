@@ -1,0 +1,162 @@
+//! The overhead budget on real programs (`limits.maxOverheadPercent`): two copies of
+//! e2e/testdata/hot run before gprobe starts, one calling main.work 200,000 times a second,
+//! one 100 times; with a 1% budget the first loses its probe within two windows (and its
+//! time per call goes back to what it was unprobed), the second keeps its probe, and the
+//! summary lists the first. Each program reports its own time per call every 250 ms.
+
+use gprobe_e2e::go::GoVersion;
+use gprobe_e2e::harness::{program, require_trace, serial, Gprobe};
+use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A running copy of the hot program and its reports (pid, calls so far, ns per call).
+struct Hot {
+    child: Child,
+    ticks: mpsc::Receiver<(u64, f64)>,
+}
+
+impl Hot {
+    fn start(bin: &std::path::Path, rate: u32) -> Hot {
+        let mut child = Command::new(bin)
+            .args(["-rate", &rate.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start hot");
+        let out = child.stdout.take().unwrap();
+        let (tx, ticks) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let field = |k: &str| {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(k))
+                        .and_then(|v| v.parse::<f64>().ok())
+                };
+                if let (Some(calls), Some(ns)) = (field("calls="), field("ns_per_call=")) {
+                    if tx.send((calls as u64, ns)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Hot { child, ticks }
+    }
+
+    /// The next `n` reports' ns per call.
+    fn next(&self, n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|_| {
+                self.ticks
+                    .recv_timeout(Duration::from_secs(10))
+                    .expect("a report every 250 ms")
+                    .1
+            })
+            .collect()
+    }
+
+    /// The calls made so far, as of the next report.
+    fn calls(&self) -> u64 {
+        self.drain();
+        self.ticks
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a report every 250 ms")
+            .0
+    }
+
+    /// Reports that came in so far, dropped.
+    fn drain(&self) {
+        while self.ticks.try_recv().is_ok() {}
+    }
+}
+
+impl Drop for Hot {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+#[test]
+fn a_process_over_its_budget_loses_its_probe_and_a_quiet_one_keeps_it() {
+    require_trace("budget");
+    let bin = program("e2e/testdata/hot", GoVersion::Go127, false);
+    let spec = SpecBuilder::new("budget")
+        .executable(&bin)
+        .max_overhead_percent(1.0)
+        .probe(ProbeBuilder::new("main.work").capture(["i"]))
+        .yaml();
+    let _guard = serial();
+    let hot = Hot::start(&bin, 200_000);
+    let quiet = Hot::start(&bin, 100);
+    let (hot_pid, quiet_pid) = (hot.child.id(), quiet.child.id());
+    // Unprobed: its own time per call, after a warm-up report.
+    hot.next(1);
+    let unprobed = median(hot.next(8));
+    let g = Gprobe::cmd(&spec).summary_file().start();
+    let attached = Instant::now();
+    hot.drain();
+    let probed = median(hot.next(8));
+    // Two windows (10 s each) from the attach.
+    g.wait_for_stderr(
+        |s| s.contains(&format!("its probes cost pid {hot_pid} ")),
+        Duration::from_secs(20) - attached.elapsed().min(Duration::from_secs(19)),
+    );
+    let detached_after = attached.elapsed();
+    // The quiet one's calls from here on: the hot one no longer takes the probe's share of
+    // limits.eventsPerSecond (10,000 a second for both), so every one is delivered.
+    let quiet_from = quiet.calls();
+    hot.drain();
+    hot.next(2);
+    let after = median(hot.next(8));
+    let quiet_to = quiet.calls();
+    let run = g.stop();
+    let s = run.summary();
+    eprintln!(
+        "hot: {unprobed:.0} ns per call unprobed, {probed:.0} probed, {after:.0} after its probe was taken off {:.1} s after the attach; quiet made calls {quiet_from}..{quiet_to} since; budget: {:?}",
+        detached_after.as_secs_f64(),
+        s.budget
+    );
+    assert_eq!(s.budget.len(), 1, "{:?}\n{}", s.budget, run.stderr);
+    let b = &s.budget[0];
+    assert_eq!((b.pid, b.detached, b.backoff_s), (hot_pid, 1, 60));
+    assert!(b.percent > 1.0, "{b:?}");
+    assert!(
+        probed > unprobed * 2.0,
+        "the probe showed: {unprobed} -> {probed}"
+    );
+    assert!(
+        after <= unprobed * 1.05 + 10.0,
+        "back to unprobed: {unprobed} ns before, {after} ns after"
+    );
+    // The quiet one kept its probe: each call it made after the hot one lost its probe was
+    // delivered (work(i) is called with i = the calls made before it).
+    let seen: std::collections::BTreeSet<u64> = run
+        .records_of("main.work")
+        .iter()
+        .filter(|r| r["pid"].as_u64() == Some(quiet_pid as u64))
+        .filter_map(|r| r["args"]["i"].as_u64())
+        .collect();
+    let missing: Vec<u64> = (quiet_from..quiet_to)
+        .filter(|i| !seen.contains(i))
+        .collect();
+    assert!(quiet_to > quiet_from + 100, "{quiet_from}..{quiet_to}");
+    assert_eq!(
+        missing,
+        Vec::<u64>::new(),
+        "quiet calls {quiet_from}..{quiet_to} not delivered"
+    );
+    assert!(
+        !run.stderr
+            .contains(&format!("its probes cost pid {quiet_pid} ")),
+        "{}",
+        run.stderr
+    );
+}
