@@ -30,7 +30,7 @@ kind: ProbeSpec
 metadata: {name: spawn}
 spec:
   selector: {executable: $tmp/spawn}
-  limits: {eventsPerSecond: 0}
+  limits: {eventsPerSecond: 0, maxOverheadPercent: 0}
   probes: $2
 YAML
   "$gprobe" run "$tmp/spec.yaml" >/dev/null 2>"$tmp/err" &

@@ -138,7 +138,7 @@ def one_run(cfg, binary, calls, work, gprobe):
         json.dump({"apiVersion": "gprobe.dev/v1alpha1", "kind": "ProbeSpec",
                    "metadata": {"name": "cbench"},
                    "spec": {"selector": {"executable": binary}, "probes": [probe],
-                            "limits": {"eventsPerSecond": 0, "maxStringBytes": 64}}}, f)
+                            "limits": {"eventsPerSecond": 0, "maxStringBytes": 64, "maxOverheadPercent": 0}}}, f)
     with open(log, "wb") as o:
         # A ring that holds a whole run: a USDT hit costs so little that the loop
         # outruns the reader (calls that find the ring full are counted as lost).

@@ -139,7 +139,7 @@ def spec_yaml(name, exe, probes, max_str=64):
             f"      capture: [{', '.join(caps)}]",
             f"      latency: {'true' if latency else 'false'}",
         ]
-    lines.append(f"  limits: {{maxStringBytes: {max_str}, eventsPerSecond: 0}}")
+    lines.append(f"  limits: {{maxStringBytes: {max_str}, eventsPerSecond: 0, maxOverheadPercent: 0}}")
     return "\n".join(lines) + "\n"
 
 

@@ -33,7 +33,7 @@ def spec(path, name, probes):
     ]
     for sym, extra in probes:
         lines.append(f"    - {{symbol: {sym}{extra}}}")
-    lines.append("  limits: {eventsPerSecond: 0}")
+    lines.append("  limits: {eventsPerSecond: 0, maxOverheadPercent: 0}")
     return "\n".join(lines) + "\n"
 
 

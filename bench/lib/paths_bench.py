@@ -31,7 +31,7 @@ kind: ProbeSpec
 metadata: {{name: paths}}
 spec:
   selector: {{executable: "{chain}"}}
-  limits: {{eventsPerSecond: 0}}
+  limits: {{eventsPerSecond: 0, maxOverheadPercent: 0}}
   probes:
     - symbol: main.walk
       signature: "func(n *main.node) int64"

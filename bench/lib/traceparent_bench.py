@@ -45,7 +45,7 @@ kind: ProbeSpec
 metadata: {{name: traceparent}}
 spec:
   selector: {{executable: "{handler}"}}
-  limits: {{eventsPerSecond: 0}}
+  limits: {{eventsPerSecond: 0, maxOverheadPercent: 0}}
   probes:
     - symbol: main.handle
       signature: "{sig}"

@@ -232,13 +232,13 @@ pub struct Limits {
     /// counted as throttled. 0 means unlimited.
     #[serde(default = "default_events_per_second")]
     pub events_per_second: u32,
-    /// The share of one CPU (in percent, over 0 and at most 100) that the spec's probes may
-    /// cost one process, estimated from each probe's hits and its site's measured cost. A
-    /// process over it for 10 s in a row loses this spec's probes (said, and counted in the
+    /// The share of one CPU (in percent, 0..=100) that the spec's probes may cost one
+    /// process, estimated from each probe's hits and its site's measured cost. A process
+    /// over it for 10 s in a row loses this spec's probes (said, and counted in the
     /// summary's `budget`), which come back after a back-off that doubles from 60 s; other
-    /// processes keep theirs.
+    /// processes keep theirs. 0 means no budget (benchmarks, short investigations).
     #[serde(default = "default_max_overhead_percent")]
-    #[x_kube(validation = Rule::new("self > 0.0 && self <= 100.0").message("is out of range: use a percentage over 0 and at most 100"))]
+    #[x_kube(validation = Rule::new("self >= 0.0 && self <= 100.0").message("is out of range: use a percentage from 0 (no budget) to 100"))]
     pub max_overhead_percent: f64,
 }
 

@@ -217,10 +217,10 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
         );
     }
     let overhead = s.limits.max_overhead_percent;
-    if !(overhead > 0.0 && overhead <= 100.0) {
+    if !(0.0..=100.0).contains(&overhead) {
         spec_issue(
             "spec.limits.maxOverheadPercent",
-            format!("{overhead} is out of range: use a percentage over 0 and at most 100"),
+            format!("{overhead} is out of range: use a percentage from 0 (no budget) to 100"),
         );
     }
     if s.probes.is_empty() {

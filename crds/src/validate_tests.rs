@@ -267,14 +267,14 @@ fn propagate_needs_a_go_latency_probe() {
 }
 
 #[test]
-fn the_overhead_budget_defaults_to_2_percent_and_must_be_a_share_of_one_cpu() {
+fn the_overhead_budget_defaults_to_2_percent_and_is_a_share_of_one_cpu_or_0_for_none() {
     let spec = |limits: &str| {
         format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: b}}\nspec:\n  selector: {{executable: /bin/x}}\n{limits}  probes: [{{symbol: main.f}}]\n")
     };
     let s = &load_specs(&spec(""), "b.yaml").unwrap()[0];
     assert_eq!(s.spec.limits.max_overhead_percent, 2.0);
     assert_eq!(validate_spec(s), vec![]);
-    for bad in ["0", "-1", "100.5"] {
+    for bad in ["-1", "100.5", ".nan"] {
         let text = spec(&format!("  limits: {{maxOverheadPercent: {bad}}}\n"));
         let s = &load_specs(&text, "b.yaml").unwrap()[0];
         let issues = validate_spec(s);
@@ -286,6 +286,9 @@ fn the_overhead_budget_defaults_to_2_percent_and_must_be_a_share_of_one_cpu() {
             "{bad}: {issues:?}"
         );
     }
-    let s = &load_specs(&spec("  limits: {maxOverheadPercent: 0.5}\n"), "b.yaml").unwrap()[0];
-    assert_eq!(validate_spec(s), vec![]);
+    for good in ["0", "0.5", "100"] {
+        let text = spec(&format!("  limits: {{maxOverheadPercent: {good}}}\n"));
+        let s = &load_specs(&text, "b.yaml").unwrap()[0];
+        assert_eq!(validate_spec(s), vec![], "{good}");
+    }
 }

@@ -66,6 +66,13 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// The budget slot of spec `sid`'s probes in process `pid` (given on first use); 0 when
     /// no budget applies (the probe's costs are not `measured`, or every slot is in use).
     pub(super) fn budget_slot(&mut self, pid: u32, sid: SpecId, measured: bool) -> u32 {
+        let limit = self
+            .specs
+            .get(&sid)
+            .map_or(0.0, |s| s.spec.spec.limits.max_overhead_percent);
+        if limit <= 0.0 {
+            return 0;
+        }
         if !measured {
             if !self.budgets.unmeasured_said {
                 self.budgets.unmeasured_said = true;

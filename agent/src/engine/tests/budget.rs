@@ -89,11 +89,22 @@ fn a_process_over_budget_for_a_window_loses_its_probes_until_the_back_off_ends()
 #[test]
 fn probes_whose_cost_is_not_measured_have_no_budget() {
     let mut w = world(Mode::Local);
-    w.engine.add_spec(budgeted(1.0)).unwrap();
+    let id = w.engine.add_spec(budgeted(1.0)).unwrap();
     w.engine
         .process_seen(proc(10, "/app/shop", 7), Origin::Running);
     // The fake resolver's plans are measured: a slot was given.
     assert_ne!(slot_of(&w, 10), 0);
     // Unmeasured: none (checked on the engine's rule directly).
-    assert_eq!(w.engine.budget_slot(11, SpecId(99), false), 0);
+    assert_eq!(w.engine.budget_slot(11, id, false), 0);
+    assert_ne!(w.engine.budget_slot(11, id, true), 0);
+}
+
+#[test]
+fn a_budget_of_0_is_none() {
+    let mut w = world(Mode::Local);
+    w.engine.add_spec(budgeted(0.0)).unwrap();
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    assert_eq!(live_links(&w, 10), 1);
+    assert_eq!(slot_of(&w, 10), 0);
 }
