@@ -181,6 +181,11 @@ pub struct LinkStatus {
     /// Calls not recorded because of `limits.eventsPerSecond`.
     #[serde(default)]
     pub throttled: u64,
+    /// What a call costs the program where the probe sits: how the kernel runs its entry
+    /// (and return) site, `emulated` or `single-stepped`, and the cost measured on the node
+    /// (e.g. "entry emulated ~880 ns a call").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
 }
 
 impl ProbeAttachmentStatus {

@@ -98,6 +98,7 @@ fn link(pod: &str, state: LinkState, message: Option<&str>) -> LinkStatus {
         hits: 10,
         lost: 0,
         throttled: 0,
+        site: None,
     }
 }
 

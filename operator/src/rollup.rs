@@ -269,6 +269,7 @@ mod tests {
             hits: 0,
             lost: 0,
             throttled: 0,
+            site: None,
         }
     }
 

@@ -163,6 +163,7 @@ mod tests {
                 hits: 5,
                 lost: 0,
                 throttled: 0,
+                site: None,
             }],
             ..Default::default()
         };

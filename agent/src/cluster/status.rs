@@ -2,6 +2,7 @@
 //! for each spec.
 
 use crate::engine::snapshot::{ProbeOutcome, Snapshot};
+use crate::resolve::sites;
 use crate::stats::Stats;
 use gprobe_crds::{
     ContainerRef, LinkState, LinkStatus, MissedProcess, ProbeAttachmentStatus, ProbeSpec,
@@ -51,6 +52,22 @@ pub fn attachment_statuses(
                     ProbeOutcome::Attached { .. } => None,
                 });
                 let counts = stats.probe(key);
+                // Probes taken off a process of this container for their cost.
+                let budget = stats
+                    .budget()
+                    .into_iter()
+                    .filter(|((spec, pid), e)| {
+                        *spec == s.key.to_string()
+                            && e.retried < e.detached
+                            && procs.iter().any(|p| p.pid == *pid)
+                    })
+                    .map(|((_, pid), e)| {
+                        format!(
+                            "taken off pid {pid} for their cost (about {:.1}% of a CPU, over limits.maxOverheadPercent); tried again after {} s",
+                            e.percent, e.backoff_s
+                        )
+                    })
+                    .next();
                 st.links.push(LinkStatus {
                     container: c.id.clone(),
                     pod: c.pod_name.clone(),
@@ -61,10 +78,12 @@ pub fn attachment_statuses(
                         LinkState::Attached
                     },
                     message: failed
+                        .or(budget)
                         .or_else(|| outcomes.is_empty().then(|| "not attached yet".to_string())),
                     hits: procs.iter().map(|p| stats.delivered_by(key, p.pid)).sum(),
                     lost: counts.lost,
                     throttled: counts.throttled,
+                    site: counts.costs.map(|c| sites::describe(c, sites::kernel())),
                 });
             }
         }

@@ -105,6 +105,7 @@ fn status(node: usize, missed: u64) -> ProbeAttachmentStatus {
             hits: missed * 100,
             lost: 0,
             throttled: 0,
+            site: None,
         }],
         processes_matched: 1 + missed,
         processes_traced: 1,
