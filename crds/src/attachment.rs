@@ -367,6 +367,7 @@ mod tests {
             hits: 0,
             lost: 0,
             throttled: 0,
+            site: None,
         };
         let mut st = ProbeAttachmentStatus::default();
         for i in 0..250 {
