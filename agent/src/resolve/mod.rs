@@ -12,7 +12,7 @@ pub mod c;
 pub mod go;
 pub mod plan;
 pub mod propagate;
-mod resolver;
+pub mod resolver;
 pub mod sites;
 pub mod usdt;
 mod warnings;
@@ -46,6 +46,7 @@ pub use go::error::PclntabError;
 pub use go::{abi, gotype};
 
 use elf::ElfFile;
+use funcs::RawFunc;
 use go::dwarf::DwarfCache;
 use go::inline::InlineIndex;
 use go::GoInfo;
@@ -96,19 +97,6 @@ pub enum TargetKind {
     Go,
     /// Any other ELF binary: functions from its symbol tables.
     Elf,
-}
-
-/// A function as the tables store it: its name stays in the file until asked for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawFunc {
-    pub addr: u64,
-    pub size: u64,
-    /// File offset of the NUL-terminated name.
-    pub name_off: usize,
-    /// Go's _func.funcID (0 for ordinary functions and for ELF symbols).
-    pub func_id: u8,
-    /// Offset of Go's _func record from the functab (0 for ELF symbols).
-    pub func_off: u32,
 }
 
 /// A memory-mapped ELF binary. Cheap to open; tables are parsed when first asked for and

@@ -521,8 +521,6 @@ fn plan_c(
     })
 }
 
-pub use super::resolver::BinaryResolver;
-
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use super::error::PclntabError;
 use super::pclntab::{Pclntab, MAGIC_GO118};
 use crate::resolve::elf::{u32_at, ElfFile};
-use crate::resolve::RawFunc;
+use crate::resolve::funcs::RawFunc;
 
 const PCDATA_INL_TREE_INDEX: usize = 2;
 const FUNCDATA_INL_TREE: usize = 3;

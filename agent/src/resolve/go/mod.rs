@@ -27,7 +27,7 @@ use pclntab::{PclnState, Pclntab};
 use super::dwarf_error::DwarfError;
 use super::elf::ElfFile;
 use super::error::ResolveError;
-use super::RawFunc;
+use super::funcs::RawFunc;
 
 /// What makes a binary a Go binary, read when it is opened; the tables built from it are
 /// kept by [`crate::resolve::Binary`].
