@@ -1,16 +1,27 @@
 //! Command-line interface.
 
-use crate::duration::{parse_duration, parse_size};
+use crate::duration::{parse_duration, parse_size, InvalidDuration};
 use crate::export::otlp::Protocol;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// A `--poll-interval` that does not parse, or is out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PollIntervalError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidDuration),
+    #[error("{input} is out of range: use 1ms to 10s")]
+    OutOfRange { input: String },
+}
+
 /// A poll interval: a zero would spin a core, a long one delays output past use.
-fn parse_poll_interval(s: &str) -> Result<Duration, String> {
+fn parse_poll_interval(s: &str) -> Result<Duration, PollIntervalError> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(1) || d > Duration::from_secs(10) {
-        return Err(format!("{s} is out of range: use 1ms to 10s"));
+        return Err(PollIntervalError::OutOfRange {
+            input: s.to_string(),
+        });
     }
     Ok(d)
 }
@@ -199,6 +210,7 @@ mod tests {
     fn poll_interval_must_be_positive_and_bounded() {
         assert!(parse_poll_interval("0s")
             .unwrap_err()
+            .to_string()
             .contains("out of range"));
         assert!(parse_poll_interval("1h").is_err());
         assert_eq!(parse_poll_interval("25ms"), Ok(Duration::from_millis(25)));

@@ -2,8 +2,24 @@
 
 use std::time::Duration;
 
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("invalid duration {s:?}: use e.g. 500ms, 10s, 2m, 1h30m");
+/// A duration flag that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid duration {input:?}: use e.g. 500ms, 10s, 2m, 1h30m")]
+pub struct InvalidDuration {
+    pub input: String,
+}
+
+/// A size flag that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid size {input:?}: use e.g. 4096, 256KiB, 8MiB")]
+pub struct InvalidSize {
+    pub input: String,
+}
+
+pub fn parse_duration(s: &str) -> Result<Duration, InvalidDuration> {
+    let err = || InvalidDuration {
+        input: s.to_string(),
+    };
     let s = s.trim();
     if s.is_empty() {
         return Err(err());
@@ -38,8 +54,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Sizes for flags: `8MiB`, `256KiB`, `4096`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let err = || format!("invalid size {s:?}: use e.g. 4096, 256KiB, 8MiB");
+pub fn parse_size(s: &str) -> Result<u64, InvalidSize> {
+    let err = || InvalidSize {
+        input: s.to_string(),
+    };
     let s = s.trim();
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let n: u64 = s[..digits].parse().map_err(|_| err())?;

@@ -192,8 +192,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 otlp.otlp_endpoint,
                 otlp.otlp_protocol,
                 otlp.metrics_interval,
-            )
-            .map_err(anyhow::Error::msg)?
+            )?
             .map(|mut c| {
                 c.agent_resource.push(("k8s.node.name", node_name.clone()));
                 c
@@ -260,8 +259,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 otlp.otlp_endpoint,
                 otlp.otlp_protocol,
                 otlp.metrics_interval,
-            )
-            .map_err(anyhow::Error::msg)?;
+            )?;
             check_ring_size(ring_buffer_size)?;
             check_wakeup_size(wakeup_size, ring_buffer_size)?;
             let command = (!command.is_empty()).then(|| CommandOptions {

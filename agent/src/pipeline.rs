@@ -9,7 +9,7 @@ use crate::events::reader::{self, Processor, ReaderStats, Registry};
 use crate::events::Clock;
 use crate::export::otlp::OtlpConfig;
 use crate::export::{self, ExportError, ExportHandle, ExportOptions, Format};
-use crate::plan::BinaryResolver;
+use crate::resolve::resolver::BinaryResolver;
 use crate::stats::{ProbeStats, Stats};
 use gprobe_crds::ProbeSpec;
 use std::io::Write;

@@ -337,7 +337,11 @@ fn list_usdt(
                 }
             }
         }
-        notes.extend(p.sites.iter().filter_map(|s| s.problem.clone()));
+        notes.extend(
+            p.sites
+                .iter()
+                .filter_map(|s| s.problem.as_ref().map(ToString::to_string)),
+        );
         notes.dedup();
         writeln!(
             out,

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use gimli::{EndianSlice, RunTimeEndian, SectionId};
 use object::{Object, ObjectSection};
 
+use super::dwarf_error::DwarfError;
 use super::elf::ElfFile;
 
 pub(crate) type R<'a> = EndianSlice<'a, RunTimeEndian>;
@@ -23,9 +24,9 @@ pub(crate) struct DwarfSections {
 }
 
 impl DwarfSections {
-    pub(crate) fn load(elf: &ElfFile) -> Result<DwarfSections, String> {
+    pub(crate) fn load(elf: &ElfFile) -> Result<DwarfSections, DwarfError> {
         let data = elf.data();
-        let file = object::File::parse(data).map_err(|e| e.to_string())?;
+        let file = object::File::parse(data)?;
         let base = data.as_ptr() as usize;
         let mut sections = Vec::new();
         for id in [
@@ -45,7 +46,10 @@ impl DwarfSections {
             };
             let bytes = sec
                 .uncompressed_data()
-                .map_err(|e| format!("section {}: {e}", id.name()))?;
+                .map_err(|source| DwarfError::Section {
+                    section: id.name(),
+                    source,
+                })?;
             let d = match bytes {
                 Cow::Borrowed(b) => SecData::Mapped(b.as_ptr() as usize - base, b.len()),
                 Cow::Owned(v) => SecData::Owned(v),

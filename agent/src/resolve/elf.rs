@@ -10,6 +10,7 @@ use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::Endianness;
 
+use super::elf_error::NoteError;
 use super::error::ResolveError;
 
 /// A PT_LOAD segment: its file bytes map to [vaddr, vaddr + filesz); it takes
@@ -517,16 +518,18 @@ pub(crate) struct Note<'a> {
 
 /// The notes of a NOTE section with the offset of each in it, or what is wrong with the
 /// first note that does not fit the section (a malformed section is not read past it).
-pub(crate) fn notes_checked(data: &[u8]) -> Result<Vec<(usize, Note<'_>)>, String> {
+pub(crate) fn notes_checked(data: &[u8]) -> Result<Vec<(usize, Note<'_>)>, NoteError> {
     let mut out = Vec::new();
     let mut off = 0usize;
     while off < data.len() {
         let i = out.len();
         let left = data.len() - off;
         if left < 12 {
-            return Err(format!(
-                "note {i} at offset {off:#x}: {left} byte(s) left, less than a note header (12)"
-            ));
+            return Err(NoteError::ShortHeader {
+                index: i,
+                offset: off,
+                left,
+            });
         }
         let (namesz, descsz, kind) = (
             u32_at(data, off).unwrap_or(0) as usize,
@@ -539,16 +542,22 @@ pub(crate) fn notes_checked(data: &[u8]) -> Result<Vec<(usize, Note<'_>)>, Strin
             .and_then(|n| name_start.checked_add(n));
         let end = desc_start.and_then(|d| d.checked_add(descsz.checked_next_multiple_of(4)?));
         let (Some(desc_start), Some(end)) = (desc_start, end) else {
-            return Err(format!(
-                "note {i} at offset {off:#x}: its sizes (name {namesz}, descriptor {descsz}) overflow"
-            ));
+            return Err(NoteError::SizesOverflow {
+                index: i,
+                offset: off,
+                namesz,
+                descsz,
+            });
         };
         // The last note's descriptor padding may be left out.
         if desc_start + descsz > data.len() {
-            return Err(format!(
-                "note {i} at offset {off:#x}: its name ({namesz} bytes) and descriptor ({descsz} bytes) run past the end of the section ({} bytes)",
-                data.len()
-            ));
+            return Err(NoteError::PastSection {
+                index: i,
+                offset: off,
+                namesz,
+                descsz,
+                section: data.len(),
+            });
         }
         let name = &data[name_start..name_start + namesz];
         let desc = &data[desc_start..desc_start + descsz];

@@ -1,14 +1,21 @@
 //! Errors of the resolve stage: each carries the binary's path (and the symbol where one
 //! is involved), and its message says what went wrong and what to do about it.
+//!
+//! These wrap the errors of the stage's readers, which sit below them in their own files
+//! (`dwarf_error.rs`, `go/error.rs`, `go/types/error.rs`, `usdt/error.rs`): this file
+//! imports error types only, so that no module it depends on depends on it
+//! (scripts/import_cycles.py checks it).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use gprobe_crds::csig::CSignatureError;
 use gprobe_crds::signature::SignatureError;
 
-use super::go::abi::TypeError;
-use super::go::types::PathError;
+use super::dwarf_error::UnreadableDwarf;
+use super::go::error::{PclntabError, TypeError};
+use super::go::types::error::PathError;
+use super::usdt::error::{SiteProblem, StapsdtError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -22,8 +29,12 @@ pub enum ResolveError {
     #[error("{} is not an ELF file ({reason}); gprobe reads Linux executables: point it at the program's binary, not at a script or a wrapper", path.display())]
     NotElf { path: PathBuf, reason: String },
 
-    #[error("{} is a truncated or malformed ELF file: {reason}; check that the file was copied completely (compare its size and checksum with the original)", path.display())]
+    #[error("{}", malformed(path, reason))]
     Malformed { path: PathBuf, reason: String },
+
+    /// A `.note.stapsdt` section that is not what sys/sdt.h writes.
+    #[error("{}", malformed(path, format_args!("its .note.stapsdt section is malformed: {source}")))]
+    MalformedStapsdt { path: PathBuf, source: StapsdtError },
 
     #[error("{} is a {class} ELF file for machine {machine}; gprobe supports 64-bit little-endian x86-64 binaries only: trace an amd64 build of the program", path.display())]
     UnsupportedArch {
@@ -40,7 +51,11 @@ pub enum ResolveError {
     },
 
     #[error("the Go function table (.gopclntab) of {} is corrupt: {reason}; the file may be damaged or not produced by the Go linker: rebuild it or check that it was not modified", path.display())]
-    BadPclntab { path: PathBuf, reason: String },
+    BadPclntab {
+        path: PathBuf,
+        #[source]
+        reason: PclntabError,
+    },
 
     #[error("cannot tell where the Go code of {} starts: its module data (runtime.firstmoduledata) was not found or does not match the function table, the table's header has no text address (Go 1.27+ leaves it out), and the binary is not provably internally linked; gprobe refuses to guess function addresses: trace an unstripped build of the program", path.display())]
     NoTextStart { path: PathBuf },
@@ -103,12 +118,13 @@ pub enum ResolveError {
         addr: u64,
     },
 
-    #[error("cannot read the DWARF debug information of {}{}: {reason}; give the probe an explicit `signature:` in the ProbeSpec, or rebuild without -ldflags=-w", path.display(), symbol.as_deref().map(|s| format!(" (for {s})")).unwrap_or_default())]
-    Dwarf {
-        path: PathBuf,
-        symbol: Option<String>,
-        reason: String,
-    },
+    #[error(transparent)]
+    Dwarf(#[from] UnreadableDwarf),
+}
+
+/// The message of an ELF file whose structure is broken.
+fn malformed(path: &Path, reason: impl std::fmt::Display) -> String {
+    format!("{} is a truncated or malformed ELF file: {reason}; check that the file was copied completely (compare its size and checksum with the original)", path.display())
 }
 
 /// Why a probe could not be planned against a binary.
@@ -270,11 +286,28 @@ pub enum PlanError {
         path: PathBuf,
         offsets: Vec<u64>,
     },
-    #[error("{point}: the USDT note of {} is unusable: {reason}", path.display())]
+    /// A site of the probe that cannot be probed (`site`: its pc).
+    #[error("{point}: the USDT note of {} is unusable: site {site:#x}: {problem}", path.display())]
     UsdtBadNote {
         point: String,
         path: PathBuf,
-        reason: String,
+        site: u64,
+        problem: Box<SiteProblem>,
+    },
+}
+
+/// Why [`super::Binary::check_fast_decoder`] failed: the functions could not be read, or
+/// the fast RET scan and a full decode disagree on one.
+#[derive(Debug, thiserror::Error)]
+pub enum DecoderCheckError {
+    #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error("{symbol} at {addr:#x}: fast scan RETs {fast:x?}, iced RETs {iced:x?}")]
+    Differs {
+        symbol: String,
+        addr: u64,
+        fast: Vec<u64>,
+        iced: Vec<u64>,
     },
 }
 
@@ -470,5 +503,89 @@ fn position_text(r: gprobe_crds::signature::ValueRef) -> String {
     match r {
         gprobe_crds::signature::ValueRef::Param(i) => format!("parameter {i}"),
         gprobe_crds::signature::ValueRef::Result(i) => format!("result {i}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::dwarf_error::DwarfError;
+    use crate::resolve::elf_error::NoteError;
+    use crate::resolve::go::types::error::{DescriptorError, TypeError as BinaryTypeError};
+    use crate::util::{causes, error_chain};
+
+    fn eof() -> gimli::Error {
+        gimli::Error::UnexpectedEof(gimli::ReaderOffsetId(0))
+    }
+
+    /// The readers' errors are exposed as `source()`, and every message already holds its
+    /// cause: printed as a chain (main.rs does), an error reads as its message alone.
+    #[test]
+    fn wrapped_reader_errors_are_sources_held_in_the_message() {
+        let dwarf = |source| UnreadableDwarf {
+            path: "/x/bin".into(),
+            symbol: Some("main.f".into()),
+            source,
+        };
+        let section = object::File::parse(&[][..])
+            .map(|_| ())
+            .expect_err("an empty file is no object file");
+        let errors: Vec<Box<dyn std::error::Error + Send + Sync>> = vec![
+            Box::new(ResolveError::Dwarf(dwarf(DwarfError::Gimli(eof())))),
+            Box::new(ResolveError::Dwarf(dwarf(DwarfError::Section {
+                section: ".debug_info",
+                source: section,
+            }))),
+            Box::new(ResolveError::BadPclntab {
+                path: "/x/bin".into(),
+                reason: PclntabError::NoGofunc,
+            }),
+            Box::new(ResolveError::MalformedStapsdt {
+                path: "/x/bin".into(),
+                source: StapsdtError::Notes(NoteError::ShortHeader {
+                    index: 0,
+                    offset: 0,
+                    left: 4,
+                }),
+            }),
+            Box::new(BinaryTypeError::DwarfUnloadable(Box::new(dwarf(
+                DwarfError::Gimli(eof()),
+            )))),
+            Box::new(BinaryTypeError::BadDescriptor {
+                path: "/x/bin".into(),
+                addr: 0x1000,
+                reason: DescriptorError::NameNotUtf8,
+            }),
+            Box::new(PlanError::Path {
+                symbol: "main.f".into(),
+                capture: "p0.x".into(),
+                source: Box::new(PathError::Type(BinaryTypeError::BadDwarf {
+                    path: "/x/bin".into(),
+                    offset: 0x10,
+                    reason: DwarfError::Gimli(eof()),
+                })),
+            }),
+        ];
+        for e in &errors {
+            let e: &(dyn std::error::Error + 'static) = e.as_ref();
+            assert!(causes(e).count() > 1, "no source: {e}");
+            assert_eq!(error_chain(causes(e)), e.to_string());
+        }
+    }
+
+    /// The DWARF of a file that cannot be read names the file (and what to do) once.
+    #[test]
+    fn unreadable_dwarf_says_its_file_once() {
+        let e = ResolveError::from(UnreadableDwarf {
+            path: "/x/bin".into(),
+            symbol: None,
+            source: DwarfError::Gimli(eof()),
+        });
+        assert_eq!(
+            e.to_string(),
+            "cannot read the DWARF debug information of /x/bin: Hit the end of input before \
+             it was expected; give the probe an explicit `signature:` in the ProbeSpec, or \
+             rebuild without -ldflags=-w"
+        );
     }
 }

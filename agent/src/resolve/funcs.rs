@@ -5,7 +5,19 @@ use std::collections::HashSet;
 
 use super::elf::ElfFile;
 use super::error::{go_package, last_component, ResolveError};
-use super::RawFunc;
+
+/// A function as the tables store it: its name stays in the file until asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawFunc {
+    pub addr: u64,
+    pub size: u64,
+    /// File offset of the NUL-terminated name.
+    pub name_off: usize,
+    /// Go's _func.funcID (0 for ordinary functions and for ELF symbols).
+    pub func_id: u8,
+    /// Offset of Go's _func record from the functab (0 for ELF symbols).
+    pub func_off: u32,
+}
 
 /// The STT_FUNC symbols of `.symtab` and `.dynsym`, by address, without duplicates.
 pub(crate) fn from_symbols(elf: &ElfFile) -> Result<Vec<RawFunc>, ResolveError> {

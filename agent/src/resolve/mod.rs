@@ -12,13 +12,15 @@ pub mod c;
 pub mod go;
 pub mod plan;
 pub mod propagate;
-mod resolver;
+pub mod resolver;
 pub mod sites;
 pub mod usdt;
 mod warnings;
 
+mod dwarf_error;
 mod dwarf_sections;
 mod elf;
+mod elf_error;
 mod error;
 mod funcs;
 #[doc(hidden)]
@@ -33,12 +35,18 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use error::{CProblem, PlanError, ResolveError, Uncapturable, UnsupportedArg};
+pub use dwarf_error::{DwarfError, TypeDie, UnreadableDwarf};
+pub use elf_error::NoteError;
+pub use error::{
+    CProblem, DecoderCheckError, PlanError, ResolveError, Uncapturable, UnsupportedArg,
+};
 pub use go::dwarf::{DwarfParam, DwarfSignature};
+pub use go::error::PclntabError;
 // Older paths, kept for callers: `resolve::abi`, `resolve::gotype`.
 pub use go::{abi, gotype};
 
 use elf::ElfFile;
+use funcs::RawFunc;
 use go::dwarf::DwarfCache;
 use go::inline::InlineIndex;
 use go::GoInfo;
@@ -91,19 +99,6 @@ pub enum TargetKind {
     Elf,
 }
 
-/// A function as the tables store it: its name stays in the file until asked for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RawFunc {
-    pub addr: u64,
-    pub size: u64,
-    /// File offset of the NUL-terminated name.
-    pub name_off: usize,
-    /// Go's _func.funcID (0 for ordinary functions and for ELF symbols).
-    pub func_id: u8,
-    /// Offset of Go's _func record from the functab (0 for ELF symbols).
-    pub func_off: u32,
-}
-
 /// A memory-mapped ELF binary. Cheap to open; tables are parsed when first asked for and
 /// kept. `Send + Sync`: share it with `Arc`.
 pub struct Binary {
@@ -118,14 +113,14 @@ pub struct Binary {
     funcs: OnceLock<Vec<RawFunc>>,
     by_name: OnceLock<Vec<u32>>,
     dwarf: OnceLock<DwarfCache>,
-    inlined: OnceLock<Result<InlineIndex, String>>,
+    inlined: OnceLock<Result<InlineIndex, PclntabError>>,
     /// Go types: DWARF's by name, and every runtime type descriptor (`go/types/`).
-    dwarf_types: OnceLock<Result<go::types::DwarfIndex, String>>,
+    dwarf_types: OnceLock<Result<go::types::DwarfIndex, DwarfError>>,
     descs: OnceLock<go::types::DescIndex>,
     /// Folders for separate debug files, when not the usual ones (`c/mod.rs`).
     debug_roots: Option<Vec<PathBuf>>,
-    c_dwarf: OnceLock<Result<Option<c::dwarf::CDwarf>, String>>,
-    usdt: OnceLock<Result<Vec<UsdtProbe>, String>>,
+    c_dwarf: OnceLock<Result<Option<c::dwarf::CDwarf>, UnreadableDwarf>>,
+    usdt: OnceLock<Result<Vec<UsdtProbe>, usdt::StapsdtError>>,
 }
 
 impl std::fmt::Debug for Binary {
@@ -234,14 +229,11 @@ impl Binary {
 
     /// The USDT probes of `.note.stapsdt`, read once; empty when there are none.
     pub fn usdt_probes(&self) -> Result<&[UsdtProbe], ResolveError> {
-        let r = self
-            .usdt
-            .get_or_init(|| usdt::read_probes(&self.elf).map_err(|e| e.to_string()));
-        match r {
+        match self.usdt.get_or_init(|| usdt::read_probes(&self.elf)) {
             Ok(v) => Ok(v),
-            Err(reason) => Err(ResolveError::Malformed {
+            Err(e) => Err(ResolveError::MalformedStapsdt {
                 path: self.path().to_path_buf(),
-                reason: reason.clone(),
+                source: e.clone(),
             }),
         }
     }
@@ -497,23 +489,23 @@ impl Binary {
     /// Checks the fast RET scan against a full iced-x86 decode of every function.
     /// Returns how many functions were compared, or the first difference.
     #[doc(hidden)]
-    pub fn check_fast_decoder(&self) -> Result<usize, String> {
-        let funcs = self.raw_funcs().map_err(|e| e.to_string())?;
+    pub fn check_fast_decoder(&self) -> Result<usize, DecoderCheckError> {
+        let funcs = self.raw_funcs()?;
         let (mut fast, mut slow) = (Vec::new(), Vec::new());
         for f in funcs {
             let name = String::from_utf8_lossy(self.elf.name_bytes(f.name_off));
-            let (_, code) = self
-                .code(&name, f.addr, f.size)
-                .map_err(|e| e.to_string())?;
+            let (_, code) = self.code(&name, f.addr, f.size)?;
             fast.clear();
             slow.clear();
             x86::rets(code, |o| fast.push(o));
             x86::rets_iced(code, |o| slow.push(o));
             if fast != slow {
-                return Err(format!(
-                    "{name} at {:#x}: fast scan RETs {fast:x?}, iced RETs {slow:x?}",
-                    f.addr
-                ));
+                return Err(DecoderCheckError::Differs {
+                    symbol: name.into_owned(),
+                    addr: f.addr,
+                    fast,
+                    iced: slow,
+                });
             }
         }
         Ok(funcs.len())
@@ -527,15 +519,9 @@ impl Binary {
             return Ok(0);
         }
         let funcs = self.raw_funcs()?;
-        let index = self.inlined.get_or_init(|| {
-            self.go
-                .inline_index(&self.elf, funcs)
-                // Kept as the reason alone: it is wrapped again below, on every call.
-                .map_err(|e| match e {
-                    ResolveError::BadPclntab { reason, .. } => reason,
-                    other => other.to_string(),
-                })
-        });
+        let index = self
+            .inlined
+            .get_or_init(|| self.go.inline_index(&self.elf, funcs));
         match index {
             Ok(index) => Ok(self.go.inlined_count(&self.elf, index, name.as_bytes())),
             Err(reason) => Err(ResolveError::BadPclntab {
@@ -545,14 +531,14 @@ impl Binary {
         }
     }
 
-    fn dwarf_cache(&self) -> Result<&DwarfCache, ResolveError> {
+    fn dwarf_cache(&self) -> Result<&DwarfCache, UnreadableDwarf> {
         if let Some(c) = self.dwarf.get() {
             return Ok(c);
         }
-        let c = DwarfCache::load(&self.elf).map_err(|reason| ResolveError::Dwarf {
+        let c = DwarfCache::load(&self.elf).map_err(|source| UnreadableDwarf {
             path: self.path().to_path_buf(),
             symbol: None,
-            reason,
+            source,
         })?;
         Ok(self.dwarf.get_or_init(|| c))
     }
@@ -578,10 +564,12 @@ impl Binary {
             Some(raw) => self.go.check_complete(&self.elf, &raw, sig),
             None => Ok(sig),
         });
-        checked.map(Some).map_err(|reason| ResolveError::Dwarf {
-            path: self.path().to_path_buf(),
-            symbol: Some(f.name.clone()),
-            reason,
+        checked.map(Some).map_err(|source| {
+            ResolveError::Dwarf(UnreadableDwarf {
+                path: self.path().to_path_buf(),
+                symbol: Some(f.name.clone()),
+                source,
+            })
         })
     }
 

@@ -533,8 +533,6 @@ fn plan_c(
     })
 }
 
-pub use super::resolver::BinaryResolver;
-
 #[cfg(test)]
 #[path = "plan_tests.rs"]
 mod tests;

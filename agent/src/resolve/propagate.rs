@@ -7,7 +7,7 @@
 //! writer, whose type descriptor BPF checks before it writes. Anything gprobe cannot be
 //! sure of refuses propagation with the reason.
 
-use super::plan::{plan_probe, ProbePlan};
+use super::plan::{plan_probe, PlanError, ProbePlan};
 use super::Binary;
 use crate::attach::abi;
 use gprobe_crds::Probe;
@@ -30,20 +30,52 @@ const ROUND_TRIP: &str = "net/http.(*Transport).roundTrip";
 const WRITE_SUBSET: &str = "net/http.Header.writeSubset";
 const CONN_ROUND_TRIP: &str = "net/http.(*persistConn).roundTrip";
 
-/// Plans propagation in `bin`, or says why it cannot be done there.
-pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
-    if !bin.is_go() {
-        return Err("not a Go program".into());
+/// Why propagation cannot be done in an executable.
+#[derive(Debug, thiserror::Error)]
+pub enum PropagateError {
+    #[error("not a Go program")]
+    NotGo,
+    /// A position-independent executable's type descriptors move with its load address;
+    /// BPF compares against one address.
+    #[error("a position-independent Go executable (-buildmode=pie) is not supported: build it as a plain executable (the default)")]
+    PositionIndependent,
+    #[error("it makes no net/http client requests (no {ROUND_TRIP})")]
+    NoClientRequests,
+    /// One of the functions propagation probes could not be planned.
+    #[error("{function}: {source}")]
+    Plan {
+        function: &'static str,
+        #[source]
+        source: Box<PlanError>,
+    },
+    #[error(
+        "{ROUND_TRIP}: the request's Header field or its map layout ({go_version}) is not known"
+    )]
+    UnknownHeaderLayout { go_version: String },
+    #[error("{ROUND_TRIP}: no return sites were found")]
+    NoReturnSites,
+    #[error("{CONN_ROUND_TRIP}: pc.bw is not a pointer")]
+    WriterNotPointer,
+    #[error("the *bufio.Writer type descriptor was not found")]
+    NoWriterType,
+}
+
+/// The error of a probe of `function` that could not be planned.
+fn planned(function: &'static str) -> impl Fn(PlanError) -> PropagateError {
+    move |source| PropagateError::Plan {
+        function,
+        source: Box::new(source),
     }
-    // A position-independent executable's type descriptors move with its load address;
-    // BPF compares against one address.
+}
+
+/// Plans propagation in `bin`, or says why it cannot be done there.
+pub fn plan(bin: &Binary) -> Result<PropagatePlan, PropagateError> {
+    if !bin.is_go() {
+        return Err(PropagateError::NotGo);
+    }
     let data = bin.elf.data();
     if data.get(16..18) != Some(&[2, 0]) {
-        return Err(
-            "a position-independent Go executable (-buildmode=pie) is not supported: \
-                    build it as a plain executable (the default)"
-                .into(),
-        );
+        return Err(PropagateError::PositionIndependent);
     }
     let probe = Probe {
         symbol: ROUND_TRIP.into(),
@@ -55,22 +87,22 @@ pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
         ..Default::default()
     };
     let out = plan_probe(bin, &probe, 0).map_err(|e| match bin.find_function(ROUND_TRIP) {
-        Err(_) => {
-            "it makes no net/http client requests (no net/http.(*Transport).roundTrip)".to_string()
-        }
-        Ok(_) => format!("{ROUND_TRIP}: {e}"),
+        Err(_) => PropagateError::NoClientRequests,
+        Ok(_) => planned(ROUND_TRIP)(e),
     })?;
     match out.entry_captures.as_slice() {
         [c] if c.bpf.kind == abi::CAP_HEADER => {}
         _ => {
-            return Err(format!(
-                "{ROUND_TRIP}: the request's Header field or its map layout ({}) is not known",
-                bin.go_version().unwrap_or("an unknown Go release")
-            ))
+            return Err(PropagateError::UnknownHeaderLayout {
+                go_version: bin
+                    .go_version()
+                    .unwrap_or("an unknown Go release")
+                    .to_string(),
+            })
         }
     }
     if out.ret_offsets.is_empty() {
-        return Err(format!("{ROUND_TRIP}: no return sites were found"));
+        return Err(PropagateError::NoReturnSites);
     }
     // The connection's writer, as the type data of this binary lays persistConn out; the
     // request is only a word here.
@@ -86,10 +118,10 @@ pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
         },
         0,
     )
-    .map_err(|e| format!("{CONN_ROUND_TRIP}: {e}"))?;
+    .map_err(planned(CONN_ROUND_TRIP))?;
     match conn.entry_captures.as_slice() {
         [c] if c.bpf.kind == abi::CAP_WORD && c.bpf.size == 8 => {}
-        _ => return Err(format!("{CONN_ROUND_TRIP}: pc.bw is not a pointer")),
+        _ => return Err(PropagateError::WriterNotPointer),
     }
     let write = plan_probe(
         bin,
@@ -99,10 +131,10 @@ pub fn plan(bin: &Binary) -> Result<PropagatePlan, String> {
         },
         0,
     )
-    .map_err(|e| format!("{WRITE_SUBSET}: {e}"))?;
+    .map_err(planned(WRITE_SUBSET))?;
     let writer_type = bin
         .type_descriptor("*bufio.Writer")
-        .ok_or("the *bufio.Writer type descriptor was not found")?;
+        .ok_or(PropagateError::NoWriterType)?;
     Ok(PropagatePlan {
         out,
         conn,

@@ -35,17 +35,32 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
+/// An OTLP protocol name other than `grpc` and `http/protobuf`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown OTLP protocol {0:?}: use grpc or http/protobuf")]
+pub struct UnknownProtocol(pub String);
+
 impl std::str::FromStr for Protocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownProtocol;
+    fn from_str(s: &str) -> Result<Self, UnknownProtocol> {
         match s {
             "grpc" => Ok(Protocol::Grpc),
             "http/protobuf" | "http" => Ok(Protocol::HttpProtobuf),
-            other => Err(format!(
-                "unknown OTLP protocol {other:?}: use grpc or http/protobuf"
-            )),
+            other => Err(UnknownProtocol(other.to_string())),
         }
     }
+}
+
+/// An OTLP setting (flag or `OTEL_EXPORTER_OTLP_*` variable) that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OtlpConfigError {
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` names no protocol.
+    #[error(transparent)]
+    Protocol(#[from] UnknownProtocol),
+    #[error("OTLP endpoint {endpoint:?} needs a scheme: write http://{endpoint} (or https://)")]
+    NoScheme { endpoint: String },
+    #[error("OTEL_EXPORTER_OTLP_TIMEOUT={value:?}: expected milliseconds, e.g. 10000")]
+    Timeout { value: String },
 }
 
 #[derive(Debug, Clone)]
@@ -99,7 +114,7 @@ impl OtlpConfig {
         endpoint: Option<String>,
         protocol: Option<Protocol>,
         metrics_interval: Duration,
-    ) -> Result<Option<Self>, String> {
+    ) -> Result<Option<Self>, OtlpConfigError> {
         let endpoint = endpoint
             .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").ok())
             .or_else(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok())
@@ -115,19 +130,13 @@ impl OtlpConfig {
             },
         };
         if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
-            return Err(format!(
-                "OTLP endpoint {endpoint:?} needs a scheme: write http://{endpoint} (or https://)"
-            ));
+            return Err(OtlpConfigError::NoScheme { endpoint });
         }
         let mut cfg = Self::new(endpoint, protocol, metrics_interval);
         if let Ok(ms) = std::env::var("OTEL_EXPORTER_OTLP_TIMEOUT") {
             match ms.trim().parse::<u64>() {
                 Ok(ms) if ms > 0 => cfg.timeout = Duration::from_millis(ms),
-                _ => {
-                    return Err(format!(
-                        "OTEL_EXPORTER_OTLP_TIMEOUT={ms:?}: expected milliseconds, e.g. 10000"
-                    ))
-                }
+                _ => return Err(OtlpConfigError::Timeout { value: ms }),
             }
         }
         Ok(Some(cfg))
@@ -447,6 +456,7 @@ mod tests {
             Duration::from_secs(1)
         )
         .unwrap_err()
+        .to_string()
         .contains("needs a scheme"));
     }
 

@@ -11,16 +11,12 @@ use gimli::{constants, AttributeValue, DebugInfoOffset, Unit, UnitOffset};
 use gprobe_crds::csig::{CParam, CSignature};
 use gprobe_crds::ctype::{CType, TagKind};
 
+use crate::resolve::dwarf_error::{DwarfError, UnreadableDwarf};
 use crate::resolve::dwarf_sections::{DwarfSections, R};
 use crate::resolve::elf::ElfFile;
-use crate::resolve::error::ResolveError;
 
 /// Deepest type chain followed (`const char **` is 4); deeper ones are cut.
 const MAX_TYPE_DEPTH: usize = 24;
-
-fn err_str(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// The C DWARF of a binary: its sections (in a separate debug file, or in the binary)
 /// and an index of subprograms by every address a function's code starts at.
@@ -78,11 +74,14 @@ fn in_root(p: &Path) -> PathBuf {
 impl CDwarf {
     /// The DWARF of `elf` if it has any, else of its separate debug file under `roots`
     /// (debug folders such as `/usr/lib/debug`); `Ok(None)` when neither exists.
-    pub(crate) fn load(elf: &ElfFile, roots: &[PathBuf]) -> Result<Option<CDwarf>, ResolveError> {
-        let dwarf_err = |path: &Path, reason: String| ResolveError::Dwarf {
+    pub(crate) fn load(
+        elf: &ElfFile,
+        roots: &[PathBuf],
+    ) -> Result<Option<CDwarf>, UnreadableDwarf> {
+        let dwarf_err = |path: &Path, source: DwarfError| UnreadableDwarf {
             path: path.to_path_buf(),
             symbol: None,
-            reason,
+            source,
         };
         if elf.has_dwarf() {
             let sections = DwarfSections::load(elf).map_err(|r| dwarf_err(elf.path(), r))?;
@@ -114,7 +113,7 @@ impl CDwarf {
         separate: Option<ElfFile>,
         sections: DwarfSections,
         bin: &ElfFile,
-    ) -> Result<CDwarf, ResolveError> {
+    ) -> Result<CDwarf, UnreadableDwarf> {
         let mut d = CDwarf {
             separate,
             sections,
@@ -123,10 +122,10 @@ impl CDwarf {
             by_name: HashMap::new(),
         };
         let path = d.file(bin).path().to_path_buf();
-        let scan = d.scan(bin).map_err(|reason| ResolveError::Dwarf {
+        let scan = d.scan(bin).map_err(|source| UnreadableDwarf {
             path,
             symbol: None,
-            reason,
+            source,
         })?;
         (d.units, d.by_addr, d.by_name) = scan;
         Ok(d)
@@ -145,29 +144,29 @@ impl CDwarf {
             HashMap<u64, usize>,
             HashMap<String, (usize, bool)>,
         ),
-        String,
+        DwarfError,
     > {
         let dwarf = self.dwarf(bin);
         let mut units = Vec::new();
         let mut by_addr = HashMap::new();
         let mut by_name: HashMap<String, (usize, bool)> = HashMap::new();
         let mut iter = dwarf.units();
-        while let Some(header) = iter.next().map_err(err_str)? {
+        while let Some(header) = iter.next()? {
             let Some(uoff) = header.offset().as_debug_info_offset() else {
                 continue;
             };
             units.push(uoff.0);
-            let unit = dwarf.unit(header).map_err(err_str)?;
+            let unit = dwarf.unit(header)?;
             let mut cursor = unit.entries();
-            while let Some((_, e)) = cursor.next_dfs().map_err(err_str)? {
+            while let Some((_, e)) = cursor.next_dfs()? {
                 if e.tag() != constants::DW_TAG_subprogram {
                     continue;
                 }
                 let Some(off) = e.offset().to_debug_info_offset(&unit.header) else {
                     continue;
                 };
-                let mut ranges = dwarf.die_ranges(&unit, e).map_err(err_str)?;
-                while let Some(r) = ranges.next().map_err(err_str)? {
+                let mut ranges = dwarf.die_ranges(&unit, e)?;
+                while let Some(r) = ranges.next()? {
                     if r.begin != 0 {
                         by_addr.entry(r.begin).or_insert(off.0);
                     }
@@ -217,7 +216,7 @@ impl CDwarf {
         bin: &ElfFile,
         addr: u64,
         name: &str,
-    ) -> Option<Result<CSignature, String>> {
+    ) -> Option<Result<CSignature, DwarfError>> {
         let off = self.offset_of(addr, name)?;
         Some(Ctx::new(self, bin).signature(off))
     }
@@ -265,10 +264,10 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn locate(&mut self, off: usize) -> Result<(Rc<Unit<R<'a>>>, UnitOffset), String> {
+    fn locate(&mut self, off: usize) -> Result<(Rc<Unit<R<'a>>>, UnitOffset), DwarfError> {
         let i = self.unit_starts.partition_point(|&s| s <= off);
         if i == 0 {
-            return Err(format!("reference {off:#x} is before the first unit"));
+            return Err(DwarfError::BeforeFirstUnit { offset: off });
         }
         let start = self.unit_starts[i - 1];
         let unit = match self.units.get(&start) {
@@ -277,16 +276,15 @@ impl<'a> Ctx<'a> {
                 let header = self
                     .dwarf
                     .debug_info
-                    .header_from_offset(DebugInfoOffset(start))
-                    .map_err(err_str)?;
-                let u = Rc::new(self.dwarf.unit(header).map_err(err_str)?);
+                    .header_from_offset(DebugInfoOffset(start))?;
+                let u = Rc::new(self.dwarf.unit(header)?);
                 self.units.insert(start, u.clone());
                 u
             }
         };
         let uoff = DebugInfoOffset(off)
             .to_unit_offset(&unit.header)
-            .ok_or_else(|| format!("reference {off:#x} is outside its unit"))?;
+            .ok_or(DwarfError::OutsideUnit { offset: off })?;
         Ok((unit, uoff))
     }
 
@@ -299,9 +297,9 @@ impl<'a> Ctx<'a> {
     }
 
     /// Name, type and origin (abstract_origin or specification) of the entry at `off`.
-    fn attrs(&mut self, off: usize) -> Result<Attrs, String> {
+    fn attrs(&mut self, off: usize) -> Result<Attrs, DwarfError> {
         let (unit, uoff) = self.locate(off)?;
-        let e = unit.entry(uoff).map_err(err_str)?;
+        let e = unit.entry(uoff)?;
         let mut a = Attrs {
             tag: e.tag(),
             name: None,
@@ -313,7 +311,7 @@ impl<'a> Ctx<'a> {
             upper: None,
         };
         let mut it = e.attrs();
-        while let Some(attr) = it.next().map_err(err_str)? {
+        while let Some(attr) = it.next()? {
             match attr.name() {
                 constants::DW_AT_name => {
                     a.name = self
@@ -341,7 +339,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// Name and type, following abstract_origin/specification for what the entry lacks.
-    fn merged(&mut self, off: usize) -> Result<Attrs, String> {
+    fn merged(&mut self, off: usize) -> Result<Attrs, DwarfError> {
         let mut a = self.attrs(off)?;
         let mut next = a.origin;
         for _ in 0..4 {
@@ -355,13 +353,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The children of the entry at `off`: (offset, tag).
-    fn children(&mut self, off: usize) -> Result<Vec<(usize, gimli::DwTag)>, String> {
+    fn children(&mut self, off: usize) -> Result<Vec<(usize, gimli::DwTag)>, DwarfError> {
         let (unit, uoff) = self.locate(off)?;
         let mut out = Vec::new();
-        let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
-        let root = tree.root().map_err(err_str)?;
+        let mut tree = unit.entries_tree(Some(uoff))?;
+        let root = tree.root()?;
         let mut children = root.children();
-        while let Some(child) = children.next().map_err(err_str)? {
+        while let Some(child) = children.next()? {
             let e = child.entry();
             if let Some(o) = e.offset().to_debug_info_offset(&unit.header) {
                 out.push((o.0, e.tag()));
@@ -370,7 +368,7 @@ impl<'a> Ctx<'a> {
         Ok(out)
     }
 
-    fn signature(&mut self, off: usize) -> Result<CSignature, String> {
+    fn signature(&mut self, off: usize) -> Result<CSignature, DwarfError> {
         let me = self.merged(off)?;
         // The concrete instance lists the parameters it has; an out-of-line copy of an
         // inline function may list none, and its abstract origin has them all.
@@ -404,7 +402,7 @@ impl<'a> Ctx<'a> {
                 .unwrap_or_else(|| format!("p{}", params.len()));
             let ty = match a.ty {
                 Some(t) => self.ctype(t, 0)?,
-                None => return Err(format!("parameter {name} has no type")),
+                None => return Err(DwarfError::ParamWithoutType { param: name }),
             };
             params.push(CParam { name, ty });
         }
@@ -421,7 +419,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The C type at .debug_info offset `off`.
-    fn ctype(&mut self, off: usize, depth: usize) -> Result<CType, String> {
+    fn ctype(&mut self, off: usize, depth: usize) -> Result<CType, DwarfError> {
         if let Some(t) = self.types.get(&off) {
             return Ok(t.clone());
         }
@@ -432,7 +430,7 @@ impl<'a> Ctx<'a> {
             });
         }
         let a = self.attrs(off)?;
-        let inner = |ctx: &mut Self, or: CType| -> Result<CType, String> {
+        let inner = |ctx: &mut Self, or: CType| -> Result<CType, DwarfError> {
             match a.ty {
                 Some(t) => ctx.ctype(t, depth + 1),
                 None => Ok(or),
@@ -495,7 +493,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The length of the array type at `off`, from its first subrange.
-    fn array_len(&mut self, off: usize) -> Result<Option<u64>, String> {
+    fn array_len(&mut self, off: usize) -> Result<Option<u64>, DwarfError> {
         for (k, tag) in self.children(off)? {
             if tag == constants::DW_TAG_subrange_type {
                 let a = self.attrs(k)?;

@@ -18,6 +18,7 @@ use std::path::PathBuf;
 
 use gprobe_crds::csig::CSignature;
 
+use super::dwarf_error::UnreadableDwarf;
 use super::error::{PlanError, ResolveError};
 use super::sites::SiteClass;
 use super::{Binary, FuncInfo};
@@ -184,16 +185,12 @@ impl Binary {
     }
 
     fn c_dwarf(&self) -> Result<Option<&CDwarf>, ResolveError> {
-        let loaded = self.c_dwarf.get_or_init(|| {
-            CDwarf::load(&self.elf, &self.debug_roots()).map_err(|e| e.to_string())
-        });
+        let loaded = self
+            .c_dwarf
+            .get_or_init(|| CDwarf::load(&self.elf, &self.debug_roots()));
         match loaded {
             Ok(d) => Ok(d.as_ref()),
-            Err(reason) => Err(ResolveError::Dwarf {
-                path: self.path().to_path_buf(),
-                symbol: None,
-                reason: reason.clone(),
-            }),
+            Err(e) => Err(ResolveError::Dwarf(e.clone())),
         }
     }
 
@@ -220,11 +217,11 @@ impl Binary {
                 s.name = Some(f.name.clone());
                 Ok(Some(s))
             }
-            Some(Err(reason)) => Err(ResolveError::Dwarf {
+            Some(Err(source)) => Err(ResolveError::Dwarf(UnreadableDwarf {
                 path: d.file(&self.elf).path().to_path_buf(),
                 symbol: Some(f.name.clone()),
-                reason,
-            }),
+                source,
+            })),
         }
     }
 

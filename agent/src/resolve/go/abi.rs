@@ -9,7 +9,8 @@
 
 use super::gotype::GoType;
 use gprobe_crds::signature::{Signature, TypeExpr};
-use thiserror::Error;
+
+pub use super::error::TypeError;
 
 pub const INT_REGS: [&str; 9] = ["RAX", "RBX", "RCX", "RDI", "RSI", "R8", "R9", "R10", "R11"];
 const NUM_FLOAT_REGS: usize = 15;
@@ -169,21 +170,6 @@ pub fn layout(params: &[GoType], results: &[GoType]) -> Layout {
     a.floats = 0;
     let results = results.iter().map(|t| a.assign(t)).collect();
     Layout { params, results }
-}
-
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum TypeError {
-    #[error("unknown type {0}: write its underlying type (e.g. int64 for a named integer, *T or a map/chan/func as they are), or omit the signature where the binary has DWARF")]
-    Unknown(String),
-    /// A named type the binary does not describe (or describes ambiguously).
-    #[error(transparent)]
-    Binary(Box<super::types::TypeError>),
-}
-
-impl From<super::types::TypeError> for TypeError {
-    fn from(e: super::types::TypeError) -> Self {
-        TypeError::Binary(Box::new(e))
-    }
 }
 
 /// Maps a signature type to its layout. Named types other than the predeclared ones and a

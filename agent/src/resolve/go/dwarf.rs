@@ -11,6 +11,7 @@ use std::rc::Rc;
 use gimli::{constants, AttributeValue, DebugInfoOffset, Unit, UnitOffset};
 
 use super::gotype::GoType;
+use crate::resolve::dwarf_error::DwarfError;
 use crate::resolve::dwarf_sections::DwarfSections;
 use crate::resolve::elf::ElfFile;
 
@@ -46,12 +47,8 @@ pub(crate) struct DwarfCache {
     by_addr: HashMap<u64, usize>,
 }
 
-pub(super) fn err_str(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
-
 impl DwarfCache {
-    pub(crate) fn load(elf: &ElfFile) -> Result<DwarfCache, String> {
+    pub(crate) fn load(elf: &ElfFile) -> Result<DwarfCache, DwarfError> {
         let sections = DwarfSections::load(elf)?;
         let mut cache = DwarfCache {
             sections,
@@ -62,21 +59,21 @@ impl DwarfCache {
         let mut iter = dwarf.units();
         let mut units = Vec::new();
         let mut by_addr = HashMap::new();
-        while let Some(header) = iter.next().map_err(err_str)? {
+        while let Some(header) = iter.next()? {
             let Some(uoff) = header.offset().as_debug_info_offset() else {
                 continue;
             };
             units.push(uoff.0);
-            let unit = dwarf.unit(header).map_err(err_str)?;
-            let mut tree = unit.entries_tree(None).map_err(err_str)?;
-            let root = tree.root().map_err(err_str)?;
+            let unit = dwarf.unit(header)?;
+            let mut tree = unit.entries_tree(None)?;
+            let root = tree.root()?;
             let mut children = root.children();
-            while let Some(child) = children.next().map_err(err_str)? {
+            while let Some(child) = children.next()? {
                 let e = child.entry();
                 if e.tag() != constants::DW_TAG_subprogram {
                     continue;
                 }
-                let Some(v) = e.attr_value(constants::DW_AT_low_pc).map_err(err_str)? else {
+                let Some(v) = e.attr_value(constants::DW_AT_low_pc)? else {
                     continue;
                 };
                 if let Ok(Some(addr)) = dwarf.attr_address(&unit, v) {
@@ -100,7 +97,7 @@ impl DwarfCache {
         &self,
         elf: &ElfFile,
         addr: u64,
-    ) -> Option<Result<DwarfSignature, String>> {
+    ) -> Option<Result<DwarfSignature, DwarfError>> {
         let &off = self.by_addr.get(&addr)?;
         Some(Ctx::new(self, elf).signature(off))
     }
@@ -109,7 +106,7 @@ impl DwarfCache {
     pub(crate) fn signatures<'a>(
         &'a self,
         elf: &'a ElfFile,
-    ) -> impl Iterator<Item = (u64, Result<DwarfSignature, String>)> + 'a {
+    ) -> impl Iterator<Item = (u64, Result<DwarfSignature, DwarfError>)> + 'a {
         let mut ctx = Ctx::new(self, elf);
         self.by_addr
             .iter()
@@ -141,10 +138,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The unit holding .debug_info offset `off`, and the entry's offset in it.
-    pub(super) fn locate(&mut self, off: usize) -> Result<(Rc<Unit<R<'a>>>, UnitOffset), String> {
+    pub(super) fn locate(
+        &mut self,
+        off: usize,
+    ) -> Result<(Rc<Unit<R<'a>>>, UnitOffset), DwarfError> {
         let i = self.unit_starts.partition_point(|&s| s <= off);
         if i == 0 {
-            return Err(format!("reference {off:#x} is before the first unit"));
+            return Err(DwarfError::BeforeFirstUnit { offset: off });
         }
         let start = self.unit_starts[i - 1];
         let unit = match self.units.get(&start) {
@@ -153,16 +153,15 @@ impl<'a> Ctx<'a> {
                 let header = self
                     .dwarf
                     .debug_info
-                    .header_from_offset(DebugInfoOffset(start))
-                    .map_err(err_str)?;
-                let u = Rc::new(self.dwarf.unit(header).map_err(err_str)?);
+                    .header_from_offset(DebugInfoOffset(start))?;
+                let u = Rc::new(self.dwarf.unit(header)?);
                 self.units.insert(start, u.clone());
                 u
             }
         };
         let uoff = DebugInfoOffset(off)
             .to_unit_offset(&unit.header)
-            .ok_or_else(|| format!("reference {off:#x} is outside its unit"))?;
+            .ok_or(DwarfError::OutsideUnit { offset: off })?;
         Ok((unit, uoff))
     }
 
@@ -181,16 +180,15 @@ impl<'a> Ctx<'a> {
     }
 
     /// The signature of the subprogram at .debug_info offset `off`.
-    fn signature(&mut self, off: usize) -> Result<DwarfSignature, String> {
+    fn signature(&mut self, off: usize) -> Result<DwarfSignature, DwarfError> {
         let (unit, uoff) = self.locate(off)?;
-        let entry = unit.entry(uoff).map_err(err_str)?;
+        let entry = unit.entry(uoff)?;
         // A concrete instance of an inlinable function: the abstract one lists every
         // parameter in declaration order, with names and types (the instance may leave
         // out unused ones). Go 1.19 lists unnamed results (`~r0`) only in the instance:
         // take those of its own parameters that the abstract one does not have.
         let origin = entry
-            .attr_value(constants::DW_AT_abstract_origin)
-            .map_err(err_str)?
+            .attr_value(constants::DW_AT_abstract_origin)?
             .and_then(|v| Self::reference(&unit, v));
         let mut raw = match origin {
             Some(o) => {
@@ -217,11 +215,8 @@ impl<'a> Ctx<'a> {
                 sig.dictionary = true;
                 continue;
             }
-            let ty = ty.ok_or_else(|| {
-                format!(
-                    "parameter {} has no type",
-                    name.as_deref().unwrap_or("(unnamed)")
-                )
+            let ty = ty.ok_or_else(|| DwarfError::ParamWithoutType {
+                param: name.as_deref().unwrap_or("(unnamed)").to_string(),
             })?;
             let (type_name, ty) = self.go_type(ty, 0)?;
             let list = if is_result {
@@ -249,19 +244,19 @@ impl<'a> Ctx<'a> {
         &mut self,
         unit: &Unit<R<'a>>,
         uoff: UnitOffset,
-    ) -> Result<Vec<(Option<String>, bool, Option<usize>, Option<usize>)>, String> {
+    ) -> Result<Vec<(Option<String>, bool, Option<usize>, Option<usize>)>, DwarfError> {
         let mut raw = Vec::new();
-        let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
-        let root = tree.root().map_err(err_str)?;
+        let mut tree = unit.entries_tree(Some(uoff))?;
+        let root = tree.root()?;
         let mut children = root.children();
-        while let Some(child) = children.next().map_err(err_str)? {
+        while let Some(child) = children.next()? {
             let e = child.entry();
             if e.tag() != constants::DW_TAG_formal_parameter {
                 continue;
             }
             let (mut name, mut is_result, mut ty, mut origin) = (None, false, None, None);
             let mut attrs = e.attrs();
-            while let Some(a) = attrs.next().map_err(err_str)? {
+            while let Some(a) = attrs.next()? {
                 match a.name() {
                     constants::DW_AT_name => name = self.string(unit, a.value()),
                     constants::DW_AT_variable_parameter => {

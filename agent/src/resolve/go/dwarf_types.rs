@@ -5,8 +5,9 @@ use std::rc::Rc;
 
 use gimli::{constants, AttributeValue, DwAt, Unit, UnitOffset};
 
-use super::dwarf::{err_str, Ctx, R};
+use super::dwarf::{Ctx, R};
 use super::gotype::{kind, GoType};
+use crate::resolve::dwarf_error::{DwarfError, TypeDie};
 
 /// Go's DWARF extensions (src/cmd/internal/dwarf/dwarf.go).
 const DW_AT_GO_KIND: DwAt = DwAt(0x2900);
@@ -40,10 +41,10 @@ impl<'a> Ctx<'a> {
         &self,
         unit: &Unit<R<'a>>,
         e: &gimli::DebuggingInformationEntry<'_, '_, R<'a>>,
-    ) -> Result<TypeAttrs, String> {
+    ) -> Result<TypeAttrs, DwarfError> {
         let mut a = TypeAttrs::default();
         let mut attrs = e.attrs();
-        while let Some(at) = attrs.next().map_err(err_str)? {
+        while let Some(at) = attrs.next()? {
             match at.name() {
                 constants::DW_AT_name => a.name = self.string(unit, at.value()),
                 constants::DW_AT_byte_size => a.size = at.udata_value(),
@@ -65,15 +66,19 @@ impl<'a> Ctx<'a> {
     }
 
     /// The name and [`GoType`] of the type at .debug_info offset `off`.
-    pub(super) fn go_type(&mut self, off: usize, depth: usize) -> Result<(String, GoType), String> {
+    pub(super) fn go_type(
+        &mut self,
+        off: usize,
+        depth: usize,
+    ) -> Result<(String, GoType), DwarfError> {
         if let Some(t) = self.types.get(&off) {
             return Ok(t.clone());
         }
         if depth > MAX_DEPTH {
-            return Err(format!("type at {off:#x} nests too deeply (a cycle?)"));
+            return Err(DwarfError::TypeTooDeep { offset: off });
         }
         let (unit, uoff) = self.locate(off)?;
-        let e = unit.entry(uoff).map_err(err_str)?;
+        let e = unit.entry(uoff)?;
         let tag = e.tag();
         let TypeAttrs {
             name,
@@ -84,16 +89,14 @@ impl<'a> Ctx<'a> {
             elem,
             ..
         } = self.type_attrs(&unit, &e)?;
-        let type_desc = || {
-            format!(
-                "type {} ({} at {off:#x})",
-                name.as_deref().unwrap_or("(unnamed)"),
-                tag
-            )
+        let die = || TypeDie {
+            name: name.clone(),
+            tag,
+            offset: off,
         };
         let is_typedef = tag == constants::DW_TAG_typedef;
-        let follow = |ctx: &mut Self| -> Result<GoType, String> {
-            let t = target.ok_or_else(|| format!("{} refers to no type", type_desc()))?;
+        let follow = |ctx: &mut Self| -> Result<GoType, DwarfError> {
+            let t = target.ok_or_else(|| DwarfError::NoTarget(die()))?;
             Ok(ctx.go_type(t, depth + 1)?.1)
         };
         let int = |size: u8, signed: bool| GoType::Int { size, signed };
@@ -119,7 +122,12 @@ impl<'a> Ctx<'a> {
             },
             Some(kind::ARRAY) => self.array(&unit, uoff, target, byte_size, depth)?,
             Some(kind::STRUCT) => self.structure(&unit, uoff, byte_size, depth)?,
-            Some(k) => return Err(format!("{} has unknown Go kind {k}", type_desc())),
+            Some(k) => {
+                return Err(DwarfError::UnknownGoKind {
+                    die: die(),
+                    kind: k,
+                })
+            }
             None => match tag {
                 constants::DW_TAG_typedef => follow(self)?,
                 constants::DW_TAG_pointer_type | constants::DW_TAG_subroutine_type => {
@@ -145,12 +153,7 @@ impl<'a> Ctx<'a> {
                         Some(constants::DW_ATE_complex_float) if matches!(size, 8 | 16) => {
                             GoType::Complex { size }
                         }
-                        _ => {
-                            return Err(format!(
-                                "{} has an unsupported encoding or size {size}",
-                                type_desc()
-                            ))
-                        }
+                        _ => return Err(DwarfError::UnsupportedBaseType { die: die(), size }),
                     }
                 }
                 constants::DW_TAG_structure_type => match name.as_deref() {
@@ -163,7 +166,7 @@ impl<'a> Ctx<'a> {
                 constants::DW_TAG_array_type => {
                     self.array(&unit, uoff, target, byte_size, depth)?
                 }
-                _ => return Err(format!("{} is not a type gprobe can decode", type_desc())),
+                _ => return Err(DwarfError::NotDecodable(die())),
             },
         };
         // A generic function's parameters have types `.param0`, `.param1`...: typedefs of
@@ -186,7 +189,7 @@ impl<'a> Ctx<'a> {
         elem: Option<usize>,
         slice_name: &Option<String>,
         depth: usize,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, DwarfError> {
         let Some(mut off) = elem else {
             return Ok(matches!(slice_name.as_deref(), Some("[]uint8" | "[]byte")));
         };
@@ -194,15 +197,14 @@ impl<'a> Ctx<'a> {
         // (type T struct{ kids []T }).
         for _ in depth..MAX_DEPTH {
             let (unit, uoff) = self.locate(off)?;
-            let e = unit.entry(uoff).map_err(err_str)?;
-            if let Some(k) = e.attr_value(DW_AT_GO_KIND).map_err(err_str)? {
+            let e = unit.entry(uoff)?;
+            if let Some(k) = e.attr_value(DW_AT_GO_KIND)? {
                 return Ok(k.udata_value() == Some(u64::from(kind::UINT8)));
             }
             match e.tag() {
                 constants::DW_TAG_typedef => {
                     match e
-                        .attr_value(constants::DW_AT_type)
-                        .map_err(err_str)?
+                        .attr_value(constants::DW_AT_type)?
                         .and_then(|v| Self::reference(&unit, v))
                     {
                         Some(t) => off = t,
@@ -210,8 +212,8 @@ impl<'a> Ctx<'a> {
                     }
                 }
                 constants::DW_TAG_base_type => {
-                    let size = e.attr_value(constants::DW_AT_byte_size).map_err(err_str)?;
-                    let enc = e.attr_value(constants::DW_AT_encoding).map_err(err_str)?;
+                    let size = e.attr_value(constants::DW_AT_byte_size)?;
+                    let enc = e.attr_value(constants::DW_AT_encoding)?;
                     return Ok(size.and_then(|s| s.udata_value()) == Some(1)
                         && matches!(
                             enc,
@@ -232,26 +234,27 @@ impl<'a> Ctx<'a> {
         uoff: UnitOffset,
         byte_size: Option<u64>,
         depth: usize,
-    ) -> Result<GoType, String> {
+    ) -> Result<GoType, DwarfError> {
         let mut members = Vec::new();
         {
-            let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
-            let root = tree.root().map_err(err_str)?;
+            let mut tree = unit.entries_tree(Some(uoff))?;
+            let root = tree.root()?;
             let mut children = root.children();
-            while let Some(child) = children.next().map_err(err_str)? {
+            while let Some(child) = children.next()? {
                 let e = child.entry();
                 if e.tag() != constants::DW_TAG_member {
                     continue;
                 }
-                let name = match e.attr_value(constants::DW_AT_name).map_err(err_str)? {
+                let name = match e.attr_value(constants::DW_AT_name)? {
                     Some(v) => self.string(unit, v).unwrap_or_default(),
                     None => String::new(),
                 };
                 let ty = e
-                    .attr_value(constants::DW_AT_type)
-                    .map_err(err_str)?
+                    .attr_value(constants::DW_AT_type)?
                     .and_then(|v| Self::reference(unit, v))
-                    .ok_or_else(|| format!("struct field {name} has no type"))?;
+                    .ok_or_else(|| DwarfError::StructFieldWithoutType {
+                        field: name.clone(),
+                    })?;
                 members.push((name, ty));
             }
         }
@@ -277,25 +280,22 @@ impl<'a> Ctx<'a> {
         elem: Option<usize>,
         byte_size: Option<u64>,
         depth: usize,
-    ) -> Result<GoType, String> {
-        let elem = elem.ok_or("array type has no element type")?;
+    ) -> Result<GoType, DwarfError> {
+        let elem = elem.ok_or(DwarfError::ArrayWithoutElement)?;
         let elem = self.go_type(elem, depth + 1)?.1;
         let mut len = None;
         {
-            let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
-            let root = tree.root().map_err(err_str)?;
+            let mut tree = unit.entries_tree(Some(uoff))?;
+            let root = tree.root()?;
             let mut children = root.children();
-            while let Some(child) = children.next().map_err(err_str)? {
+            while let Some(child) = children.next()? {
                 let e = child.entry();
                 if e.tag() != constants::DW_TAG_subrange_type {
                     continue;
                 }
-                if let Some(c) = e.attr_value(constants::DW_AT_count).map_err(err_str)? {
+                if let Some(c) = e.attr_value(constants::DW_AT_count)? {
                     len = c.udata_value();
-                } else if let Some(u) = e
-                    .attr_value(constants::DW_AT_upper_bound)
-                    .map_err(err_str)?
-                {
+                } else if let Some(u) = e.attr_value(constants::DW_AT_upper_bound)? {
                     len = u.udata_value().map(|u| u + 1);
                 }
                 break;
@@ -304,7 +304,7 @@ impl<'a> Ctx<'a> {
         let len = match (len, byte_size) {
             (Some(l), _) => l,
             (None, Some(s)) if elem.size() > 0 => s / elem.size(),
-            _ => return Err("array type has no length".into()),
+            _ => return Err(DwarfError::ArrayWithoutLength),
         };
         let size = byte_size.unwrap_or(len * elem.size());
         let align = elem.align();

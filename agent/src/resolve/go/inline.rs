@@ -10,9 +10,10 @@
 
 use std::collections::HashMap;
 
+use super::error::PclntabError;
 use super::pclntab::{Pclntab, MAGIC_GO118};
 use crate::resolve::elf::{u32_at, ElfFile};
-use crate::resolve::RawFunc;
+use crate::resolve::funcs::RawFunc;
 
 const PCDATA_INL_TREE_INDEX: usize = 2;
 const FUNCDATA_INL_TREE: usize = 3;
@@ -59,7 +60,7 @@ impl InlineIndex {
         p: &Pclntab,
         gofunc: u64,
         funcs: &[RawFunc],
-    ) -> Result<InlineIndex, String> {
+    ) -> Result<InlineIndex, PclntabError> {
         let data = elf.data();
         let table = p.bytes(data);
         let lay = Layout::of(p);
@@ -67,16 +68,16 @@ impl InlineIndex {
         let mut by_name_off = HashMap::new();
         for f in funcs {
             let rec = p.pcln_off + f.func_off as usize;
-            let npcdata = u32_at(table, rec + 28).ok_or("a _func record is cut off")? as usize;
+            let npcdata = u32_at(table, rec + 28).ok_or(PclntabError::FuncRecordCut)? as usize;
             let nfuncdata = *table
                 .get(rec + lay.nfuncdata)
-                .ok_or("a _func record is cut off")?;
+                .ok_or(PclntabError::FuncRecordCut)?;
             if npcdata <= PCDATA_INL_TREE_INDEX || (nfuncdata as usize) <= FUNCDATA_INL_TREE {
                 continue;
             }
             let pcdata = rec + lay.nfuncdata + 1;
             let tree_at = pcdata + 4 * (npcdata + FUNCDATA_INL_TREE);
-            let tree = u32_at(table, tree_at).ok_or("a _func record is cut off")?;
+            let tree = u32_at(table, tree_at).ok_or(PclntabError::FuncRecordCut)?;
             let index = u32_at(table, pcdata + 4 * PCDATA_INL_TREE_INDEX).unwrap_or(0);
             if tree == u32::MAX || index == 0 {
                 continue;
@@ -88,16 +89,15 @@ impl InlineIndex {
             let tree_addr = gofunc + tree as u64;
             let bytes = elf
                 .read_vaddr(tree_addr, count * lay.call_size)
-                .ok_or_else(|| {
-                    format!("an inline tree at {tree_addr:#x} is outside the file's segments")
-                })?;
+                .ok_or(PclntabError::InlineTreeOutside { addr: tree_addr })?;
             for call in bytes.chunks_exact(lay.call_size) {
                 let name = u32_at(call, lay.call_name).unwrap_or(u32::MAX);
                 if name >= names_len {
-                    return Err(format!(
-                        "an inline tree at {tree_addr:#x} names offset {name:#x}, outside the \
-                         {names_len}-byte name table (the module data's gofunc is wrong?)"
-                    ));
+                    return Err(PclntabError::InlineNameOutside {
+                        addr: tree_addr,
+                        name_off: name,
+                        names_len,
+                    });
                 }
                 *by_name_off.entry(name).or_insert(0) += 1;
             }

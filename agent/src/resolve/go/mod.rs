@@ -10,6 +10,7 @@ pub mod types;
 pub(crate) mod buildinfo;
 pub(crate) mod dwarf;
 mod dwarf_types;
+pub(crate) mod error;
 pub(crate) mod inline;
 pub(crate) mod moduledata;
 pub(crate) mod pclntab;
@@ -19,12 +20,14 @@ pub(crate) mod prologue;
 use std::sync::OnceLock;
 
 use dwarf::{DwarfParam, DwarfSignature};
+use error::PclntabError;
 use moduledata::ModuleData;
 use pclntab::{PclnState, Pclntab};
 
+use super::dwarf_error::DwarfError;
 use super::elf::ElfFile;
 use super::error::ResolveError;
-use super::RawFunc;
+use super::funcs::RawFunc;
 
 /// What makes a binary a Go binary, read when it is opened; the tables built from it are
 /// kept by [`crate::resolve::Binary`].
@@ -115,12 +118,9 @@ impl GoInfo {
             }
         }
         if matches!(pcln, PclnState::Absent) && !marks.is_empty() {
-            pcln = PclnState::Bad(format!(
-                "the binary is Go ({}) but its function table was found nowhere (no \
-                 .gopclntab section, and no pclntab header in .data.rel.ro or any other \
-                 non-executable segment)",
-                marks.join(", ")
-            ));
+            pcln = PclnState::Bad(PclntabError::NotFound {
+                marks: marks.clone(),
+            });
         }
         Ok(GoInfo {
             pcln,
@@ -247,7 +247,7 @@ impl GoInfo {
         })
     }
 
-    fn bad(&self, elf: &ElfFile, reason: String) -> ResolveError {
+    fn bad(&self, elf: &ElfFile, reason: PclntabError) -> ResolveError {
         ResolveError::BadPclntab {
             path: elf.path().to_path_buf(),
             reason,
@@ -300,17 +300,15 @@ impl GoInfo {
         &self,
         elf: &ElfFile,
         funcs: &[RawFunc],
-    ) -> Result<inline::InlineIndex, ResolveError> {
+    ) -> Result<inline::InlineIndex, PclntabError> {
         let Some(p) = self.pclntab() else {
             return Ok(Default::default());
         };
-        let gofunc = self.module(elf).and_then(|m| m.gofunc).ok_or_else(|| {
-            self.bad(
-                elf,
-                "the module data's gofunc (base of the inline trees) was not found".into(),
-            )
-        })?;
-        inline::InlineIndex::build(elf, p, gofunc, funcs).map_err(|reason| self.bad(elf, reason))
+        let gofunc = self
+            .module(elf)
+            .and_then(|m| m.gofunc)
+            .ok_or(PclntabError::NoGofunc)?;
+        inline::InlineIndex::build(elf, p, gofunc, funcs)
     }
 
     /// The number of inlined call sites of the function named `name`.
@@ -333,7 +331,7 @@ impl GoInfo {
         elf: &ElfFile,
         f: &RawFunc,
         sig: DwarfSignature,
-    ) -> Result<DwarfSignature, String> {
+    ) -> Result<DwarfSignature, DwarfError> {
         let Some(args) = self.args_size(elf, f) else {
             return Ok(sig);
         };
@@ -353,12 +351,11 @@ impl GoInfo {
             .map(|r| words(&r.ty))
             .sum::<u64>();
         if args > max {
-            return Err(format!(
-                "DWARF lists {} parameter(s) taking at most {max} bytes, but the function takes {args} \
-                 bytes of arguments: parameters are missing from DWARF (Go 1.19 and older leave \
-                 out unnamed and `_` parameters; functions written in assembly have none)",
-                sig.params.len()
-            ));
+            return Err(DwarfError::MissingParams {
+                listed: sig.params.len(),
+                max,
+                args,
+            });
         }
         Ok(sig)
     }

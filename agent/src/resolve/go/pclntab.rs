@@ -2,6 +2,7 @@
 //! 1.18/1.19, 0xfffffff1 for Go 1.20+). See Go's runtime/symtab.go (`pcHeader`, `functab`,
 //! `_func`) and debug/gosym/pclntab.go.
 
+use super::error::PclntabError;
 use crate::resolve::elf::{u32_at, u64_at};
 
 /// pclntab magics, by the Go release that introduced them.
@@ -20,7 +21,7 @@ pub(crate) enum PclnState {
         magic: u32,
     },
     /// A pclntab whose header is inconsistent.
-    Bad(String),
+    Bad(PclntabError),
     Ok(Pclntab),
 }
 
@@ -64,57 +65,61 @@ impl Pclntab {
     /// Parses the pcHeader at `data[off..off+len]`.
     pub(crate) fn parse(data: &[u8], off: usize, len: usize) -> PclnState {
         let Some(end) = off.checked_add(len).filter(|&e| e <= data.len()) else {
-            return PclnState::Bad(format!(
-                "table at file offset {off:#x} with {len} bytes runs past the end of the file"
-            ));
+            return PclnState::Bad(PclntabError::PastEnd { off, len });
         };
         let t = &data[off..end];
         let Some(magic) = u32_at(t, 0) else {
-            return PclnState::Bad(format!("table of {len} bytes is too short for its header"));
+            return PclnState::Bad(PclntabError::TooShort { len });
         };
         match magic {
             MAGIC_GO118 | MAGIC_GO120 => {}
             MAGIC_GO12 | MAGIC_GO116 => return PclnState::Unsupported { magic },
-            _ => return PclnState::Bad(format!("unknown magic {magic:#010x}")),
+            _ => return PclnState::Bad(PclntabError::UnknownMagic { magic }),
         }
         if t.len() < 8 {
-            return PclnState::Bad("header truncated".into());
+            return PclnState::Bad(PclntabError::HeaderTruncated);
         }
         let (min_lc, ptr_size) = (t[6], t[7]);
         if t[4] != 0 || t[5] != 0 || !matches!(min_lc, 1 | 2 | 4) || ptr_size != 8 {
-            return PclnState::Bad(format!(
-                "unexpected header (pad {} {}, minLC {min_lc}, ptrSize {ptr_size}); only 64-bit tables are supported",
-                t[4], t[5]
-            ));
+            return PclnState::Bad(PclntabError::UnexpectedHeader {
+                pad: [t[4], t[5]],
+                min_lc,
+                ptr_size,
+            });
         }
         let word = |i: usize| u64_at(t, 8 + i * 8);
         let fields: Option<Vec<u64>> = (0..8).map(word).collect();
         let Some(f) = fields else {
-            return PclnState::Bad("header truncated".into());
+            return PclnState::Bad(PclntabError::HeaderTruncated);
         };
         // f[2] is textStart; see HEADER_TEXT_START.
         let (nfunc, funcname_off, cu_off, pctab_off, pcln_off) = (f[0], f[3], f[4], f[6], f[7]);
         let len64 = len as u64;
         if nfunc == 0 || nfunc > len64 / 8 {
-            return PclnState::Bad(format!("implausible function count {nfunc}"));
+            return PclnState::Bad(PclntabError::FunctionCount { nfunc });
         }
         if funcname_off > cu_off || cu_off > len64 || funcname_off < 72 {
-            return PclnState::Bad(format!(
-                "function name table [{funcname_off:#x}, {cu_off:#x}) is outside the {len} bytes of the table"
-            ));
+            return PclnState::Bad(PclntabError::NameTableOutside {
+                start: funcname_off,
+                end: cu_off,
+                len,
+            });
         }
         let functab_end = (nfunc + 1)
             .checked_mul(8)
             .and_then(|n| n.checked_add(pcln_off));
         if functab_end.is_none_or(|e| e > len64) {
-            return PclnState::Bad(format!(
-                "function table at {pcln_off:#x} with {nfunc} entries is outside the {len} bytes of the table"
-            ));
+            return PclnState::Bad(PclntabError::FunctionTableOutside {
+                at: pcln_off,
+                nfunc,
+                len,
+            });
         }
         if pctab_off > pcln_off {
-            return PclnState::Bad(format!(
-                "pc-value tables at {pctab_off:#x} start after the function table at {pcln_off:#x}"
-            ));
+            return PclnState::Bad(PclntabError::PcTablesAfterFunctions {
+                pctab: pctab_off,
+                functab: pcln_off,
+            });
         }
         PclnState::Ok(Pclntab {
             off,
@@ -203,7 +208,7 @@ impl Pclntab {
         &self,
         data: &[u8],
         mut f: impl FnMut(PclnFunc),
-    ) -> Result<(), String> {
+    ) -> Result<(), PclntabError> {
         let t = self.bytes(data);
         // _func.funcID follows cuOffset (Go 1.18/1.19) or startLine (Go 1.20+).
         let func_id_at = if self.magic == MAGIC_GO118 { 36 } else { 40 };
@@ -216,29 +221,37 @@ impl Pclntab {
             let funcoff = u32::from_le_bytes([e[4], e[5], e[6], e[7]]) as usize;
             let next = u32::from_le_bytes([e[8], e[9], e[10], e[11]]);
             if entry < prev_entry || next < entry {
-                return Err(format!(
-                    "function entries are not sorted at index {i} ({entry:#x} after {prev_entry:#x}, next {next:#x})"
-                ));
+                return Err(PclntabError::Unsorted {
+                    index: i,
+                    entry,
+                    prev: prev_entry,
+                    next,
+                });
             }
             prev_entry = entry;
             let fo = self.pcln_off.saturating_add(funcoff);
             let (Some(fentry), Some(name_off)) = (u32_at(t, fo), u32_at(t, fo.saturating_add(4)))
             else {
-                return Err(format!(
-                    "function {i}'s record at offset {fo:#x} is outside the {} bytes of the table",
-                    self.len
-                ));
+                return Err(PclntabError::RecordOutside {
+                    index: i,
+                    at: fo,
+                    len: self.len,
+                });
             };
             if fentry != entry {
-                return Err(format!(
-                    "function {i}'s record says entry {fentry:#x}, the function table says {entry:#x}"
-                ));
+                return Err(PclntabError::EntryMismatch {
+                    index: i,
+                    record: fentry,
+                    table: entry,
+                });
             }
             let name_off = name_off as i32;
             if name_off < 0 || name_off as usize >= names_len {
-                return Err(format!(
-                    "function {i}'s name offset {name_off} is outside the name table ({names_len} bytes)"
-                ));
+                return Err(PclntabError::NameOutside {
+                    index: i,
+                    name_off,
+                    names_len,
+                });
             }
             f(PclnFunc {
                 entry_off: entry,

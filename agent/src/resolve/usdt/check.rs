@@ -5,6 +5,7 @@
 //! otherwise was not written by sys/sdt.h for this code (forged, or the file was rewritten):
 //! a breakpoint at a byte inside an instruction changes what the program computes.
 
+use super::error::SiteProblem;
 use crate::resolve::elf::ElfFile;
 use crate::resolve::unwind::FunctionStarts;
 use crate::resolve::x86::{self, AtSite};
@@ -14,57 +15,48 @@ pub(super) fn probe_instruction(
     elf: &ElfFile,
     starts: &FunctionStarts,
     pc: u64,
-) -> Result<(), String> {
+) -> Result<(), SiteProblem> {
     if elf.check_x86_64().is_err() {
-        return Err("gprobe decodes x86-64 code only".into());
+        return Err(SiteProblem::NotX86);
     }
     if !elf.is_code(pc) {
-        return Err(format!(
-            "its pc {pc:#x} is not in an executable section of the file"
-        ));
+        return Err(SiteProblem::PcNotCode { pc });
     }
     let Some(f) = starts.enclosing(elf, pc) else {
-        return Err(format!(
-            "no function symbol or unwind entry (.eh_frame) covers its pc {pc:#x}, so that \
-             an instruction starts there cannot be proven by decoding from a function's start"
-        ));
+        return Err(SiteProblem::NoFunction { pc });
     };
     let Some((_, code)) = elf.code(f.start, f.end - f.start) else {
-        return Err(format!(
-            "the function holding its pc ({}, [{:#x}, {:#x})) is not in the file",
-            f.what, f.start, f.end
-        ));
+        return Err(SiteProblem::FunctionNotInFile {
+            function: f.what,
+            start: f.start,
+            end: f.end,
+        });
     };
     let bytes = |at: u64, len: usize| {
         let i = (at - f.start) as usize;
-        code.get(i..i + len)
-            .unwrap_or_default()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+        code.get(i..i + len).unwrap_or_default().to_vec()
     };
     match x86::at_site(code, pc - f.start) {
         AtSite::Starts { nop: true, .. } => Ok(()),
-        AtSite::Starts { len, nop: false } => Err(format!(
-            "its pc {pc:#x} is the instruction [{}] of {}, not the `nop` that sys/sdt.h puts \
-             at a probe",
-            bytes(pc, len),
-            f.what
-        )),
+        AtSite::Starts { len, nop: false } => Err(SiteProblem::NotNop {
+            pc,
+            bytes: bytes(pc, len),
+            function: f.what,
+        }),
         AtSite::Inside { start, len } => {
             let start = f.start + start;
-            Err(format!(
-                "its pc {pc:#x} is inside the instruction [{}] at {start:#x} of {} (decoded from \
-             its start {:#x}): a breakpoint there would corrupt that instruction",
-                bytes(start, len),
-                f.what,
-                f.start
-            ))
+            Err(SiteProblem::InsideInstruction {
+                pc,
+                start,
+                bytes: bytes(start, len),
+                function: f.what,
+                function_start: f.start,
+            })
         }
-        AtSite::Invalid => Err(format!(
-            "no valid instruction starts at its pc {pc:#x} in {} (decoded from its start {:#x})",
-            f.what, f.start
-        )),
+        AtSite::Invalid => Err(SiteProblem::Invalid {
+            pc,
+            function: f.what,
+            function_start: f.start,
+        }),
     }
 }

@@ -15,10 +15,12 @@
 
 pub mod args;
 mod check;
+pub(crate) mod error;
 pub(crate) mod plan;
 
+pub use error::{NoteProblem, SiteProblem, StapsdtError};
+
 use super::elf::{self, ElfFile};
-use super::error::ResolveError;
 use super::unwind::FunctionStarts;
 
 const NT_STAPSDT: u32 = 3;
@@ -38,7 +40,7 @@ pub struct UsdtSite {
     pub args: String,
     /// Why this site cannot be probed (its pc or semaphore is outside the segments it
     /// must be in, or its pc is not the start of the `nop` sys/sdt.h emits), if it cannot.
-    pub problem: Option<String>,
+    pub problem: Option<SiteProblem>,
 }
 
 /// A USDT probe: every site with its provider:name, in note order.
@@ -65,21 +67,14 @@ fn cstr(d: &[u8]) -> Option<(&[u8], &[u8])> {
 /// that is not a well-formed list of notes, or a stapsdt note whose descriptor is not
 /// three addresses and three NUL-terminated strings, is malformed: refused with what is
 /// wrong (nothing in it can be trusted to be what sys/sdt.h wrote).
-pub(crate) fn read_probes(elf: &ElfFile) -> Result<Vec<UsdtProbe>, ResolveError> {
+pub(crate) fn read_probes(elf: &ElfFile) -> Result<Vec<UsdtProbe>, StapsdtError> {
     let Some(sec) = elf.note_section(b".note.stapsdt") else {
         return Ok(Vec::new());
     };
-    let malformed = |reason: String| ResolveError::Malformed {
-        path: elf.path().to_path_buf(),
-        reason: format!("its .note.stapsdt section is malformed: {reason}"),
-    };
-    let data = elf.section_data(sec).ok_or_else(|| {
-        malformed(format!(
-            "the section (+{:#x} bytes) is past the end of the file",
-            sec.size
-        ))
-    })?;
-    let notes = elf::notes_checked(data).map_err(malformed)?;
+    let data = elf
+        .section_data(sec)
+        .ok_or(StapsdtError::SectionPastEnd { size: sec.size })?;
+    let notes = elf::notes_checked(data)?;
     let actual_base = elf.section(b".stapsdt.base").map(|s| s.addr);
     let starts = std::cell::OnceCell::new();
     let mut probes: Vec<UsdtProbe> = Vec::new();
@@ -87,24 +82,25 @@ pub(crate) fn read_probes(elf: &ElfFile) -> Result<Vec<UsdtProbe>, ResolveError>
         if note.owner != b"stapsdt" || note.kind != NT_STAPSDT {
             continue;
         }
-        let bad = |what: &str| malformed(format!("stapsdt note {i} at offset {at:#x}: {what}"));
+        let bad = |problem| StapsdtError::Note {
+            index: i,
+            offset: at,
+            problem,
+        };
         let d = note.desc;
         let (Some(pc), Some(base), Some(sema)) =
             (elf::u64_at(d, 0), elf::u64_at(d, 8), elf::u64_at(d, 16))
         else {
-            return Err(bad(&format!(
-                "its descriptor has {} bytes, less than its three addresses (24)",
-                d.len()
-            )));
+            return Err(bad(NoteProblem::ShortDescriptor { len: d.len() }));
         };
         let Some((provider, rest)) = d.get(24..).and_then(cstr) else {
-            return Err(bad("its provider name has no terminating NUL"));
+            return Err(bad(NoteProblem::ProviderUnterminated));
         };
         let Some((name, rest)) = cstr(rest) else {
-            return Err(bad("its probe name has no terminating NUL"));
+            return Err(bad(NoteProblem::NameUnterminated));
         };
         if provider.is_empty() || name.is_empty() {
-            return Err(bad("its provider or probe name is empty"));
+            return Err(bad(NoteProblem::EmptyName));
         }
         let args = cstr(rest).map_or(rest, |(a, _)| a);
         // libbpf treats an argument string starting with ':' (an old sdt.h) as none.
@@ -152,28 +148,16 @@ fn site(elf: &ElfFile, pc: u64, sema: u64, adjust: u64, args: &[u8]) -> UsdtSite
     };
     match elf.mem_file_offset(pc) {
         Some((off, true)) => s.offset = off,
-        Some((_, false)) => {
-            s.problem = Some(format!(
-                "its pc {pc:#x} is in a segment that is not executable"
-            ))
-        }
-        None => s.problem = Some(format!("its pc {pc:#x} is outside every loadable segment")),
+        Some((_, false)) => s.problem = Some(SiteProblem::PcNotExecutable { pc }),
+        None => s.problem = Some(SiteProblem::PcUnmapped { pc }),
     }
     if sema != 0 {
-        let sema = sema.wrapping_add(adjust);
-        s.semaphore = sema;
-        match elf.mem_file_offset(sema) {
+        let semaphore = sema.wrapping_add(adjust);
+        s.semaphore = semaphore;
+        match elf.mem_file_offset(semaphore) {
             Some((off, false)) => s.semaphore_offset = off,
-            Some((_, true)) => {
-                s.problem = Some(format!(
-                    "its semaphore {sema:#x} is in an executable segment"
-                ))
-            }
-            None => {
-                s.problem = Some(format!(
-                    "its semaphore {sema:#x} is outside every loadable segment"
-                ))
-            }
+            Some((_, true)) => s.problem = Some(SiteProblem::SemaphoreExecutable { semaphore }),
+            None => s.problem = Some(SiteProblem::SemaphoreUnmapped { semaphore }),
         }
     }
     s

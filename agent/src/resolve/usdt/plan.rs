@@ -43,16 +43,16 @@ pub(crate) fn plan(
         None => None,
         Some(text) => Some(signature(&point, text)?),
     };
-    let bad_note = |reason: String| PlanError::UsdtBadNote {
-        point: point.clone(),
-        path: path.clone(),
-        reason,
-    };
     // Sites at the same pc (a note repeated) are one uprobe.
     let mut sites: Vec<&UsdtSite> = Vec::new();
     for s in &found.sites {
         if let Some(p) = &s.problem {
-            return Err(bad_note(format!("site {:#x}: {p}", s.pc)));
+            return Err(PlanError::UsdtBadNote {
+                point,
+                path,
+                site: s.pc,
+                problem: Box::new(p.clone()),
+            });
         }
         if !sites.iter().any(|t| t.offset == s.offset) {
             sites.push(s);

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use gimli::{constants, AttributeValue};
 
 use super::{short_name, Field, Kind, TypeInfo, TypeRef};
-use crate::resolve::go::dwarf::{err_str, Ctx};
+use crate::resolve::dwarf_error::DwarfError;
+use crate::resolve::go::dwarf::Ctx;
 
 use crate::resolve::go::dwarf_types::DW_AT_GO_EMBEDDED_FIELD;
 use crate::resolve::go::gotype::kind;
@@ -38,21 +39,21 @@ fn is_type_tag(t: gimli::DwTag) -> bool {
 
 impl DwarfIndex {
     /// Indexes the type DIEs at the top level of every unit.
-    pub(super) fn build(ctx: &Ctx<'_>) -> Result<DwarfIndex, String> {
+    pub(super) fn build(ctx: &Ctx<'_>) -> Result<DwarfIndex, DwarfError> {
         let dwarf = ctx.gimli();
         let mut idx = DwarfIndex::default();
         let mut units = dwarf.units();
-        while let Some(header) = units.next().map_err(err_str)? {
-            let unit = dwarf.unit(header).map_err(err_str)?;
-            let mut tree = unit.entries_tree(None).map_err(err_str)?;
-            let root = tree.root().map_err(err_str)?;
+        while let Some(header) = units.next()? {
+            let unit = dwarf.unit(header)?;
+            let mut tree = unit.entries_tree(None)?;
+            let root = tree.root()?;
             let mut children = root.children();
-            while let Some(child) = children.next().map_err(err_str)? {
+            while let Some(child) = children.next()? {
                 let e = child.entry();
                 if !is_type_tag(e.tag()) {
                     continue;
                 }
-                let Some(v) = e.attr_value(constants::DW_AT_name).map_err(err_str)? else {
+                let Some(v) = e.attr_value(constants::DW_AT_name)? else {
                     continue;
                 };
                 let Ok(name) = dwarf.attr_string(&unit, v) else {
@@ -85,7 +86,7 @@ impl DwarfIndex {
 impl<'a> Ctx<'a> {
     /// The type DIE at `off` in gprobe's model; also the descriptor offset
     /// (DW_AT_go_runtime_type) Go recorded for it.
-    pub(super) fn type_info(&mut self, off: usize) -> Result<(TypeInfo, Option<u64>), String> {
+    pub(super) fn type_info(&mut self, off: usize) -> Result<(TypeInfo, Option<u64>), DwarfError> {
         self.type_info_at(off, 0)
     }
 
@@ -93,19 +94,22 @@ impl<'a> Ctx<'a> {
         &mut self,
         off: usize,
         depth: usize,
-    ) -> Result<(TypeInfo, Option<u64>), String> {
+    ) -> Result<(TypeInfo, Option<u64>), DwarfError> {
         if depth > 16 {
-            return Err(format!("typedefs at {off:#x} nest too deeply (a cycle?)"));
+            return Err(DwarfError::TypedefsTooDeep { offset: off });
         }
         let (unit, uoff) = self.locate(off)?;
-        let e = unit.entry(uoff).map_err(err_str)?;
+        let e = unit.entry(uoff)?;
         let tag = e.tag();
         let a = self.type_attrs(&unit, &e)?;
         let encoding = a.encoding;
         let name = a.name.clone().unwrap_or_default();
-        let target = |what: &str| {
-            a.target
-                .ok_or_else(|| format!("{what} {name:?} at {off:#x} refers to no type"))
+        let target = |what: &'static str| {
+            a.target.ok_or_else(|| DwarfError::RefersToNoType {
+                what,
+                name: name.clone(),
+                offset: off,
+            })
         };
         let ptr = |k: Kind| TypeInfo {
             name: name.clone(),
@@ -132,8 +136,8 @@ impl<'a> Ctx<'a> {
                 return Ok((t, a.runtime_type.or(rt)));
             }
             (_, Some(kind::MAP)) => ptr(Kind::Map {
-                key: TypeRef::Dwarf(a.key.ok_or("map without DW_AT_go_key")?),
-                elem: TypeRef::Dwarf(a.elem.ok_or("map without DW_AT_go_elem")?),
+                key: TypeRef::Dwarf(a.key.ok_or(missing("map", "DW_AT_go_key"))?),
+                elem: TypeRef::Dwarf(a.elem.ok_or(missing("map", "DW_AT_go_elem"))?),
             }),
             (_, Some(kind::CHAN)) => ptr(Kind::Chan),
             (_, Some(kind::FUNC)) | (constants::DW_TAG_subroutine_type, _) => ptr(Kind::Func),
@@ -145,11 +149,15 @@ impl<'a> Ctx<'a> {
             (constants::DW_TAG_structure_type, Some(kind::SLICE)) => basic(
                 name,
                 24,
-                Kind::Slice(TypeRef::Dwarf(a.elem.ok_or("slice without DW_AT_go_elem")?)),
+                Kind::Slice(TypeRef::Dwarf(
+                    a.elem.ok_or(missing("slice", "DW_AT_go_elem"))?,
+                )),
             ),
             (constants::DW_TAG_structure_type, _) => TypeInfo {
                 kind: Kind::Struct(self.members(off)?),
-                size: a.size.ok_or_else(|| format!("struct {name} has no size"))?,
+                size: a
+                    .size
+                    .ok_or_else(|| DwarfError::StructWithoutSize { name: name.clone() })?,
                 name,
             },
             (constants::DW_TAG_array_type, _) => {
@@ -165,30 +173,38 @@ impl<'a> Ctx<'a> {
             }
             (constants::DW_TAG_base_type, k) => {
                 let size = a.size.unwrap_or(0);
-                let k = base_kind(k, encoding, size).ok_or_else(|| {
-                    format!("base type {name} has an unknown encoding or size {size}")
-                })?;
+                let k =
+                    base_kind(k, encoding, size).ok_or_else(|| DwarfError::UnknownBaseType {
+                        name: name.clone(),
+                        size,
+                    })?;
                 basic(name, size, k)
             }
-            _ => return Err(format!("DIE {tag} {name:?} at {off:#x} is not a Go type")),
+            _ => {
+                return Err(DwarfError::NotAGoType {
+                    tag,
+                    name,
+                    offset: off,
+                })
+            }
         };
         Ok((info, a.runtime_type))
     }
 
-    fn members(&mut self, off: usize) -> Result<Vec<Field>, String> {
+    fn members(&mut self, off: usize) -> Result<Vec<Field>, DwarfError> {
         let (unit, uoff) = self.locate(off)?;
         let mut out = Vec::new();
-        let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
-        let root = tree.root().map_err(err_str)?;
+        let mut tree = unit.entries_tree(Some(uoff))?;
+        let root = tree.root()?;
         let mut children = root.children();
-        while let Some(child) = children.next().map_err(err_str)? {
+        while let Some(child) = children.next()? {
             let e = child.entry();
             if e.tag() != constants::DW_TAG_member {
                 continue;
             }
             let (mut name, mut ty, mut offset, mut embedded) = (String::new(), None, None, false);
             let mut attrs = e.attrs();
-            while let Some(at) = attrs.next().map_err(err_str)? {
+            while let Some(at) = attrs.next()? {
                 match at.name() {
                     constants::DW_AT_name => {
                         name = self.string(&unit, at.value()).unwrap_or_default()
@@ -203,8 +219,12 @@ impl<'a> Ctx<'a> {
                 }
             }
             out.push(Field {
-                ty: TypeRef::Dwarf(ty.ok_or_else(|| format!("field {name} has no type"))?),
-                offset: offset.ok_or_else(|| format!("field {name} has no offset"))?,
+                ty: TypeRef::Dwarf(ty.ok_or_else(|| DwarfError::FieldWithoutType {
+                    field: name.clone(),
+                })?),
+                offset: offset.ok_or_else(|| DwarfError::FieldWithoutOffset {
+                    field: name.clone(),
+                })?,
                 name,
                 embedded,
             });
@@ -212,33 +232,35 @@ impl<'a> Ctx<'a> {
         Ok(out)
     }
 
-    fn array_len(&mut self, off: usize) -> Result<u64, String> {
+    fn array_len(&mut self, off: usize) -> Result<u64, DwarfError> {
         let (unit, uoff) = self.locate(off)?;
-        let mut tree = unit.entries_tree(Some(uoff)).map_err(err_str)?;
-        let root = tree.root().map_err(err_str)?;
+        let mut tree = unit.entries_tree(Some(uoff))?;
+        let root = tree.root()?;
         let mut children = root.children();
-        while let Some(child) = children.next().map_err(err_str)? {
+        while let Some(child) = children.next()? {
             let e = child.entry();
             if e.tag() != constants::DW_TAG_subrange_type {
                 continue;
             }
-            if let Some(c) = e.attr_value(constants::DW_AT_count).map_err(err_str)? {
+            if let Some(c) = e.attr_value(constants::DW_AT_count)? {
                 return c
                     .udata_value()
-                    .ok_or_else(|| "array count is not a constant".into());
+                    .ok_or(DwarfError::ArrayLengthNotConstant { what: "count" });
             }
-            if let Some(u) = e
-                .attr_value(constants::DW_AT_upper_bound)
-                .map_err(err_str)?
-            {
+            if let Some(u) = e.attr_value(constants::DW_AT_upper_bound)? {
                 return u
                     .udata_value()
                     .map(|u| u + 1)
-                    .ok_or_else(|| "array bound is not a constant".into());
+                    .ok_or(DwarfError::ArrayLengthNotConstant { what: "bound" });
             }
         }
-        Err("array type has no length".into())
+        Err(DwarfError::ArrayWithoutLength)
     }
+}
+
+/// A map or slice type without one of Go's attributes.
+fn missing(what: &'static str, attr: &'static str) -> DwarfError {
+    DwarfError::MissingGoAttribute { what, attr }
 }
 
 fn basic(name: String, size: u64, kind: Kind) -> TypeInfo {

@@ -1,6 +1,10 @@
-//! Why a Go type could not be found or read.
+//! Why a Go type could not be found or read. Only error types are imported here
+//! (`dwarf_error.rs`): the modules that read types, and the errors that wrap these
+//! (`go/error.rs`, `resolve/error.rs`), import this file, never the other way.
 
 use std::path::PathBuf;
+
+use crate::resolve::dwarf_error::{DwarfError, UnreadableDwarf};
 
 /// Where the binary's type information comes from, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,15 +40,21 @@ pub enum TypeError {
     BadDescriptor {
         path: PathBuf,
         addr: u64,
-        reason: String,
+        #[source]
+        reason: DescriptorError,
     },
 
     #[error("the DWARF type at {offset:#x} in {} cannot be read: {reason}", path.display())]
     BadDwarf {
         path: PathBuf,
         offset: usize,
-        reason: String,
+        #[source]
+        reason: DwarfError,
     },
+
+    /// The binary's DWARF could not be loaded to index its types.
+    #[error("the DWARF type at 0x0 in {path} cannot be read: {0}", path = .0.path.display())]
+    DwarfUnloadable(#[source] Box<UnreadableDwarf>),
 
     #[error("the type parameter {name} cannot be bound: the probed function {symbol} is not an instantiation with that many shapes ({shapes}); probe an instantiation such as main.Sum[go.shape.int64] (see gprobe symbols)")]
     UnboundTypeParam {
@@ -91,6 +101,43 @@ fn not_found(name: &str, path: &std::path::Path, source: TypeSource, similar: &[
         s.push_str("; if it is a type alias (type A = B) of your program, write the type it names");
     }
     s
+}
+
+/// What is wrong with a runtime type descriptor (go/types/rtype.rs), or the module's
+/// descriptors as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    #[error("not inside the module's type descriptors [{start:#x}, {end:#x})")]
+    OutsideTypes { start: u64, end: u64 },
+    #[error("past the end of the file")]
+    PastEnd,
+    #[error("kind {kind} is not a Go kind")]
+    NotAKind { kind: u8 },
+    /// A kind the descriptor reader has no model for.
+    #[error("kind {kind}")]
+    UnknownKind { kind: u8 },
+    #[error("alignment {align} is not a power of two up to 64")]
+    BadAlignment { align: u8 },
+    #[error("name outside the file")]
+    NameOutside,
+    #[error("name length is not a short varint")]
+    NameLength,
+    #[error("name runs past the end of the file")]
+    NamePastEnd,
+    #[error("name is not UTF-8")]
+    NameNotUtf8,
+    #[error("no type pointer at {addr:#x}")]
+    NoTypePointer { addr: u64 },
+    #[error("struct fields outside the file")]
+    FieldsOutside,
+    #[error("{count} struct fields")]
+    TooManyFields { count: u64 },
+    #[error("struct field outside the file")]
+    FieldOutside,
+    #[error("array length outside the file")]
+    ArrayLengthOutside,
+    #[error("the module's type section was not found")]
+    NoTypeSection,
 }
 
 /// Why a capture path cannot be planned.

@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use super::error::DescriptorError;
 use super::index::DescIndex;
 use super::rtype::{kind, DescReader};
 use crate::attach::abi::{self, GpErrKey, GpErrType, GP_ERR_FIELDS};
@@ -309,24 +310,48 @@ fn table_id(types: &[ErrType]) -> u32 {
     h.max(1)
 }
 
+/// Why an error type of [`SPECS`] has no entry in a binary's table (logged, not reported:
+/// its values fall back to the type's name).
+#[derive(Debug, thiserror::Error)]
+enum LayoutError {
+    #[error("no runtime type descriptor")]
+    NoDescriptor,
+    #[error("no descriptor of its pointer type")]
+    NoPointerDescriptor,
+    #[error("its name cannot be read")]
+    NameUnreadable,
+    #[error(transparent)]
+    Descriptor(#[from] DescriptorError),
+    #[error("no field {field}")]
+    NoField { field: &'static str },
+    #[error("field {field:?} is not the kind its text needs")]
+    WrongKind { field: &'static str },
+    #[error("field {field} is at offset {offset}")]
+    FieldOffset { field: &'static str, offset: u64 },
+    #[error("too many fields")]
+    TooManyFields,
+    #[error("a constant text's type has fields")]
+    ConstantWithFields,
+}
+
 /// The table entry of `spec` in this binary: its dynamic type's descriptor, and the kind
 /// and offset of each field it needs.
-fn layout(idx: &DescIndex, r: &DescReader<'_>, spec: &Spec) -> Result<ErrType, String> {
+fn layout(idx: &DescIndex, r: &DescReader<'_>, spec: &Spec) -> Result<ErrType, LayoutError> {
     let named = *idx
         .by_name
         .get(spec.name)
-        .ok_or("no runtime type descriptor")?;
+        .ok_or(LayoutError::NoDescriptor)?;
     let dynamic = if spec.pointer {
         *idx.ptr_to
             .get(&named)
-            .ok_or("no descriptor of its pointer type")?
+            .ok_or(LayoutError::NoPointerDescriptor)?
     } else {
         named
     };
     let name = idx
         .strings
         .get(&dynamic)
-        .ok_or("its name cannot be read")?
+        .ok_or(LayoutError::NameUnreadable)?
         .to_string();
     let h = r.header(dynamic)?;
     let nh = r.header(named)?;
@@ -343,7 +368,7 @@ fn layout(idx: &DescIndex, r: &DescReader<'_>, spec: &Spec) -> Result<ErrType, S
             let (_, ty, off, _) = fields_of
                 .iter()
                 .find(|(n, ..)| n.text == fname)
-                .ok_or_else(|| format!("no field {fname}"))?;
+                .ok_or(LayoutError::NoField { field: fname })?;
             (*ty, *off)
         };
         let fh = r.header(ty)?;
@@ -365,9 +390,12 @@ fn layout(idx: &DescIndex, r: &DescReader<'_>, spec: &Spec) -> Result<ErrType, S
             }
         };
         if !ok {
-            return Err(format!("field {fname:?} is not the kind its text needs"));
+            return Err(LayoutError::WrongKind { field: fname });
         }
-        let off = u8::try_from(off).map_err(|_| format!("field {fname} is at offset {off}"))?;
+        let off = u8::try_from(off).map_err(|_| LayoutError::FieldOffset {
+            field: fname,
+            offset: off,
+        })?;
         let k = match want {
             Str => abi::EF_STR,
             Iface => abi::EF_IFACE,
@@ -376,10 +404,10 @@ fn layout(idx: &DescIndex, r: &DescReader<'_>, spec: &Spec) -> Result<ErrType, S
         fields.push((k, off));
     }
     if fields.len() > GP_ERR_FIELDS {
-        return Err("too many fields".into());
+        return Err(LayoutError::TooManyFields);
     }
     if spec.fields.is_empty() && nh.size != 0 {
-        return Err("a constant text's type has fields".into());
+        return Err(LayoutError::ConstantWithFields);
     }
     Ok(ErrType {
         name,

@@ -8,7 +8,7 @@
 //! (`http.Request`, `net/http.Request`, `order` in package main) and signature types.
 
 mod dwarf;
-mod error;
+pub(crate) mod error;
 mod errtable;
 pub mod generic;
 mod index;
@@ -17,7 +17,7 @@ pub(crate) mod path;
 mod rtype;
 mod store;
 
-pub use error::{PathError, TypeError, TypeSource};
+pub use error::{DescriptorError, PathError, TypeError, TypeSource};
 pub use errtable::{ErrFormat, ErrTable, ErrType};
 pub use names::{TypeNames, ERROR_TYPES_WITH_MESSAGE};
 pub(crate) use store::TypeStore;
@@ -128,11 +128,9 @@ impl Binary {
         if !self.is_go() || !self.has_dwarf() {
             return Ok(None);
         }
-        let cache = self.dwarf_cache().map_err(|e| TypeError::BadDwarf {
-            path: self.path().to_path_buf(),
-            offset: 0,
-            reason: e.to_string(),
-        })?;
+        let cache = self
+            .dwarf_cache()
+            .map_err(|e| TypeError::DwarfUnloadable(Box::new(e)))?;
         let idx = self
             .dwarf_types
             .get_or_init(|| DwarfIndex::build(&Ctx::new(cache, &self.elf)));

@@ -18,6 +18,7 @@
 //! and typeOff count from the module's `types`; pointers (Elem, Typ, ...) are absolute
 //! addresses, filled by R_X86_64_RELATIVE relocations in position-independent builds.
 
+use super::error::DescriptorError;
 use super::{Field, Kind, TypeInfo, TypeRef};
 use crate::resolve::elf::{u32_at, u64_at, ElfFile};
 use crate::resolve::go::moduledata::TypeSection;
@@ -101,17 +102,17 @@ impl<'a> DescReader<'a> {
         addr >= self.sec.types && addr < self.sec.etypes
     }
 
-    pub(super) fn header(&self, addr: u64) -> Result<Header, String> {
+    pub(super) fn header(&self, addr: u64) -> Result<Header, DescriptorError> {
         if !self.in_types(addr) {
-            return Err(format!(
-                "not inside the module's type descriptors [{:#x}, {:#x})",
-                self.sec.types, self.sec.etypes
-            ));
+            return Err(DescriptorError::OutsideTypes {
+                start: self.sec.types,
+                end: self.sec.etypes,
+            });
         }
         let b = self
             .elf
             .read_vaddr(addr, HEADER as usize)
-            .ok_or("past the end of the file")?;
+            .ok_or(DescriptorError::PastEnd)?;
         let h = Header {
             size: u64_at(b, 0).unwrap_or(0),
             hash: u32_at(b, 16).unwrap_or(0),
@@ -122,37 +123,36 @@ impl<'a> DescReader<'a> {
             ptr_to_this: u32_at(b, 44).unwrap_or(0) as i32,
         };
         if !(kind::BOOL..=kind::UNSAFE_POINTER).contains(&h.kind) {
-            return Err(format!("kind {} is not a Go kind", h.kind));
+            return Err(DescriptorError::NotAKind { kind: h.kind });
         }
         if !h.align.is_power_of_two() || h.align > 64 {
-            return Err(format!(
-                "alignment {} is not a power of two up to 64",
-                h.align
-            ));
+            return Err(DescriptorError::BadAlignment { align: h.align });
         }
         Ok(h)
     }
 
     /// The `Name` at `addr`.
-    pub(super) fn name(&self, addr: u64) -> Result<Name<'a>, String> {
-        let flags = self.byte(addr).ok_or("name outside the file")?;
+    pub(super) fn name(&self, addr: u64) -> Result<Name<'a>, DescriptorError> {
+        let flags = self.byte(addr).ok_or(DescriptorError::NameOutside)?;
         let (mut len, mut i) = (0u64, 0u64);
         loop {
-            let b = self.byte(addr + 1 + i).ok_or("name outside the file")?;
+            let b = self
+                .byte(addr + 1 + i)
+                .ok_or(DescriptorError::NameOutside)?;
             len |= ((b & 0x7f) as u64) << (7 * i);
             i += 1;
             if b & 0x80 == 0 {
                 break;
             }
             if i >= 4 {
-                return Err("name length is not a short varint".into());
+                return Err(DescriptorError::NameLength);
             }
         }
         let bytes = self
             .elf
             .read_vaddr(addr + 1 + i, len as usize)
-            .ok_or("name runs past the end of the file")?;
-        let text = std::str::from_utf8(bytes).map_err(|_| "name is not UTF-8".to_string())?;
+            .ok_or(DescriptorError::NamePastEnd)?;
+        let text = std::str::from_utf8(bytes).map_err(|_| DescriptorError::NameNotUtf8)?;
         Ok(Name {
             text,
             embedded: flags & 8 != 0,
@@ -160,18 +160,18 @@ impl<'a> DescReader<'a> {
     }
 
     /// The name a nameOff refers to.
-    fn name_off(&self, off: i32) -> Result<Name<'a>, String> {
+    fn name_off(&self, off: i32) -> Result<Name<'a>, DescriptorError> {
         self.name(self.sec.types.wrapping_add_signed(off as i64))
     }
 
     /// Go's reflect string of the type at `addr` (`*os.PathError`, `main.order`,
     /// `map[string]int`): package names, not paths.
-    pub(super) fn string(&self, addr: u64) -> Result<&'a str, String> {
+    pub(super) fn string(&self, addr: u64) -> Result<&'a str, DescriptorError> {
         let h = self.header(addr)?;
         self.string_of(&h)
     }
 
-    fn string_of(&self, h: &Header) -> Result<&'a str, String> {
+    fn string_of(&self, h: &Header) -> Result<&'a str, DescriptorError> {
         let s = self.name_off(h.str_off)?.text;
         Ok(if h.tflag & TFLAG_EXTRA_STAR != 0 {
             s.strip_prefix('*').unwrap_or(s)
@@ -210,16 +210,16 @@ impl<'a> DescReader<'a> {
         (off != 0).then(|| self.sec.types.wrapping_add_signed(off as i64))
     }
 
-    fn ptr(&self, addr: u64) -> Result<u64, String> {
+    fn ptr(&self, addr: u64) -> Result<u64, DescriptorError> {
         match self.word(addr) {
-            Some(0) | None => Err(format!("no type pointer at {addr:#x}")),
+            Some(0) | None => Err(DescriptorError::NoTypePointer { addr }),
             Some(p) => Ok(p),
         }
     }
 
     /// The type's name as DWARF spells it: import paths instead of package names
     /// (`*net/http.Request`), so that both sources can be compared and looked up alike.
-    pub(super) fn full_name(&self, addr: u64, depth: usize) -> Result<String, String> {
+    pub(super) fn full_name(&self, addr: u64, depth: usize) -> Result<String, DescriptorError> {
         let h = self.header(addr)?;
         let s = self.string_of(&h)?;
         if depth > 8 {
@@ -243,7 +243,8 @@ impl<'a> DescReader<'a> {
                 _ => s.to_string(),
             });
         }
-        let elem = |a: u64| -> Result<String, String> { self.full_name(self.ptr(a)?, depth + 1) };
+        let elem =
+            |a: u64| -> Result<String, DescriptorError> { self.full_name(self.ptr(a)?, depth + 1) };
         Ok(match h.kind {
             kind::PTR => format!("*{}", elem(addr + 48)?),
             kind::SLICE => format!("[]{}", elem(addr + 48)?),
@@ -265,18 +266,21 @@ impl<'a> DescReader<'a> {
 
     /// The struct fields of the struct type at `addr`: (name, type address, offset,
     /// embedded).
-    pub(super) fn fields(&self, addr: u64) -> Result<Vec<(Name<'a>, u64, u64, bool)>, String> {
+    pub(super) fn fields(
+        &self,
+        addr: u64,
+    ) -> Result<Vec<(Name<'a>, u64, u64, bool)>, DescriptorError> {
         let (data, len) = (self.word(addr + 56).unwrap_or(0), self.word(addr + 64));
-        let len = len.ok_or("struct fields outside the file")?;
+        let len = len.ok_or(DescriptorError::FieldsOutside)?;
         if len > 1 << 16 {
-            return Err(format!("{len} struct fields"));
+            return Err(DescriptorError::TooManyFields { count: len });
         }
         let mut out = Vec::with_capacity(len as usize);
         for i in 0..len {
             let f = data + i * FIELD;
             let name = self.name(self.ptr(f)?)?;
             let ty = self.ptr(f + 8)?;
-            let raw = self.word(f + 16).ok_or("struct field outside the file")?;
+            let raw = self.word(f + 16).ok_or(DescriptorError::FieldOutside)?;
             let (offset, embedded) = if self.offset_embed {
                 (raw >> 1, raw & 1 != 0)
             } else {
@@ -288,10 +292,11 @@ impl<'a> DescReader<'a> {
     }
 
     /// The type at `addr` in gprobe's model.
-    pub(super) fn info(&self, addr: u64) -> Result<TypeInfo, String> {
+    pub(super) fn info(&self, addr: u64) -> Result<TypeInfo, DescriptorError> {
         let h = self.header(addr)?;
-        let elem =
-            |off: u64| -> Result<TypeRef, String> { Ok(TypeRef::Desc(self.ptr(addr + off)?)) };
+        let elem = |off: u64| -> Result<TypeRef, DescriptorError> {
+            Ok(TypeRef::Desc(self.ptr(addr + off)?))
+        };
         let size = h.size;
         let k = match h.kind {
             kind::BOOL => Kind::Bool,
@@ -324,7 +329,7 @@ impl<'a> DescReader<'a> {
                 elem: elem(48)?,
                 len: self
                     .word(addr + 64)
-                    .ok_or("array length outside the file")?,
+                    .ok_or(DescriptorError::ArrayLengthOutside)?,
             },
             kind::CHAN => Kind::Chan,
             kind::FUNC => Kind::Func,
@@ -346,7 +351,7 @@ impl<'a> DescReader<'a> {
                     })
                     .collect(),
             ),
-            k => return Err(format!("kind {k}")),
+            k => return Err(DescriptorError::UnknownKind { kind: k }),
         };
         Ok(TypeInfo {
             name: self.full_name(addr, 0)?,

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use gprobe_crds::signature::TypeExpr;
 
-use super::error::{TypeError, TypeSource};
+use super::error::{DescriptorError, TypeError, TypeSource};
 use super::{generic, short_name, Field, Kind, TypeInfo, TypeRef};
+use crate::resolve::dwarf_error::DwarfError;
 use crate::resolve::go::abi;
 use crate::resolve::go::dwarf::Ctx;
 use crate::resolve::go::gotype::GoType;
@@ -71,7 +72,7 @@ impl<'a> TypeStore<'a> {
             .collect();
     }
 
-    fn bad_dwarf(&self, offset: usize, reason: String) -> TypeError {
+    fn bad_dwarf(&self, offset: usize, reason: DwarfError) -> TypeError {
         TypeError::BadDwarf {
             path: self.bin.path().to_path_buf(),
             offset,
@@ -89,21 +90,21 @@ impl<'a> TypeStore<'a> {
                 let ctx = self.ctx.as_mut().ok_or_else(|| TypeError::BadDwarf {
                     path: self.bin.path().to_path_buf(),
                     offset: off,
-                    reason: "the binary's DWARF cannot be loaded".into(),
+                    reason: DwarfError::NotLoaded,
                 })?;
                 let t = ctx.type_info(off).map_err(|e| self.bad_dwarf(off, e))?.0;
                 Arc::new(t)
             }
             TypeRef::Desc(addr) => {
                 let idx = self.bin.desc_index();
-                let bad = |reason: String| TypeError::BadDescriptor {
+                let bad = |reason: DescriptorError| TypeError::BadDescriptor {
                     path: self.bin.path().to_path_buf(),
                     addr,
                     reason,
                 };
                 let r = idx
                     .reader(&self.bin.elf)
-                    .ok_or_else(|| bad("the module's type section was not found".into()))?;
+                    .ok_or_else(|| bad(DescriptorError::NoTypeSection))?;
                 Arc::new(r.info(addr).map_err(bad)?)
             }
             TypeRef::Synth(i) => match &self.synth[i as usize] {
@@ -325,7 +326,10 @@ impl<'a> TypeStore<'a> {
             return Err(TypeError::BadDwarf {
                 path: self.bin.path().to_path_buf(),
                 offset: 0,
-                reason: format!("{} nests more than {MAX_DEPTH} structs by value", t.name),
+                reason: DwarfError::StructsTooDeep {
+                    type_name: t.name.clone(),
+                    max: MAX_DEPTH,
+                },
             });
         }
         Ok(match &t.kind {
