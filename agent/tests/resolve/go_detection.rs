@@ -10,6 +10,7 @@ use gprobe_agent::resolve::plan::{plan_probe, ProbePlan};
 use gprobe_agent::resolve::{Binary, PlanError, TargetKind};
 use gprobe_crds::Probe;
 
+use crate::native::require_program;
 use crate::{build, open, VERSIONS};
 use gprobe_e2e::go::GoVersion;
 
@@ -190,11 +191,9 @@ fn no_uretprobe_is_planned_inside_go_code_whatever_the_detection_says() {
 /// C it would get a uretprobe in Go code: refused; `x_cgo_mmap` is C and keeps it.
 #[test]
 fn debians_age_is_go_and_gets_no_uretprobe_in_go_code() {
-    let path = Path::new("/usr/bin/age");
-    if !path.exists() {
-        eprintln!("SKIPPED debians_age_is_go_and_gets_no_uretprobe_in_go_code: /usr/bin/age is not installed (scripts/setup.sh --test installs it)");
-        return;
-    }
+    let test = "debians_age_is_go_and_gets_no_uretprobe_in_go_code";
+    let age = require_program(test, "/usr/bin/age", "age");
+    let path = age.as_path();
     let b = open(path);
     assert!(b.is_go() && b.kind() == TargetKind::Go);
     assert!(

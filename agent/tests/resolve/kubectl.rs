@@ -6,11 +6,7 @@ use crate::{kubectls, open};
 
 #[test]
 fn stripped_kubectl_builds() {
-    let Some(bins) = kubectls() else {
-        eprintln!("SKIPPED stripped_kubectl_builds: no kubectl on PATH");
-        return;
-    };
-    assert!(!bins.is_empty());
+    let bins = kubectls("stripped_kubectl_builds");
     for path in &bins {
         let t = Instant::now();
         let b = open(path);
@@ -67,17 +63,12 @@ fn stripped_kubectl_builds() {
 
 #[test]
 fn kubectl_all_probe_sites_timing() {
-    let Some(bins) = kubectls() else {
-        eprintln!("SKIPPED kubectl_all_probe_sites_timing: no kubectl on PATH");
-        return;
-    };
+    let bins = kubectls("kubectl_all_probe_sites_timing");
     // The largest one; a debug build is much slower than the release benchmark.
-    let Some(path) = bins
+    let path = bins
         .iter()
         .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-    else {
-        return;
-    };
+        .expect("kubectls() returns one at least");
     let t = Instant::now();
     let b = open(path);
     let opened = t.elapsed();

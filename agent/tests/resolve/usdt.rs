@@ -11,7 +11,8 @@ use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::Probe;
 
 use crate::native::{
-    cprog, file_offset, packaged, readelf_notes, CBuild, LIBJVM, POSTGRES, PYTHON, REDIS,
+    cprog, file_offset, readelf_notes, require_file, require_program, CBuild, LIBJVM, POSTGRES,
+    PYTHON, REDIS,
 };
 use crate::open;
 
@@ -39,10 +40,10 @@ fn loc(kind: u8, r: u8, off: i32) -> GpLoc {
 
 /// Every note readelf prints is a site of ours, in the same order per probe, with the same
 /// pc, semaphore and arguments; file offsets follow the PT_LOAD segments.
-fn notes_match_readelf(path: &Path) -> usize {
+fn notes_match_readelf(test: &str, path: &Path) -> usize {
     let b = open(path);
     let probes = b.usdt_probes().unwrap();
-    let want = readelf_notes(path);
+    let want = readelf_notes(test, path);
     let mut i = 0;
     let mut by_point: std::collections::HashMap<String, usize> = Default::default();
     for n in &want {
@@ -77,10 +78,8 @@ fn notes_match_readelf(path: &Path) -> usize {
 #[test]
 fn the_test_programs_notes() {
     let test = "the_test_programs_notes";
-    let Some((path, _)) = cprog(test, CBuild::Debug) else {
-        return;
-    };
-    assert_eq!(notes_match_readelf(&path), 5);
+    let (path, _) = cprog(test, CBuild::Debug);
+    assert_eq!(notes_match_readelf(test, &path), 5);
     let b = open(&path);
     let names: Vec<String> = b.usdt_probes().unwrap().iter().map(|p| p.point()).collect();
     for want in [
@@ -175,9 +174,7 @@ fn the_test_programs_notes() {
 #[test]
 fn bad_usdt_inputs_are_typed_errors() {
     let test = "bad_usdt_inputs_are_typed_errors";
-    let Some((path, _)) = cprog(test, CBuild::Debug) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::Debug);
     let b = open(&path);
     let err = |p: Probe| plan_probe(&b, &p, 64).unwrap_err();
     // The scaled-index argument cannot be read; the others of the same probe can.
@@ -258,21 +255,18 @@ fn bad_usdt_inputs_are_typed_errors() {
         }
     );
     // A binary without USDT notes.
-    if let Some(redis) = packaged(test, REDIS, "redis-server") {
-        let e = plan_probe(&open(&redis), &usdt("redis:command", None, &[]), 64).unwrap_err();
-        assert!(matches!(e, PlanError::UsdtNotFound { probes: 0, .. }));
-        assert!(e.to_string().contains("no .note.stapsdt"), "{e}");
-    }
+    let redis = require_program(test, REDIS, "redis-server");
+    let e = plan_probe(&open(&redis), &usdt("redis:command", None, &[]), 64).unwrap_err();
+    assert!(matches!(e, PlanError::UsdtNotFound { probes: 0, .. }));
+    assert!(e.to_string().contains("no .note.stapsdt"), "{e}");
 }
 
 #[test]
 fn python_function_entry() {
     let test = "python_function_entry";
-    let Some(path) = packaged(test, PYTHON, "python3.11") else {
-        return;
-    };
+    let path = require_program(test, PYTHON, "python3.11");
     // 8 notes, one site each (readelf -n counts them so on Debian 12's python3.11).
-    let n = notes_match_readelf(&path);
+    let n = notes_match_readelf(test, &path);
     let b = open(&path);
     assert_eq!(b.usdt_probes().unwrap().len(), n);
     let sig = "(char *file, char *func, int line)";
@@ -355,10 +349,8 @@ fn python_function_entry() {
 #[test]
 fn postgres_query_start_and_inlined_probes() {
     let test = "postgres_query_start_and_inlined_probes";
-    let Some(path) = packaged(test, POSTGRES, "postgresql-15") else {
-        return;
-    };
-    let n = notes_match_readelf(&path);
+    let path = require_program(test, POSTGRES, "postgresql-15");
+    let n = notes_match_readelf(test, &path);
     assert!(n >= 71, "{n}");
     let b = open(&path);
     let p = plan(
@@ -393,10 +385,8 @@ fn postgres_query_start_and_inlined_probes() {
 #[test]
 fn libjvm_class_loaded() {
     let test = "libjvm_class_loaded";
-    let Some(path) = packaged(test, LIBJVM, "openjdk-17-jre-headless") else {
-        return;
-    };
-    let n = notes_match_readelf(&path);
+    let path = require_file(test, LIBJVM, "openjdk-17-jre-headless");
+    let n = notes_match_readelf(test, &path);
     assert!(n >= 531, "{n}");
     let b = open(&path);
     let sig = "(char *name, int len, void *loader, bool shared)";
@@ -458,9 +448,7 @@ fn libjvm_class_loaded() {
 fn prelinked_sites_move_with_the_base_section() {
     use object::{Object, ObjectSection};
     let test = "prelinked_sites_move_with_the_base_section";
-    let Some((path, _)) = cprog(test, CBuild::NoDebug) else {
-        return;
-    };
+    let (path, _) = cprog(test, CBuild::NoDebug);
     // Move .stapsdt.base by 0x20 in the section headers, as prelink does when it moves
     // sections: every pc and semaphore of the notes moves by as much.
     let mut data = std::fs::read(&path).unwrap();
