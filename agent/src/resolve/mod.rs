@@ -7,6 +7,11 @@
 //! target kind: `go/` (pclntab, module data, DWARF, register ABI, inline trees), `c/`
 //! (ELF symbols, C DWARF and separate debug files, the System V ABI), `usdt/`
 //! (`.note.stapsdt`, argument specs).
+//!
+//! Errors: `error.rs` (what the stage reports) wraps the readers' errors, which sit at the
+//! bottom in files of their own that import only each other (`dwarf_error.rs`,
+//! `elf_error.rs`, `go/error.rs`, `go/types/error.rs`, `usdt/error.rs`);
+//! scripts/import_cycles.py checks that no error module is in an import cycle.
 
 pub mod c;
 pub mod go;
