@@ -129,7 +129,7 @@ fn run(command: Command) -> Result<ExitCode> {
         } => {
             if verbose {
                 // Where probes go, and what they cost, depends on this kernel.
-                match gprobe_agent::attach::measure_sites() {
+                match gprobe_agent::attach::selftest::measure_sites() {
                     Ok(k) => gprobe_agent::resolve::sites::set_kernel(k),
                     Err(e) => eprintln!("{e}: probe sites are shown as unmeasured (measuring them needs root and BPF)"),
                 }

@@ -268,11 +268,14 @@ fn list_functions(
                     Err(e) => format!("sites: {e}"),
                 }
             } else {
-                match (bin.c_entry_offset(f), bin.c_entry_site(f)) {
-                    (Ok(first), Ok((o, class))) => {
-                        format!("entry={first:#x} probe={o:#x} ({})", cost(class))
-                    }
-                    (Err(e), _) | (_, Err(e)) => format!("sites: {e}"),
+                match bin.c_entry_site(f) {
+                    Ok(e) => format!(
+                        "entry={:#x} probe={:#x} ({})",
+                        e.first,
+                        e.probe,
+                        cost(e.class)
+                    ),
+                    Err(e) => format!("sites: {e}"),
                 }
             };
             writeln!(

@@ -37,69 +37,9 @@ static PROCS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR")
 
 const UPROBE_PROG: &str = "gprobe_uprobe";
 
-/// Measures this kernel's uprobe sites ([`selftest`]) without a tracer: loads gprobe's
-/// uprobe program alone (no hooks, nothing pinned), for commands that only show sites
-/// (`gprobe symbols --verbose`).
-pub fn measure_sites() -> Result<crate::resolve::sites::KernelSites, selftest::SelfTestError> {
-    let load = |e: String| selftest::SelfTestError::Load(e);
-    let mut ebpf = EbpfLoader::new()
-        .load(BPF_OBJECT)
-        .map_err(|e| load(e.to_string()))?;
-    let up: &mut UProbe = ebpf
-        .program_mut(UPROBE_PROG)
-        .and_then(|p| p.try_into().ok())
-        .expect("BPF object has its uprobe program");
-    up.load().map_err(|e| load(e.to_string()))?;
-    let multi = MultiProgram::load(BPF_OBJECT, &ebpf, UPROBE_PROG).ok();
-    let up: &UProbe = ebpf
-        .program(UPROBE_PROG)
-        .and_then(|p| p.try_into().ok())
-        .expect("BPF object has its uprobe program");
-    let prog = up.fd().map_err(|e| load(e.to_string()))?;
-    let (k, links) = selftest::measure(|path, offsets| {
-        place_self_test(multi.as_ref(), prog.as_fd(), path, offsets)
-    })?;
-    drop(links);
-    Ok(k)
-}
-
 /// A site's BPF cookie: its configuration in the low half, its budget slot in the high one.
 fn cookie(s: &Site) -> u64 {
     s.cfg as u64 | (s.slot as u64) << 32
-}
-
-/// Places the self-test's uprobes ([`selftest::measure`]): one uprobe_multi link where the
-/// kernel has them (one detach), else a perf event each.
-fn place_self_test(
-    multi: Option<&MultiProgram>,
-    prog: std::os::fd::BorrowedFd<'_>,
-    path: &Path,
-    offsets: &[u64],
-) -> Result<Vec<Link>, String> {
-    let pid = std::process::id();
-    if let Some(m) = multi {
-        let sites: Vec<(u64, u64, u64)> = offsets
-            .iter()
-            .map(|&o| (o, selftest::NO_CONFIG, 0))
-            .collect();
-        return m
-            .attach(path, &sites, pid, false)
-            .map(|fd| vec![Link::Multi(fd)])
-            .map_err(|e| e.to_string());
-    }
-    offsets
-        .iter()
-        .map(|&offset| {
-            let point = perf::ProbePoint {
-                offset,
-                ret: false,
-                ref_ctr_offset: 0,
-            };
-            perf::attach(prog, path, point, pid, selftest::NO_CONFIG)
-                .map(Link::Perf)
-                .map_err(|e| e.to_string())
-        })
-        .collect()
 }
 
 const PROPAGATE_PROG: &str = "gprobe_propagate";
@@ -396,7 +336,7 @@ impl BpfTracer {
             .expect("BPF object has its uprobe program");
         let prog = up.fd().expect("the uprobe program is loaded");
         let (k, links) = selftest::measure(|path, offsets| {
-            place_self_test(self.multi.as_ref(), prog.as_fd(), path, offsets)
+            selftest::place(self.multi.as_ref(), prog.as_fd(), path, offsets)
         })?;
         self.pool.drop_all(links);
         Ok(k)

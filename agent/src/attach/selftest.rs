@@ -10,7 +10,13 @@
 //! that a busy CPU does not make an emulated site look single-stepped. A site is emulated
 //! when a hit costs under a third of the `cmp`'s: the two differ about fivefold to tenfold.
 
+use super::multi::MultiProgram;
+use super::perf::{self, ProbePoint};
+use super::{Link, BPF_OBJECT, UPROBE_PROG};
 use crate::resolve::sites::KernelSites;
+use aya::programs::UProbe;
+use aya::EbpfLoader;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -72,13 +78,15 @@ pub const NO_CONFIG: u64 = u32::MAX as u64;
 #[derive(Debug, thiserror::Error)]
 pub enum SelfTestError {
     #[error("cannot load gprobe's uprobe program: {0}")]
-    Load(String),
+    Load(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("cannot find gprobe's own code in /proc/self/maps")]
     NotMapped,
     #[error("cannot read /proc/self/maps: {0}")]
     Maps(#[source] std::io::Error),
     #[error("cannot place a uprobe on gprobe's own code: {0}")]
-    Attach(String),
+    Multi(#[source] std::io::Error),
+    #[error("cannot place a uprobe on gprobe's own code: {0}")]
+    Perf(#[source] perf::PerfError),
 }
 
 /// The file and file offset of `f` as mapped in this process.
@@ -125,7 +133,7 @@ fn ns_per_call(f: TestFn) -> u32 {
 /// keeps them; it is handed back, so that the caller detaches them where a slow detach
 /// costs nothing.
 pub fn measure<G>(
-    place: impl FnOnce(&Path, &[u64]) -> Result<G, String>,
+    place: impl FnOnce(&Path, &[u64]) -> Result<G, SelfTestError>,
 ) -> Result<(KernelSites, G), SelfTestError> {
     let t0 = Instant::now();
     let maps = std::fs::read_to_string("/proc/self/maps").map_err(SelfTestError::Maps)?;
@@ -139,7 +147,7 @@ pub fn measure<G>(
     }
     let path = path.ok_or(SelfTestError::NotMapped)?;
     let bare: Vec<u32> = sites.iter().map(|(f, _)| ns_per_call(*f)).collect();
-    let guard = place(&path, &offsets).map_err(SelfTestError::Attach)?;
+    let guard = place(&path, &offsets)?;
     let probed: Vec<u32> = sites.iter().map(|(f, _)| ns_per_call(*f)).collect();
     let cost: Vec<u32> = probed
         .iter()
@@ -168,4 +176,59 @@ pub fn measure<G>(
         t0.elapsed().as_millis()
     );
     Ok((k, guard))
+}
+
+/// Measures this kernel's uprobe sites (above) without a tracer: loads gprobe's
+/// uprobe program alone (no hooks, nothing pinned), for commands that only show sites
+/// (`gprobe symbols --verbose`).
+pub fn measure_sites() -> Result<KernelSites, SelfTestError> {
+    let load = |e: Box<dyn std::error::Error + Send + Sync>| SelfTestError::Load(e);
+    let mut ebpf = EbpfLoader::new()
+        .load(BPF_OBJECT)
+        .map_err(|e| load(e.into()))?;
+    let up: &mut UProbe = ebpf
+        .program_mut(UPROBE_PROG)
+        .and_then(|p| p.try_into().ok())
+        .expect("BPF object has its uprobe program");
+    up.load().map_err(|e| load(e.into()))?;
+    let multi = MultiProgram::load(BPF_OBJECT, &ebpf, UPROBE_PROG).ok();
+    let up: &UProbe = ebpf
+        .program(UPROBE_PROG)
+        .and_then(|p| p.try_into().ok())
+        .expect("BPF object has its uprobe program");
+    let prog = up.fd().map_err(|e| load(e.into()))?;
+    let (k, links) = measure(|path, offsets| place(multi.as_ref(), prog.as_fd(), path, offsets))?;
+    drop(links);
+    Ok(k)
+}
+
+/// Places the self-test's uprobes ([`measure`]): one uprobe_multi link where the
+/// kernel has them (one detach), else a perf event each.
+pub(super) fn place(
+    multi: Option<&MultiProgram>,
+    prog: BorrowedFd<'_>,
+    path: &Path,
+    offsets: &[u64],
+) -> Result<Vec<Link>, SelfTestError> {
+    let pid = std::process::id();
+    if let Some(m) = multi {
+        let sites: Vec<(u64, u64, u64)> = offsets.iter().map(|&o| (o, NO_CONFIG, 0)).collect();
+        return m
+            .attach(path, &sites, pid, false)
+            .map(|fd| vec![Link::Multi(fd)])
+            .map_err(SelfTestError::Multi);
+    }
+    offsets
+        .iter()
+        .map(|&offset| {
+            let point = ProbePoint {
+                offset,
+                ret: false,
+                ref_ctr_offset: 0,
+            };
+            perf::attach(prog, path, point, pid, NO_CONFIG)
+                .map(Link::Perf)
+                .map_err(SelfTestError::Perf)
+        })
+        .collect()
 }

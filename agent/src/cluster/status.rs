@@ -18,6 +18,8 @@ pub fn attachment_statuses(
     now: Time,
 ) -> Vec<(Arc<ProbeSpec>, ProbeAttachmentStatus)> {
     let mut out = Vec::new();
+    // Probes taken off a process for their cost, read once for every link below.
+    let budget = stats.budget();
     for s in &snap.specs {
         let mut st = ProbeAttachmentStatus {
             observed_generation: s.spec.metadata.generation,
@@ -53,9 +55,8 @@ pub fn attachment_statuses(
                 });
                 let counts = stats.probe(key);
                 // Probes taken off a process of this container for their cost.
-                let budget = stats
-                    .budget()
-                    .into_iter()
+                let taken_off = budget
+                    .iter()
                     .filter(|((spec, pid), e)| {
                         *spec == s.key.to_string()
                             && e.retried < e.detached
@@ -78,7 +79,7 @@ pub fn attachment_statuses(
                         LinkState::Attached
                     },
                     message: failed
-                        .or(budget)
+                        .or(taken_off)
                         .or_else(|| outcomes.is_empty().then(|| "not attached yet".to_string())),
                     hits: procs.iter().map(|p| stats.delivered_by(key, p.pid)).sum(),
                     lost: counts.lost,

@@ -497,7 +497,8 @@ fn plan_c(
     func: FuncInfo,
     max_string_bytes: u32,
 ) -> Result<ProbePlan, PlanError> {
-    let (entry, entry_class) = bin.c_entry_site(&func)?;
+    let site = bin.c_entry_site(&func)?;
+    let (entry, entry_class) = (site.probe, site.class);
     let mut warnings = Vec::new();
     let caps = c::plan::plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
     let needs_return = probe.latency || !caps.ret.is_empty();

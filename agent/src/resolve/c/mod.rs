@@ -27,6 +27,15 @@ use dwarf::CDwarf;
 /// The folder where Debian (and most distributions) install separate debug files.
 pub const DEBUG_ROOT: &str = "/usr/lib/debug";
 
+/// A C function's entry: its first byte, where the probe goes, and how the kernel runs
+/// it (file offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CEntry {
+    pub first: u64,
+    pub probe: u64,
+    pub class: SiteClass,
+}
+
 impl Binary {
     /// The C function named `symbol`, from `.symtab` and `.dynsym` (in a Go binary: the C
     /// functions that cgo linked in). An IFUNC symbol is refused: it names the resolver
@@ -115,8 +124,8 @@ impl Binary {
     /// uretprobe is attached. It must be code, and a valid instruction must start there
     /// (the same check as every other probe site: `x86::check_sites`).
     /// Where a C function's entry probe goes on this kernel ([`super::sites::c_entry`]):
-    /// its file offset and how the kernel runs it.
-    pub fn c_entry_site(&self, f: &FuncInfo) -> Result<(u64, SiteClass), ResolveError> {
+    /// its file offset and how the kernel runs it, with the function's first byte's.
+    pub fn c_entry_site(&self, f: &FuncInfo) -> Result<CEntry, ResolveError> {
         let first = self.c_entry_offset(f)?;
         let kernel = super::sites::kernel();
         // A symbol without a size: its branches cannot be seen, so the entry stays.
@@ -133,7 +142,11 @@ impl Binary {
         if at != 0 {
             super::x86::check_sites(code, &[at], false).map_err(|e| self.site_error(f, e))?;
         }
-        Ok((first + at, super::sites::class_at(code, at, kernel)))
+        Ok(CEntry {
+            first,
+            probe: first + at,
+            class: super::sites::class_at(code, at, kernel),
+        })
     }
 
     pub fn c_entry_offset(&self, f: &FuncInfo) -> Result<u64, ResolveError> {
