@@ -69,6 +69,8 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_hold", &["since_ns", "holder", "kind", "ppid"]),
     ("gp_proc_stats", &["lost", "hold_failed", "released"]),
     ("gp_span_key", &["goroutine", "tgid"]),
+    ("gp_inflight_key", &["goroutine", "tgid", "func_id"]),
+    ("gp_inflight", &["depth", "overflow", "ts", "call_id"]),
     ("gp_out", &["trace", "span", "map", "writer", "ts"]),
     ("gp_out_key", &["writer", "tgid"]),
     (

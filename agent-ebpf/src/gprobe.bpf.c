@@ -223,10 +223,16 @@ int gprobe_uprobe(struct x86_regs *r)
 	if (cfg->jcc && jcc_taken(cfg->jcc - 1, r->flags))
 		return 0;
 	__u32 slot = cookie >> 32;
-	if (slot && cfg->cost_ns) {
-		__u64 *spent = bpf_map_lookup_elem(&budget, &slot);
-		if (spent)
-			*spent += cfg->cost_ns;
+	__u32 no_returns = 0;
+	if (slot) {
+		if (cfg->cost_ns) {
+			__u64 *spent = bpf_map_lookup_elem(&budget, &slot);
+			if (spent)
+				*spent += cfg->cost_ns;
+		}
+		__u32 *off = bpf_map_lookup_elem(&returns_off, &slot);
+		if (off)
+			no_returns = *off;
 	}
 	if (cfg->kind == GP_PROBE_LOADER)
 		return loader_hit();
@@ -257,6 +263,8 @@ int gprobe_uprobe(struct x86_regs *r)
 	h.goroutine = ik.goroutine;
 
 	if (cfg->kind == GP_PROBE_RETURN) {
+		if (no_returns)
+			return 0; /* taken off for their cost: see returns_off */
 		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
 		if (in && in->overflow > 0) {
 			/* The return of a call nested too deep to be recorded (counted at its entry). */
@@ -283,11 +291,12 @@ int gprobe_uprobe(struct x86_regs *r)
 	} else {
 		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, h.now)) {
 			st->throttled++;
-			if (cfg->kind == GP_PROBE_ENTRY)
+			if (cfg->kind == GP_PROBE_ENTRY && !no_returns)
 				inflight_skip(&ik);
 			return 0;
 		}
-		if (cfg->kind == GP_PROBE_ENTRY) {
+		/* With its returns taken off, an entry records the whole call (GP_EV_CALL). */
+		if (cfg->kind == GP_PROBE_ENTRY && !no_returns) {
 			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
 			if (in && in->depth >= GP_MAX_DEPTH) {
 				/* Deeper than the pairing stack: counted, not recorded, and its return
@@ -334,7 +343,7 @@ int gprobe_uprobe(struct x86_regs *r)
 	/* Decided on values read back from maps, not on this hit's own constants (kind, what
 	 * the entry's lookup found): the verifier then checks the record writing above once,
 	 * not once for each. */
-	if (cfg->kind == GP_PROBE_ENTRY) {
+	if (cfg->kind == GP_PROBE_ENTRY && !no_returns) {
 		/* Remembered for the return: pushed on the in-flight stack of this goroutine and
 		 * function if the entry found one (a nested call), else on a new one. Either way
 		 * is right whatever s->nested says; it only picks the cheaper order. */

@@ -44,6 +44,17 @@ struct {
 	__type(value, __u64);
 } budget SEC(".maps");
 
+/* Budget slots whose return probes were taken off for their cost (non-zero: off). Their
+ * entries record whole calls without a duration and leave the in-flight stacks alone, and
+ * a return still attached while its link is being closed is ignored: it could otherwise
+ * pop an entry pushed before the switch for a later call's return. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GP_MAX_BUDGET_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} returns_off SEC(".maps");
+
 /* Calls in flight, by goroutine: LRU so abandoned entries (panics) cannot grow it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);

@@ -126,15 +126,39 @@ struct Inner {
     budget: Mutex<BTreeMap<(String, u32), BudgetEntry>>,
 }
 
+/// What a budget takes off a process over it (engine/budget.rs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakenOff {
+    /// The return probes: every call is still recorded, without a duration or results.
+    Returns,
+    /// Every probe of the spec.
+    All,
+}
+
+impl TakenOff {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TakenOff::Returns => "returns",
+            TakenOff::All => "all",
+        }
+    }
+}
+
 /// A spec's probes taken off a process for their cost (`limits.maxOverheadPercent`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetEntry {
     pub executable: String,
     /// The estimated share of one CPU when they were taken off (percent).
     pub percent: f64,
-    /// How often they were taken off, and attached again.
+    /// What was taken off the latest time.
+    pub taken_off: TakenOff,
+    /// How often its return probes alone were taken off, all of its probes were, and they
+    /// were attached again.
+    pub returns_detached: u64,
     pub detached: u64,
     pub retried: u64,
+    /// Off now (waiting out its back-off).
+    pub off: bool,
     /// The back-off of the latest time (s).
     pub backoff_s: u64,
 }
@@ -194,27 +218,35 @@ impl Stats {
         pid: u32,
         exe: &str,
         percent: f64,
+        what: TakenOff,
         backoff: std::time::Duration,
     ) {
         let mut b = lock(&self.0.budget);
         let e = b.entry((spec.to_string(), pid)).or_insert(BudgetEntry {
             executable: exe.to_string(),
             percent,
+            taken_off: what,
+            returns_detached: 0,
             detached: 0,
             retried: 0,
+            off: true,
             backoff_s: 0,
         });
         e.percent = percent;
-        e.detached += 1;
+        e.taken_off = what;
+        e.off = true;
+        match what {
+            TakenOff::Returns => e.returns_detached += 1,
+            TakenOff::All => e.detached += 1,
+        }
         e.backoff_s = backoff.as_secs();
     }
 
-    /// The probes taken off `pid` were attached again.
-    pub fn budget_retried(&self, pid: u32) {
-        for ((_, p), e) in lock(&self.0.budget).iter_mut() {
-            if *p == pid && e.retried < e.detached {
-                e.retried += 1;
-            }
+    /// The probes of spec `spec` taken off `pid` were attached again.
+    pub fn budget_retried(&self, spec: &str, pid: u32) {
+        if let Some(e) = lock(&self.0.budget).get_mut(&(spec.to_string(), pid)) {
+            e.retried += 1;
+            e.off = false;
         }
     }
 

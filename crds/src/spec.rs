@@ -234,9 +234,11 @@ pub struct Limits {
     pub events_per_second: u32,
     /// The share of one CPU (in percent, 0..=100) that the spec's probes may cost one
     /// process, estimated from each probe's hits and its site's measured cost. A process
-    /// over it for 10 s in a row loses this spec's probes (said, and counted in the
-    /// summary's `budget`), which come back after a back-off that doubles from 60 s; other
-    /// processes keep theirs. 0 means no budget (benchmarks, short investigations).
+    /// over it for 10 s in a row loses this spec's return probes first (its calls are still
+    /// recorded, without a duration or results), and if still over for another 10 s, the
+    /// rest (said, and counted in the summary's `budget`); they come back after a back-off
+    /// that doubles from 60 s. Other processes keep theirs. 0 means no budget (benchmarks,
+    /// short investigations).
     #[serde(default = "default_max_overhead_percent")]
     #[x_kube(validation = Rule::new("self >= 0.0 && self <= 100.0").message("is out of range: use a percentage from 0 (no budget) to 100"))]
     pub max_overhead_percent: f64,

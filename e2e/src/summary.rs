@@ -22,6 +22,9 @@ pub struct BudgetEntry {
     pub pid: u32,
     pub executable: String,
     pub percent: f64,
+    /// "returns" or "all".
+    pub taken_off: String,
+    pub returns_detached: u64,
     pub detached: u64,
     pub retried: u64,
     pub backoff_s: u64,

@@ -2,7 +2,9 @@
 //! e2e/testdata/hot run before gprobe starts, one calling main.work 200,000 times a second,
 //! one 100 times; with a 1% budget the first loses its probe within two windows (and its
 //! time per call goes back to what it was unprobed), the second keeps its probe, and the
-//! summary lists the first. Each program reports its own time per call every 250 ms.
+//! summary lists the first. A probe with `latency: true` whose returns alone take it over
+//! its budget loses its returns and keeps recording every call. Each program reports its
+//! own time per call every 250 ms.
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{program, require_trace, serial, Gprobe};
@@ -126,7 +128,10 @@ fn a_process_over_its_budget_loses_its_probe_and_a_quiet_one_keeps_it() {
     );
     assert_eq!(s.budget.len(), 1, "{:?}\n{}", s.budget, run.stderr);
     let b = &s.budget[0];
-    assert_eq!((b.pid, b.detached, b.backoff_s), (hot_pid, 1, 60));
+    assert_eq!(
+        (b.pid, b.taken_off.as_str(), b.detached, b.backoff_s),
+        (hot_pid, "all", 1, 60)
+    );
     assert!(b.percent > 1.0, "{b:?}");
     assert!(
         probed > unprobed * 2.0,
@@ -158,5 +163,89 @@ fn a_process_over_its_budget_loses_its_probe_and_a_quiet_one_keeps_it() {
             .contains(&format!("its probes cost pid {quiet_pid} ")),
         "{}",
         run.stderr
+    );
+}
+
+#[test]
+fn a_latency_probe_over_its_budget_loses_its_returns_and_still_records_every_call() {
+    require_trace("budget");
+    let bin = program("e2e/testdata/hot", GoVersion::Go127, false);
+    // 2,000 calls a second: the entry (emulated, about 1 us a hit here) costs about 0.25%
+    // of a CPU, the single-stepped RET about 1%; the budget is between the two.
+    let spec = SpecBuilder::new("budget-returns")
+        .executable(&bin)
+        .max_overhead_percent(0.8)
+        .probe(ProbeBuilder::new("main.work").capture(["i"]).latency())
+        .yaml();
+    let _guard = serial();
+    let hot = Hot::start(&bin, 2_000);
+    let pid = hot.child.id();
+    hot.next(1);
+    let g = Gprobe::cmd(&spec).summary_file().start();
+    let attached = Instant::now();
+    g.wait_for_stderr(
+        |s| s.contains(&format!("its probes cost pid {pid} ")),
+        Duration::from_secs(25),
+    );
+    let off_after = attached.elapsed();
+    // Calls made from here on, after the switch: each one recorded once, none with a
+    // duration.
+    hot.drain();
+    hot.next(1);
+    let from = hot.calls();
+    hot.next(12);
+    let to = hot.calls();
+    let run = g.stop();
+    let s = run.summary();
+    let recs = run.records_of("main.work");
+    let with_duration = recs
+        .iter()
+        .filter(|r| r["duration_ns"].as_u64().is_some())
+        .count();
+    eprintln!(
+        "returns taken off {:.1} s after the attach; {} records, {with_duration} with a duration; checked calls {from}..{to}; budget: {:?}",
+        off_after.as_secs_f64(),
+        recs.len(),
+        s.budget
+    );
+    assert_eq!(s.budget.len(), 1, "{:?}\n{}", s.budget, run.stderr);
+    let b = &s.budget[0];
+    assert_eq!(
+        (b.pid, b.taken_off.as_str(), b.returns_detached, b.detached),
+        (pid, "returns", 1, 0),
+        "{b:?}\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("its return probes detached from that process"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        with_duration > 1000,
+        "calls before the switch had their durations"
+    );
+    let mut seen = std::collections::BTreeMap::<u64, usize>::new();
+    for r in &recs {
+        assert_eq!(r["pid"].as_u64(), Some(pid as u64), "{r}");
+        let i = r["args"]["i"].as_u64().expect("i");
+        *seen.entry(i).or_default() += 1;
+        if i >= from {
+            assert!(r["duration_ns"].as_u64().is_none(), "after the switch: {r}");
+        }
+    }
+    let twice: Vec<u64> = seen
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(twice, Vec::<u64>::new(), "calls recorded twice");
+    let missing: Vec<u64> = (from..to).filter(|i| !seen.contains_key(i)).collect();
+    assert!(to > from + 2_000, "{from}..{to}");
+    assert_eq!(
+        missing,
+        Vec::<u64>::new(),
+        "calls {from}..{to} not recorded"
     );
 }

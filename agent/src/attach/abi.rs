@@ -315,6 +315,26 @@ pub struct GpSpanKey {
     pub _pad: u32,
 }
 
+/// `inflight`'s key: one goroutine's (or thread's) calls of one probed function in one
+/// process (`func_id`: the probe's first entry configuration).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpInflightKey {
+    pub goroutine: u64,
+    pub tgid: u32,
+    pub func_id: u32,
+}
+
+/// `inflight`'s value: the stack of calls entered and not yet returned.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GpInflight {
+    pub depth: u32,
+    pub overflow: u32,
+    pub ts: [u64; GP_MAX_DEPTH],
+    pub call_id: [u64; GP_MAX_DEPTH],
+}
+
 /// `requests`' value: a request made inside a propagating span (`gp_out`, spans.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -469,6 +489,8 @@ unsafe impl aya::Pod for GpControl {}
 unsafe impl aya::Pod for GpHold {}
 unsafe impl aya::Pod for GpProcStats {}
 unsafe impl aya::Pod for GpSpanKey {}
+unsafe impl aya::Pod for GpInflightKey {}
+unsafe impl aya::Pod for GpInflight {}
 unsafe impl aya::Pod for GpSpanCtx {}
 unsafe impl aya::Pod for GpErrKey {}
 unsafe impl aya::Pod for GpErrType {}
@@ -591,6 +613,11 @@ const _: () = assert!(std::mem::size_of::<GpValue>() == 8);
 
 check_layout!(GpSpanKey, SIZEOF_GP_SPAN_KEY, goroutine => OFFSETOF_GP_SPAN_KEY_GOROUTINE,
     tgid => OFFSETOF_GP_SPAN_KEY_TGID);
+check_layout!(GpInflightKey, SIZEOF_GP_INFLIGHT_KEY, goroutine => OFFSETOF_GP_INFLIGHT_KEY_GOROUTINE,
+    tgid => OFFSETOF_GP_INFLIGHT_KEY_TGID, func_id => OFFSETOF_GP_INFLIGHT_KEY_FUNC_ID);
+check_layout!(GpInflight, SIZEOF_GP_INFLIGHT, depth => OFFSETOF_GP_INFLIGHT_DEPTH,
+    overflow => OFFSETOF_GP_INFLIGHT_OVERFLOW, ts => OFFSETOF_GP_INFLIGHT_TS,
+    call_id => OFFSETOF_GP_INFLIGHT_CALL_ID);
 check_layout!(GpOut, SIZEOF_GP_OUT, trace => OFFSETOF_GP_OUT_TRACE, span => OFFSETOF_GP_OUT_SPAN,
     map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS);
 check_layout!(GpOutKey, SIZEOF_GP_OUT_KEY, writer => OFFSETOF_GP_OUT_KEY_WRITER,

@@ -4,6 +4,7 @@
 //! engine's [`Tracer`].
 
 pub mod abi;
+mod budget;
 pub mod detach;
 pub mod hooks;
 pub mod multi;
@@ -122,8 +123,8 @@ pub struct BpfTracer {
     errtypes: BpfHashMap<MapData, abi::GpErrKey, abi::GpErrType>,
     traced: BpfHashMap<MapData, u32, u8>,
     proc_stats: PerCpuArray<MapData, GpProcStats>,
-    /// What each (process, spec) pair's probes cost, by budget slot (ns).
-    budget: PerCpuArray<MapData, u64>,
+    /// What each (process, spec) pair's probes cost, and which have their returns off.
+    budget: budget::BudgetMaps,
     /// The exec, fork and exit hooks: detached when this is dropped.
     _hooks: hooks::Hooks,
     /// The pin of `held`, removed at a clean stop.
@@ -236,7 +237,7 @@ impl BpfTracer {
             errtypes: take(&mut ebpf, "errtypes")?,
             traced: take(&mut ebpf, "traced")?,
             proc_stats: take(&mut ebpf, "proc_stats")?,
-            budget: take(&mut ebpf, "budget")?,
+            budget: budget::BudgetMaps::take(&mut ebpf)?,
             _hooks: hooks,
             pin,
             orphans,
@@ -732,18 +733,33 @@ impl Tracer for BpfTracer {
     }
 
     fn budget_spent(&self, slot: u32) -> u64 {
-        self.budget
-            .get(&slot, 0)
-            .map(|per_cpu| per_cpu.iter().sum())
-            .unwrap_or(0)
+        self.budget.spent(slot)
     }
 
     fn clear_budget(&mut self, slot: u32) {
-        if let Ok(cpus) = aya::util::nr_cpus() {
-            let zeros = aya::maps::PerCpuValues::try_from(vec![0u64; cpus]);
-            if let Ok(z) = zeros {
-                let _ = self.budget.set(slot, z, 0);
-            }
+        self.budget.clear(slot);
+    }
+
+    fn set_returns_off(&mut self, slot: u32, off: bool) -> Result<(), TraceError> {
+        self.budget
+            .set_returns_off(slot, off)
+            .map_err(trace_map_err("returns_off"))
+    }
+
+    fn forget_calls(&mut self, pid: u32, func_ids: &[CfgId]) {
+        let Some(map) = self.ebpf.map_mut("inflight") else {
+            return;
+        };
+        let Ok(mut m) = BpfHashMap::<_, abi::GpInflightKey, abi::GpInflight>::try_from(map) else {
+            return;
+        };
+        let stale: Vec<abi::GpInflightKey> = m
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.tgid == pid && func_ids.contains(&k.func_id))
+            .collect();
+        for k in stale {
+            let _ = m.remove(&k);
         }
     }
 

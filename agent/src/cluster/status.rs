@@ -59,12 +59,16 @@ pub fn attachment_statuses(
                     .iter()
                     .filter(|((spec, pid), e)| {
                         *spec == s.key.to_string()
-                            && e.retried < e.detached
+                            && e.off
                             && procs.iter().any(|p| p.pid == *pid)
                     })
                     .map(|((_, pid), e)| {
+                        let what = match e.taken_off {
+                            crate::stats::TakenOff::Returns => format!("return probes taken off pid {pid} for their cost (its calls are still recorded, without a duration or results)"),
+                            crate::stats::TakenOff::All => format!("taken off pid {pid} for their cost"),
+                        };
                         format!(
-                            "taken off pid {pid} for their cost (about {:.1}% of a CPU, over limits.maxOverheadPercent); tried again after {} s",
+                            "{what}: about {:.1}% of a CPU, over limits.maxOverheadPercent; tried again after {} s",
                             e.percent, e.backoff_s
                         )
                     })

@@ -350,21 +350,53 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .binaries
             .get(&target.key)
             .expect("plan_in made the file's state");
+        // Its returns taken off for their cost (budget.rs): a new slot says so too.
+        let returns_off = slot != 0
+            && self.budgets.returns_off(pid, sid)
+            && match self.tracer.set_returns_off(slot, true) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("{key} in pid {pid}: {e}: its return probes are attached");
+                    false
+                }
+            };
         let mut costs = None;
+        let mut rets = None;
         let outcome = match bin.probes.get(&(sid, pi)) {
             Some(Ok(planned)) => {
-                let n = planned.sites.len();
                 costs = Some(planned.costs);
-                let sites: Vec<Site> = planned.sites.iter().map(|s| Site { slot, ..*s }).collect();
+                // Returns apart from the entry (a budget may take them off alone), and
+                // first: an entry placed before its returns could open a call that no
+                // return closes.
+                let (ret_sites, entry_sites): (Vec<Site>, Vec<Site>) = planned
+                    .sites
+                    .iter()
+                    .map(|s| Site { slot, ..*s })
+                    .partition(|s| Some(s.cfg) == planned.cfg.ret);
+                let n = entry_sites.len() + if returns_off { 0 } else { ret_sites.len() };
                 // The load bias is read now, while the process surely runs (a short-lived
                 // PIE process may be gone when its records are decoded).
                 if let Some(t) = &planned.types {
                     t.learn(pid);
                 }
-                self.tracer
-                    .attach(pid, &bin.attach_path, &sites)
+                let path = &bin.attach_path;
+                let attached = if ret_sites.is_empty() || returns_off {
+                    Ok(None)
+                } else {
+                    self.tracer.attach(pid, path, &ret_sites).map(Some)
+                };
+                attached
+                    .and_then(|r| {
+                        rets = r;
+                        self.tracer.attach(pid, path, &entry_sites)
+                    })
                     .map(|l| (l, n))
-                    .map_err(|e| Arc::new(ProbeError::Trace(e)))
+                    .map_err(|e| {
+                        if let Some(r) = rets.take() {
+                            self.tracer.detach(r);
+                        }
+                        Arc::new(ProbeError::Trace(e))
+                    })
             }
             Some(Err(e)) => Err(e.clone()),
             None => return Ok(()),
@@ -397,9 +429,27 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 probe: pi,
                 file: target.key,
                 outcome,
+                rets,
             });
         }
         result
+    }
+}
+
+impl<T: Tracer, R: Resolver> Engine<T, R> {
+    /// Detaches spec `sid`'s links from `pid`.
+    pub(super) fn detach_links_of(&mut self, pid: u32, sid: SpecId) {
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut p.links)
+            .into_iter()
+            .partition(|a| a.spec == sid);
+        p.links = keep;
+        for l in gone.into_iter().flat_map(Attachment::into_links) {
+            self.tracer.detach(l);
+        }
+        self.dirty = true;
     }
 }
 

@@ -4,14 +4,17 @@
 //! Each (process, spec) pair gets a budget slot when its probes are attached; the slot is
 //! in every site's BPF cookie, and each hit adds its site's measured cost (`cost_ns` of the
 //! configuration: an emulated or a single-stepped trap, `resolve/sites.rs`) to the slot in
-//! the kernel. Every tick the engine reads what each slot cost since the last one: a pair
-//! over its share of one CPU for [`WINDOW`] in a row has that spec's probes detached from
-//! that process (said once, counted in the summary's `budget`), and attached again after a
-//! back-off that doubles from [`FIRST_BACKOFF`]. Other processes keep their probes. Where
-//! the kernel's sites were not measured, costs are unknown and no budget applies (said
-//! once).
+//! the kernel. Every tick the engine reads what each slot cost since the last one. A pair
+//! over its share of one CPU for [`WINDOW`] in a row loses its return probes first, where
+//! it has any (a Go return is a single-stepped trap, its entry an emulated one): its
+//! entries go on recording every call, without a duration or results. Still over for
+//! another window, it loses all of that spec's probes. Either is said once and counted in
+//! the summary's `budget`, and undone after a back-off that doubles from
+//! [`FIRST_BACKOFF`]. Other processes keep their probes. Where the kernel's sites were not
+//! measured, costs are unknown and no budget applies (said once).
 
-use super::{Engine, Resolver, SpecId, Tracer};
+use super::{Engine, Resolver, Site, SpecId, Tracer};
+use crate::stats::TakenOff;
 use crate::util::printable;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -35,11 +38,13 @@ struct Slot {
 }
 
 /// A (process, spec) pair whose probes were taken off: until when (`None` once they are
-/// back on), and the wait of that time (doubled the next time).
+/// back on), the wait of that time (doubled the next time), and whether only its returns
+/// are off.
 #[derive(Debug, Clone, Copy)]
 struct Backoff {
     until: Option<Instant>,
     wait: Duration,
+    returns_only: bool,
 }
 
 #[derive(Debug, Default)]
@@ -48,17 +53,29 @@ pub(super) struct Budgets {
     free: Vec<u32>,
     next: u32,
     backoff: HashMap<(u32, SpecId), Backoff>,
+    /// Processes whose returns were just switched off, and the entry configurations of
+    /// those probes: their calls in flight in BPF are forgotten at the next tick (by then
+    /// no program that read the switch still on is running).
+    forget: Vec<(u32, Vec<super::CfgId>)>,
     last_tick: Option<Instant>,
     unmeasured_said: bool,
 }
 
 impl Budgets {
-    /// Whether `(pid, sid)` waits out a back-off (its probes stay off until then).
+    /// Whether `(pid, sid)` waits out a back-off with all its probes off.
     pub(super) fn waiting(&self, pid: u32, sid: SpecId, now: Instant) -> bool {
         self.backoff
             .get(&(pid, sid))
+            .filter(|b| !b.returns_only)
             .and_then(|b| b.until)
             .is_some_and(|until| now < until)
+    }
+
+    /// Whether `(pid, sid)` has its return probes off (until its back-off ends).
+    pub(super) fn returns_off(&self, pid: u32, sid: SpecId) -> bool {
+        self.backoff
+            .get(&(pid, sid))
+            .is_some_and(|b| b.returns_only && b.until.is_some())
     }
 }
 
@@ -127,6 +144,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Reads every slot: takes the probes off pairs over budget for [`WINDOW`], and puts
     /// them back on pairs whose back-off ended.
     pub(super) fn check_budgets(&mut self, now: Instant) {
+        for (pid, func_ids) in std::mem::take(&mut self.budgets.forget) {
+            self.tracer.forget_calls(pid, &func_ids);
+        }
         let Some(last) = self.budgets.last_tick.replace(now) else {
             return;
         };
@@ -172,17 +192,36 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     }
 
     fn over_budget(&mut self, pid: u32, sid: SpecId, percent: f64, limit: f64, now: Instant) {
-        let wait = self
-            .budgets
-            .backoff
-            .get(&(pid, sid))
-            .map_or(FIRST_BACKOFF, |b| (b.wait * 2).min(MAX_BACKOFF));
-        // The back-off entry stays until the retry; the slot goes with the links.
+        let prev = self.budgets.backoff.get(&(pid, sid)).copied();
+        let has_returns = self
+            .procs
+            .get(&pid)
+            .is_some_and(|p| p.links.iter().any(|a| a.spec == sid && a.rets.is_some()));
+        let what = if has_returns {
+            TakenOff::Returns
+        } else {
+            TakenOff::All
+        };
+        // Returns off and still over: the rest goes now, back when the returns would have.
+        let wait = match prev {
+            Some(b) if b.returns_only && b.until.is_some() => b.wait,
+            Some(b) => (b.wait * 2).min(MAX_BACKOFF),
+            None => FIRST_BACKOFF,
+        };
+        let until = match prev {
+            Some(Backoff {
+                returns_only: true,
+                until: Some(until),
+                ..
+            }) => until,
+            _ => now + wait,
+        };
         self.budgets.backoff.insert(
             (pid, sid),
             Backoff {
-                until: Some(now + wait),
+                until: Some(until),
                 wait,
+                returns_only: what == TakenOff::Returns,
             },
         );
         let Some(spec) = self.specs.get(&sid) else {
@@ -194,23 +233,72 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .get(&pid)
             .map(|p| p.info.exe.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let left = until.saturating_duration_since(now).as_secs();
+        let taken = match what {
+            TakenOff::Returns => "its return probes detached from that process (its calls are still recorded, without a duration or results)",
+            TakenOff::All => "detached from that process",
+        };
         tracing::warn!(
-            "{name}: its probes cost pid {pid} ({}) about {percent:.1}% of a CPU for {} s, over limits.maxOverheadPercent ({limit}%): detached from that process, tried again in {} s",
+            "{name}: its probes cost pid {pid} ({}) about {percent:.1}% of a CPU for {} s, over limits.maxOverheadPercent ({limit}%): {taken}, tried again in {left} s",
             printable(&exe),
             WINDOW.as_secs(),
-            wait.as_secs()
         );
-        self.stats.budget_detached(&name, pid, &exe, percent, wait);
-        self.detach_links_of(pid, sid);
+        self.stats
+            .budget_detached(&name, pid, &exe, percent, what, wait);
         self.dirty = true;
-        let freed = self.budgets.slots.remove(&(pid, sid));
-        if let Some(s) = freed {
-            self.budgets.free.push(s.id);
+        match what {
+            TakenOff::Returns => self.returns_off(pid, sid),
+            TakenOff::All => {
+                self.detach_links_of(pid, sid);
+                if let Some(s) = self.budgets.slots.remove(&(pid, sid)) {
+                    self.budgets.free.push(s.id);
+                }
+            }
         }
     }
 
-    /// Attaches spec `sid` to `pid` again after its back-off (the process still runs and
-    /// the spec still selects it).
+    /// Switches the returns of spec `sid` in `pid` off, then detaches them: a return that
+    /// fires meanwhile does nothing (gprobe.bpf.c), so none can take a call entered since.
+    fn returns_off(&mut self, pid: u32, sid: SpecId) {
+        let Some(slot) = self.budgets.slots.get_mut(&(pid, sid)) else {
+            return;
+        };
+        // A new window for what the entries cost alone.
+        slot.over_since = None;
+        let id = slot.id;
+        if let Err(e) = self.tracer.set_returns_off(id, true) {
+            tracing::warn!("pid {pid}: switching its return probes off failed ({e}): all of the spec's probes are taken off instead");
+            if let Some(b) = self.budgets.backoff.get_mut(&(pid, sid)) {
+                b.returns_only = false;
+            }
+            self.detach_links_of(pid, sid);
+            return;
+        }
+        let Some(p) = self.procs.get_mut(&pid) else {
+            return;
+        };
+        let mut func_ids = Vec::new();
+        let mut gone = Vec::new();
+        for a in p.links.iter_mut().filter(|a| a.spec == sid) {
+            if let Some(r) = a.rets.take() {
+                gone.push(r);
+                let entry = self
+                    .binaries
+                    .get(&a.file)
+                    .and_then(|b| b.probes.get(&(sid, a.probe)))
+                    .and_then(|p| p.as_ref().ok())
+                    .map(|p| p.cfg.entry);
+                func_ids.extend(entry);
+            }
+        }
+        for r in gone {
+            self.tracer.detach(r);
+        }
+        self.budgets.forget.push((pid, func_ids));
+    }
+
+    /// Puts spec `sid` back on `pid` after its back-off (the process still runs and the
+    /// spec still selects it): its returns, or all of its probes.
     fn retry_budget(&mut self, pid: u32, sid: SpecId) {
         let Some(info) = self.procs.get(&pid).map(|p| p.info.clone()) else {
             self.budgets.backoff.remove(&(pid, sid));
@@ -220,32 +308,81 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             self.budgets.backoff.remove(&(pid, sid));
             return;
         }
+        let mut returns_only = false;
         // Kept (without `until`) so that the next time over budget waits twice as long.
         if let Some(b) = self.budgets.backoff.get_mut(&(pid, sid)) {
             b.until = None;
+            returns_only = b.returns_only;
         }
-        tracing::info!(
-            "pid {pid}: its back-off over, the probes taken off for their cost are attached again"
-        );
-        self.attach_specs(&info, &[sid]);
-        self.stats.budget_retried(pid);
+        if returns_only {
+            tracing::info!(
+                "pid {pid}: its back-off over, the return probes taken off for their cost are attached again"
+            );
+            self.returns_on(pid, sid);
+        } else {
+            tracing::info!(
+                "pid {pid}: its back-off over, the probes taken off for their cost are attached again"
+            );
+            self.attach_specs(&info, &[sid]);
+        }
+        if let Some(spec) = self.specs.get(&sid) {
+            self.stats.budget_retried(&spec.key.to_string(), pid);
+        }
     }
-}
 
-impl<T: Tracer, R: Resolver> Engine<T, R> {
-    /// Detaches spec `sid`'s links from `pid`; the spec still selects the process.
-    fn detach_links_of(&mut self, pid: u32, sid: SpecId) {
-        let Some(p) = self.procs.get_mut(&pid) else {
+    /// Attaches the returns of spec `sid` in `pid` again, then switches them on: until
+    /// then its entries open no call, so a return finds none to take (counted unpaired).
+    fn returns_on(&mut self, pid: u32, sid: SpecId) {
+        let Some(slot) = self.budgets.slots.get(&(pid, sid)).map(|s| s.id) else {
             return;
         };
-        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut p.links)
-            .into_iter()
-            .partition(|a| a.spec == sid);
-        p.links = keep;
-        for a in gone {
-            if let Ok((links, _)) = a.outcome {
-                self.tracer.detach(links);
+        let Some(p) = self.procs.get(&pid) else {
+            return;
+        };
+        let todo: Vec<(usize, crate::discover::FileKey)> = p
+            .links
+            .iter()
+            .filter(|a| a.spec == sid && a.rets.is_none() && a.outcome.is_ok())
+            .map(|a| (a.probe, a.file))
+            .collect();
+        let mut attached = Vec::new();
+        for (pi, file) in todo {
+            let Some(bin) = self.binaries.get(&file) else {
+                continue;
+            };
+            let Some(Ok(planned)) = bin.probes.get(&(sid, pi)) else {
+                continue;
+            };
+            let sites: Vec<Site> = planned
+                .sites
+                .iter()
+                .filter(|s| Some(s.cfg) == planned.cfg.ret)
+                .map(|s| Site { slot, ..*s })
+                .collect();
+            if sites.is_empty() {
+                continue;
+            }
+            match self.tracer.attach(pid, &bin.attach_path, &sites) {
+                Ok(l) => attached.push((pi, file, l)),
+                Err(e) => {
+                    tracing::warn!("pid {pid}: attaching its return probes again failed: {e}")
+                }
             }
         }
+        if let Some(p) = self.procs.get_mut(&pid) {
+            for (pi, file, l) in attached {
+                if let Some(a) = p
+                    .links
+                    .iter_mut()
+                    .find(|a| a.spec == sid && a.probe == pi && a.file == file)
+                {
+                    a.rets = Some(l);
+                }
+            }
+        }
+        if let Err(e) = self.tracer.set_returns_off(slot, false) {
+            tracing::warn!("pid {pid}: switching its return probes on failed: {e}");
+        }
+        self.dirty = true;
     }
 }

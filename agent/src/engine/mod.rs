@@ -163,6 +163,18 @@ struct Attachment<L> {
     probe: usize,
     file: FileKey,
     outcome: Result<(L, usize), Arc<ProbeError>>,
+    /// Its return sites, attached apart from the entry so that a budget can take them off
+    /// alone (`None`: it has none, or they are off).
+    rets: Option<L>,
+}
+
+impl<L> Attachment<L> {
+    /// Every link it holds: its returns, then its entry.
+    fn into_links(self) -> impl Iterator<Item = L> {
+        self.rets
+            .into_iter()
+            .chain(self.outcome.ok().map(|(l, _)| l))
+    }
 }
 
 struct ProcState<L> {

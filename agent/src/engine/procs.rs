@@ -2,7 +2,7 @@
 
 use super::resource::resource_of;
 use super::tracer::{Resolver, Tracer};
-use super::{Engine, Origin, ProcState, SpecId};
+use super::{Attachment, Engine, Origin, ProcState, SpecId};
 use crate::discover::ProcInfo;
 use crate::stats::Missed;
 use crate::util::printable;
@@ -305,10 +305,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         for l in [p.loader, p.newproc, p.propagate].into_iter().flatten() {
             self.tracer.detach(l);
         }
-        for a in p.links {
-            if let Ok((links, _)) = a.outcome {
-                self.tracer.detach(links);
-            }
+        for l in p.links.into_iter().flat_map(Attachment::into_links) {
+            self.tracer.detach(l);
         }
         for key in &p.files {
             if let Some(bin) = self.binaries.get_mut(key) {

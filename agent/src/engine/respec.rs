@@ -63,17 +63,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         self.free_budget(pid, Some(sid));
         let p = self.procs.get_mut(&pid)?;
         p.specs.remove(&sid);
-        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut p.links)
-            .into_iter()
-            .partition(|a| a.spec == sid);
-        p.links = keep;
         let empty = p.specs.is_empty();
-        for a in gone {
-            if let Ok((links, _)) = a.outcome {
-                self.tracer.detach(links);
-            }
-        }
-        self.dirty = true;
+        self.detach_links_of(pid, sid);
         Some(empty)
     }
 

@@ -199,8 +199,16 @@ pub trait Tracer {
     /// (ns, estimated in the kernel: each hit adds its site's cost).
     fn budget_spent(&self, slot: u32) -> u64;
 
-    /// Sets a budget slot back to 0 (before it is given to another process).
+    /// Sets a budget slot back to 0, its returns on (before it is given to another pair).
     fn clear_budget(&mut self, slot: u32);
+
+    /// Switches the return probes of a budget slot off (or back on): while off, its
+    /// entries record whole calls without a duration, and its returns do nothing.
+    fn set_returns_off(&mut self, slot: u32, off: bool) -> Result<(), TraceError>;
+
+    /// Forgets the calls BPF keeps in flight for process `pid` in the probes whose first
+    /// entry configurations are `func_ids` (their returns were taken off).
+    fn forget_calls(&mut self, pid: u32, func_ids: &[CfgId]);
 }
 
 /// One probe of a spec to plan against a binary.

@@ -106,7 +106,12 @@ pub struct BudgetSummary {
     pub executable: String,
     /// The estimated share of one CPU they cost when taken off (percent).
     pub percent: f64,
-    /// How often they were taken off, and attached again after the back-off.
+    /// What was taken off the latest time: `returns` (the return probes: calls still
+    /// recorded, without a duration or results) or `all`.
+    pub taken_off: &'static str,
+    /// How often the return probes alone were taken off, all of the spec's probes were,
+    /// and they were attached again after the back-off.
+    pub returns_detached: u64,
     pub detached: u64,
     pub retried: u64,
     /// The latest back-off (s).
@@ -210,6 +215,8 @@ impl Summary {
                     pid,
                     executable: e.executable,
                     percent: (e.percent * 10.0).round() / 10.0,
+                    taken_off: e.taken_off.as_str(),
+                    returns_detached: e.returns_detached,
                     detached: e.detached,
                     retried: e.retried,
                     backoff_s: e.backoff_s,
@@ -384,11 +391,12 @@ impl Summary {
         for b in &self.budget {
             let _ = writeln!(
                 s,
-                "  over budget: {} in pid {} ({}): about {}% of a CPU, its probes taken off {} (attached again {}; latest back-off {} s)",
+                "  over budget: {} in pid {} ({}): about {}% of a CPU, its return probes taken off {}, all its probes {} (attached again {}; latest back-off {} s)",
                 b.spec,
                 b.pid,
                 crate::util::printable(&b.executable),
                 b.percent,
+                count(b.returns_detached, "time", "times"),
                 count(b.detached, "time", "times"),
                 count(b.retried, "time", "times"),
                 b.backoff_s

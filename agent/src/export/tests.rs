@@ -216,9 +216,13 @@ async fn a_collector_that_never_answers_holds_back_neither_output_nor_exit() {
     )
     .unwrap();
     let output_took = send_and_wait_for_output(&tx, &mut lines, 100_000).await;
-    assert!(
-        output_took < Duration::from_secs(5),
-        "100k calls took {output_took:?} to reach the output"
+    // Every call reached the output while no export had ended (the collector's first
+    // answer would come after the 60 s export timeout): the output waited for none.
+    let (exported, _, errors) = stats.otlp_counts();
+    assert_eq!(
+        (exported, errors),
+        (0, 0),
+        "an export ended before the output had every call ({output_took:?})"
     );
     let level = handle.otlp_queue().unwrap();
     assert!(level.peak <= level.capacity, "{level:?}");
@@ -228,7 +232,12 @@ async fn a_collector_that_never_answers_holds_back_neither_output_nor_exit() {
     let t0 = Instant::now();
     let f = handle.finish(t0 + FINISH_WITHIN).await;
     let took = t0.elapsed();
-    assert!(took < Duration::from_secs(5), "finish took {took:?}");
+    // The finish keeps its own deadline, not the export's 60 s timeout (the slack is for a
+    // loaded machine).
+    assert!(
+        took < FINISH_WITHIN + Duration::from_secs(5),
+        "finish took {took:?}"
+    );
     assert!(matches!(f.output, OutputEnd::Complete), "{f:?}");
     let (exported, dropped, errors) = stats.otlp_counts();
     assert_eq!(exported, 0);
@@ -282,7 +291,7 @@ async fn a_refused_endpoint_keeps_the_queue_bounded_and_counts_errors_as_they_ha
     let t1 = Instant::now();
     let fin = handle.finish(t1 + FINISH_WITHIN).await;
     assert!(
-        t1.elapsed() < Duration::from_secs(5),
+        t1.elapsed() < FINISH_WITHIN + Duration::from_secs(5),
         "finish took {:?}",
         t1.elapsed()
     );

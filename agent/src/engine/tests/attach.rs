@@ -23,16 +23,20 @@ fn a_held_process_is_attached_before_it_is_resumed_and_others_are_left_alone() {
         k.log,
         [
             ("attach", 10),
+            ("attach returns", 10),
             ("attach", 10),
             ("resume", 10),
             ("resume", 11)
         ],
-        "probes first, then the process runs; an unselected one is resumed at once"
+        "probes first (a probe's returns before its entry), then the process runs; an \
+         unselected one is resumed at once"
     );
-    // main.a: 1 site; main.b (latency): entry + 2 RETs.
+    // main.a: 1 site; main.b (latency): its entry, and its 2 RETs in a link of their own.
     let mut sites: Vec<usize> = k.links.values().map(|(_, n)| *n).collect();
     sites.sort();
-    assert_eq!(sites, [1, 3]);
+    assert_eq!(sites, [1, 1]);
+    let rets: Vec<(u32, usize)> = k.ret_links.values().copied().collect();
+    assert_eq!(rets, [(10, 2)]);
     assert!(k.links.values().all(|(p, _)| *p == 10), "nothing in pid 11");
     assert!(
         k.inos.contains(&7),

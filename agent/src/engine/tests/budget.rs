@@ -1,18 +1,122 @@
 //! Overhead budgets: a process whose probes cost more than its spec allows for a whole
-//! window loses that spec's probes (said and counted), gets them back when the back-off
-//! ends (doubled the next time), and other processes keep theirs.
+//! window loses that spec's return probes first, then its other probes (said and
+//! counted), gets them back when the back-off ends (doubled the next time), and other
+//! processes keep theirs.
 
 use super::*;
 use crate::engine::budget::{FIRST_BACKOFF, WINDOW};
 use std::time::Duration;
 
 fn budgeted(percent: f64) -> ProbeSpec {
+    budgeted_probe(percent, "{symbol: main.a}")
+}
+
+fn budgeted_probe(percent: f64, probe: &str) -> ProbeSpec {
     gprobe_crds::load_specs(
-        &format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: b}}\nspec:\n  selector: {{executable: /app/shop}}\n  limits: {{maxOverheadPercent: {percent}}}\n  probes: [{{symbol: main.a}}]\n"),
+        &format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: b}}\nspec:\n  selector: {{executable: /app/shop}}\n  limits: {{maxOverheadPercent: {percent}}}\n  probes: [{probe}]\n"),
         "t",
     )
     .unwrap()
     .remove(0)
+}
+
+fn return_links(w: &World, pid: u32) -> usize {
+    w.kernel
+        .borrow()
+        .ret_links
+        .values()
+        .filter(|(p, _)| *p == pid)
+        .count()
+}
+
+/// Over budget for a whole window from `from`, at 5% of a CPU a second.
+fn over_for_a_window(w: &mut World, slot: u32, from: Instant) {
+    for s in 1..=WINDOW.as_secs() {
+        spend(w, &[(slot, 50)], from + Duration::from_secs(s));
+    }
+}
+
+#[test]
+fn returns_go_first_and_the_rest_only_if_the_entries_alone_stay_over() {
+    let mut w = world(Mode::Local);
+    w.engine
+        .add_spec(budgeted_probe(1.0, "{symbol: main.a, latency: true}"))
+        .unwrap();
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 1));
+    let slot = slot_of(&w, 10);
+    let t0 = Instant::now();
+    w.engine.tick(t0);
+    over_for_a_window(&mut w, slot, t0);
+    // The returns are switched off in BPF and detached; the entry stays, on the same slot.
+    assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 0));
+    assert!(w.kernel.borrow().returns_off.contains(&slot));
+    let b = w.stats.budget();
+    assert_eq!(b.len(), 1, "{b:?}");
+    let e = &b[0].1;
+    assert_eq!(e.taken_off, crate::stats::TakenOff::Returns);
+    assert_eq!((e.returns_detached, e.detached, e.off), (1, 0, true));
+    // Its calls in flight in BPF are forgotten at the next tick.
+    let t1 = t0 + WINDOW;
+    spend(&mut w, &[(slot, 50)], t1 + Duration::from_secs(1));
+    let forgotten = w.kernel.borrow().forgotten.clone();
+    assert_eq!(forgotten.len(), 1, "{forgotten:?}");
+    assert_eq!(forgotten[0].0, 10);
+    assert_eq!(forgotten[0].1.len(), 1, "main.a's entry configuration");
+    // The entry alone still over for a whole window of its own: everything goes.
+    over_for_a_window(&mut w, slot, t1 + Duration::from_secs(1));
+    assert_eq!((live_links(&w, 10), return_links(&w, 10)), (0, 0));
+    let e = w.stats.budget()[0].1.clone();
+    assert_eq!(e.taken_off, crate::stats::TakenOff::All);
+    assert_eq!((e.returns_detached, e.detached), (1, 1));
+    // Back when the returns would have been, all of it, returns on.
+    w.engine.tick(t0 + WINDOW + FIRST_BACKOFF);
+    assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 1));
+    assert!(!w.kernel.borrow().returns_off.contains(&slot_of(&w, 10)));
+    assert_eq!(w.stats.budget()[0].1.retried, 1);
+}
+
+#[test]
+fn entries_that_fit_the_budget_keep_recording_and_the_returns_come_back_after_the_back_off() {
+    let mut w = world(Mode::Local);
+    w.engine
+        .add_spec(budgeted_probe(1.0, "{symbol: main.a, latency: true}"))
+        .unwrap();
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    let slot = slot_of(&w, 10);
+    let t0 = Instant::now();
+    w.engine.tick(t0);
+    over_for_a_window(&mut w, slot, t0);
+    assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 0));
+    // The entries alone cost 0.5%: they stay.
+    let mut t = t0 + WINDOW;
+    while t < t0 + WINDOW + FIRST_BACKOFF - Duration::from_secs(1) {
+        t += Duration::from_secs(1);
+        spend(&mut w, &[(slot, 5)], t);
+        assert_eq!(live_links(&w, 10), 1);
+    }
+    // A process seen again meanwhile gets no returns.
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
+    assert_eq!(return_links(&w, 10), 0);
+    w.kernel.borrow_mut().log.clear();
+    w.engine.tick(t0 + WINDOW + FIRST_BACKOFF);
+    // Only the returns are attached again (the entry was never off), then switched on.
+    assert_eq!(w.kernel.borrow().log, [("attach returns", 10)]);
+    assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 1));
+    assert!(!w.kernel.borrow().returns_off.contains(&slot));
+    let e = w.stats.budget()[0].1.clone();
+    assert_eq!(
+        (e.returns_detached, e.detached, e.retried, e.off),
+        (1, 0, 1, false)
+    );
+    // Over again: the returns go first again, after twice the back-off.
+    over_for_a_window(&mut w, slot, t0 + WINDOW + FIRST_BACKOFF);
+    assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 0));
+    let e = w.stats.budget()[0].1.clone();
+    assert_eq!((e.returns_detached, e.backoff_s), (2, 120));
 }
 
 /// The budget slot of `pid`'s latest attach.

@@ -16,8 +16,11 @@ use std::rc::Rc;
 struct Kernel {
     next_cfg: CfgId,
     configs: BTreeSet<CfgId>,
-    /// Live links: id -> (pid, sites).
+    /// Live links: id -> (pid, sites); the links of return sites apart, in `ret_links`.
     links: BTreeMap<u64, (u32, usize)>,
+    ret_links: BTreeMap<u64, (u32, usize)>,
+    /// The return configurations handed out.
+    ret_cfgs: BTreeSet<CfgId>,
     next_link: u64,
     /// Pids whose attach fails as if the process had exited.
     gone: BTreeSet<u32>,
@@ -41,6 +44,10 @@ struct Kernel {
     budget: BTreeMap<u32, u64>,
     /// The budget slot of each attach: (pid, slot).
     slots: Vec<(u32, u32)>,
+    /// Budget slots whose returns are off.
+    returns_off: BTreeSet<u32>,
+    /// What forget_calls was asked: (pid, entry configurations).
+    forgotten: Vec<(u32, Vec<CfgId>)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -62,6 +69,7 @@ impl Tracer for FakeTracer {
         };
         let entry = id();
         let ret = (!plan.ret_offsets.is_empty()).then(id);
+        k.ret_cfgs.extend(ret);
         Ok(ProbeConfig {
             entry,
             extra_entries: vec![],
@@ -108,7 +116,9 @@ impl Tracer for FakeTracer {
 
     fn attach(&mut self, pid: u32, _t: &Path, sites: &[Site]) -> Result<FakeLinks, TraceError> {
         let mut k = self.0.borrow_mut();
-        k.log.push(("attach", pid));
+        let returns = sites.iter().all(|s| k.ret_cfgs.contains(&s.cfg));
+        k.log
+            .push((if returns { "attach returns" } else { "attach" }, pid));
         if k.gone.contains(&pid) {
             return Err(TraceError::ProcessGone);
         }
@@ -133,7 +143,11 @@ impl Tracer for FakeTracer {
         );
         k.next_link += 1;
         let id = k.next_link;
-        k.links.insert(id, (pid, sites.len()));
+        if returns {
+            k.ret_links.insert(id, (pid, sites.len()));
+        } else {
+            k.links.insert(id, (pid, sites.len()));
+        }
         if let Some(s) = sites.first() {
             k.slots.push((pid, s.slot));
         }
@@ -142,7 +156,10 @@ impl Tracer for FakeTracer {
 
     fn detach(&mut self, links: FakeLinks) {
         assert!(
-            self.0.borrow_mut().links.remove(&links.0).is_some(),
+            {
+                let mut k = self.0.borrow_mut();
+                k.links.remove(&links.0).is_some() || k.ret_links.remove(&links.0).is_some()
+            },
             "detached twice"
         );
     }
@@ -214,7 +231,23 @@ impl Tracer for FakeTracer {
     }
 
     fn clear_budget(&mut self, slot: u32) {
-        self.0.borrow_mut().budget.remove(&slot);
+        let mut k = self.0.borrow_mut();
+        k.budget.remove(&slot);
+        k.returns_off.remove(&slot);
+    }
+
+    fn set_returns_off(&mut self, slot: u32, off: bool) -> Result<(), TraceError> {
+        let mut k = self.0.borrow_mut();
+        if off {
+            k.returns_off.insert(slot);
+        } else {
+            k.returns_off.remove(&slot);
+        }
+        Ok(())
+    }
+
+    fn forget_calls(&mut self, pid: u32, func_ids: &[CfgId]) {
+        self.0.borrow_mut().forgotten.push((pid, func_ids.to_vec()));
     }
 }
 

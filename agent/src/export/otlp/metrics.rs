@@ -134,16 +134,23 @@ pub(crate) fn observe(meter: &Meter, stats: &Stats) {
     meter
         .u64_observable_counter("gprobe.budget.detached")
         .with_description(
-            "Times a spec's probes were taken off a process for their cost (limits.maxOverheadPercent)",
+            "Times a spec's probes were taken off a process for their cost (limits.maxOverheadPercent); gprobe.probes: returns (the return probes alone) or all",
         )
         .with_unit("{detach}")
         .with_callback(move |obs| {
-            let mut per_spec: BTreeMap<String, u64> = BTreeMap::new();
+            let mut per_spec: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
             for ((spec, _), e) in st.budget() {
-                *per_spec.entry(spec).or_default() += e.detached;
+                *per_spec.entry((spec.clone(), "returns")).or_default() += e.returns_detached;
+                *per_spec.entry((spec, "all")).or_default() += e.detached;
             }
-            for (spec, n) in per_spec {
-                obs.observe(n, &[KeyValue::new("gprobe.spec", spec)]);
+            for ((spec, what), n) in per_spec {
+                obs.observe(
+                    n,
+                    &[
+                        KeyValue::new("gprobe.spec", spec),
+                        KeyValue::new("gprobe.probes", what),
+                    ],
+                );
             }
         })
         .build();
