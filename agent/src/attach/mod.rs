@@ -6,6 +6,7 @@
 pub mod abi;
 mod budget;
 pub mod detach;
+mod holdmaps;
 pub mod hooks;
 pub mod multi;
 pub mod perf;
@@ -13,12 +14,12 @@ pub mod pins;
 pub mod ring;
 pub mod selftest;
 
-use crate::engine::tracer::{Held, Hold, HoldKind, ProcCounts};
+use crate::engine::tracer::{Held, Hold, ProcCounts};
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
 use crate::plan::ProbePlan;
 use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
-use abi::{GpControl, GpHold, GpProbeCfg, GpProcStats, GpStats, GP_COMM_LEN, GP_MAX_PROBES};
+use abi::{GpProbeCfg, GpStats, GP_MAX_PROBES};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::UProbe;
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -115,22 +116,14 @@ pub struct BpfTracer {
     ebpf: Ebpf,
     probes: Array<MapData, GpProbeCfg>,
     stats: PerCpuArray<MapData, GpStats>,
-    control: Array<MapData, GpControl>,
-    watch_ino: BpfHashMap<MapData, u64, u8>,
-    watch_comm: BpfHashMap<MapData, [u8; GP_COMM_LEN], u8>,
-    held: BpfHashMap<MapData, u32, GpHold>,
+    /// The maps of the process hooks: holds, watched executables, traced parents.
+    procs: holdmaps::HoldMaps,
     /// The layouts of error captures' types (resolve/go/types/errtable.rs), by table.
     errtypes: BpfHashMap<MapData, abi::GpErrKey, abi::GpErrType>,
-    traced: BpfHashMap<MapData, u32, u8>,
-    proc_stats: PerCpuArray<MapData, GpProcStats>,
     /// What each (process, spec) pair's probes cost, and which have their returns off.
     budget: budget::BudgetMaps,
     /// The exec, fork and exit hooks: detached when this is dropped.
     _hooks: hooks::Hooks,
-    /// The pin of `held`, removed at a clean stop.
-    pin: Option<pins::HeldPin>,
-    /// Processes that agents which died left held, until the engine takes them.
-    orphans: Vec<pins::Orphan>,
     /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
     free_ids: VecDeque<u32>,
     pool: DetachPool<Link>,
@@ -174,14 +167,6 @@ where
         }),
     })?;
     T::try_from(map).map_err(map_err(name))
-}
-
-fn comm_key(name: &str) -> [u8; GP_COMM_LEN] {
-    let mut k = [0u8; GP_COMM_LEN];
-    let b = name.as_bytes();
-    let n = b.len().min(GP_COMM_LEN - 1);
-    k[..n].copy_from_slice(&b[..n]);
-    k
 }
 
 impl BpfTracer {
@@ -230,17 +215,10 @@ impl BpfTracer {
             multi,
             probes: take(&mut ebpf, "probes")?,
             stats: take(&mut ebpf, "stats")?,
-            control: take(&mut ebpf, "control")?,
-            watch_ino: take(&mut ebpf, "watch_ino")?,
-            watch_comm: take(&mut ebpf, "watch_comm")?,
-            held: take(&mut ebpf, "held")?,
+            procs: holdmaps::HoldMaps::take(&mut ebpf, pin, orphans)?,
             errtypes: take(&mut ebpf, "errtypes")?,
-            traced: take(&mut ebpf, "traced")?,
-            proc_stats: take(&mut ebpf, "proc_stats")?,
             budget: budget::BudgetMaps::take(&mut ebpf)?,
             _hooks: hooks,
-            pin,
-            orphans,
             ebpf,
             free_ids: (0..GP_MAX_PROBES as u32).collect(),
             pool: DetachPool::new(),
@@ -629,68 +607,23 @@ impl Tracer for BpfTracer {
     }
 
     fn resume(&mut self, pid: u32, hold: Hold) {
-        if !hold.adopted {
-            // Only a hold still in the map is ended: its entry is removed first, and the
-            // process, stopped until then, cannot be held anew before it runs.
-            match self.held.get(&pid, 0) {
-                Ok(h) if h.since_ns == hold.since_ns => {
-                    if self.held.remove(&pid).is_err() {
-                        return;
-                    }
-                }
-                _ => return,
-            }
-        }
-        // SAFETY: kill has no memory preconditions.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        self.procs.resume(pid, hold);
     }
 
     fn held(&self) -> Vec<Held> {
-        self.held
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(pid, h)| Held {
-                pid,
-                hold: Hold::new(h.since_ns),
-                kind: hold_kind(&h),
-            })
-            .collect()
+        self.procs.held()
     }
 
     fn take_adopted(&mut self) -> Vec<Held> {
-        std::mem::take(&mut self.orphans)
-            .into_iter()
-            .map(|o| Held {
-                pid: o.pid,
-                hold: Hold {
-                    since_ns: o.hold.since_ns,
-                    adopted: true,
-                },
-                kind: hold_kind(&o.hold),
-            })
-            .collect()
+        self.procs.take_adopted()
     }
 
     fn set_traced(&mut self, pid: u32, traced: bool) {
-        if traced {
-            if let Err(e) = self.traced.insert(pid, 1, 0) {
-                tracing::debug!("marking pid {pid} as traced: {e}; its children are not held");
-            }
-        } else {
-            let _ = self.traced.remove(&pid);
-        }
+        self.procs.set_traced(pid, traced);
     }
 
     fn proc_counts(&self) -> ProcCounts {
-        let mut c = ProcCounts::default();
-        if let Ok(per_cpu) = self.proc_stats.get(&0, 0) {
-            for s in per_cpu.iter() {
-                c.lost += s.lost;
-                c.hold_failed += s.hold_failed;
-                c.released += s.released;
-            }
-        }
-        c
+        self.procs.proc_counts()
     }
 
     fn set_exec_watch(
@@ -698,38 +631,11 @@ impl Tracer for BpfTracer {
         inos: &BTreeSet<u64>,
         comms: &BTreeSet<String>,
     ) -> Result<(), TraceError> {
-        let old_inos: Vec<u64> = self.watch_ino.keys().filter_map(Result::ok).collect();
-        for k in old_inos.iter().filter(|k| !inos.contains(k)) {
-            let _ = self.watch_ino.remove(k);
-        }
-        for k in inos {
-            self.watch_ino
-                .insert(k, 1, 0)
-                .map_err(trace_map_err("watch_ino"))?;
-        }
-        let wanted: BTreeSet<[u8; GP_COMM_LEN]> = comms.iter().map(|c| comm_key(c)).collect();
-        let old: Vec<[u8; GP_COMM_LEN]> = self.watch_comm.keys().filter_map(Result::ok).collect();
-        for k in old.iter().filter(|k| !wanted.contains(*k)) {
-            let _ = self.watch_comm.remove(k);
-        }
-        for k in &wanted {
-            self.watch_comm
-                .insert(k, 1, 0)
-                .map_err(trace_map_err("watch_comm"))?;
-        }
-        Ok(())
+        self.procs.set_exec_watch(inos, comms)
     }
 
     fn keep_holding(&mut self, until_ns: u64) {
-        let _ = self.control.set(
-            0,
-            GpControl {
-                holds_until_ns: until_ns,
-                agent: if until_ns == 0 { 0 } else { std::process::id() },
-                _pad: 0,
-            },
-            0,
-        );
+        self.procs.keep_holding(until_ns);
     }
 
     fn budget_spent(&self, slot: u32) -> u64 {
@@ -782,28 +688,10 @@ fn process_gone(pid: u32) -> bool {
         || std::fs::read_link(format!("/proc/{pid}/exe")).is_err()
 }
 
-/// What a hold's kind says.
-fn hold_kind(h: &GpHold) -> HoldKind {
-    match h.kind {
-        abi::HOLD_FORK => HoldKind::Fork { ppid: h.ppid },
-        abi::HOLD_LOADER => HoldKind::Loader,
-        _ => HoldKind::Exec,
-    }
-}
-
 impl Drop for BpfTracer {
     fn drop(&mut self) {
         // Never leave a process stopped behind.
-        self.keep_holding(0);
-        for h in self.held() {
-            self.resume(h.pid, h.hold);
-        }
-        for h in self.take_adopted() {
-            self.resume(h.pid, h.hold);
-        }
-        if let Some(pin) = self.pin.take() {
-            pin.remove();
-        }
+        self.procs.release_all();
     }
 }
 
