@@ -91,23 +91,7 @@ fn exit_code_of(e: &anyhow::Error) -> u8 {
     }
 }
 
-/// glibc gives the threads that allocate arenas of their own (up to 8 per core) and keeps
-/// each arena's high-water mark. The agent's threads mostly wait, but its detach pool
-/// starts and ends many (attach/detach.rs): under process churn its anonymous
-/// memory rose in 2 MiB steps across 14 arenas (+7.2 MiB an hour) and stayed flat with two
-/// (bench/soak.sh, BENCHMARKS.md). `MALLOC_ARENA_MAX` in the environment still decides.
-fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // SAFETY: mallopt only sets an allocator parameter; called before any thread.
-        unsafe {
-            libc::mallopt(libc::M_ARENA_MAX, 2);
-        }
-    }
-}
-
 fn main() -> ExitCode {
-    limit_malloc_arenas();
     let cli = Cli::parse();
     // User errors are printed as their message and its causes (each once), not as a Debug
     // dump with a backtrace (anyhow would print one with RUST_BACKTRACE=1).

@@ -188,8 +188,11 @@ fn a_latency_probe_over_its_budget_loses_its_returns_and_still_records_every_cal
     let hot = Hot::start(&bin, 2_000);
     let pid = hot.child.id();
     hot.next(1);
+    let unprobed = median(hot.next(8));
     let g = Gprobe::cmd(&spec).summary_file().start();
     let attached = Instant::now();
+    hot.drain();
+    let both = median(hot.next(8));
     g.wait_for_stderr(
         |s| s.contains(&format!("its probes cost pid {pid} ")),
         Duration::from_secs(25),
@@ -200,7 +203,7 @@ fn a_latency_probe_over_its_budget_loses_its_returns_and_still_records_every_cal
     hot.drain();
     hot.next(1);
     let from = hot.calls();
-    hot.next(12);
+    let entries_only = median(hot.next(12));
     let to = hot.calls();
     let run = g.stop();
     let s = run.summary();
@@ -210,7 +213,7 @@ fn a_latency_probe_over_its_budget_loses_its_returns_and_still_records_every_cal
         .filter(|r| r["duration_ns"].as_u64().is_some())
         .count();
     eprintln!(
-        "returns taken off {:.1} s after the attach; {} records, {with_duration} with a duration; checked calls {from}..{to}; budget: {:?}",
+        "ns per call: {unprobed:.0} unprobed, {both:.0} with entry and returns, {entries_only:.0} with the entry alone; returns taken off {:.1} s after the attach; {} records, {with_duration} with a duration; checked calls {from}..{to}; budget: {:?}",
         off_after.as_secs_f64(),
         recs.len(),
         s.budget
