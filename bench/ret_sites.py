@@ -67,7 +67,7 @@ RESULT_REGS = RESULT_GPR | RESULT_VEC
 IMPLICIT_WRITERS = re.compile(
     r"^(rep|repz|repnz|repe|repne|movs|stos|lods|scas|cmps|cpuid|rdtsc|rdtscp|syscall|"
     r"mul|imul|div|idiv|cqo|cqto|cltq|cltd|cwtl|cdq|cdqe|cwd|xchg|xadd|cmpxchg|lock|"
-    r"xgetbv|rdrand|rdseed|pop|leave|pushf|popf|vzeroupper|vzeroall|enter)"
+    r"xgetbv|rdrand|rdseed|popf|vzeroupper|vzeroall)"
 )
 # Instructions that read their operands only (write flags or nothing).
 NO_WRITE = re.compile(
@@ -200,6 +200,8 @@ def writes_result(mnem, ops):
         return False
     if IMPLICIT_WRITERS.match(mnem):
         return True
+    if mnem in ("leave", "pushf", "enter"):
+        return False  # RSP/RBP (and memory) only
     d = dest_operand(ops)
     if d.startswith("%"):
         return d[1:] in RESULT_REGS
@@ -427,8 +429,13 @@ def analyse(name, insns, end):
     jl = modes["lat+jcc"] or []
     res["jcc_sites"] = len({i for i, kd in jl if kd.startswith("jcc")})
     res["jcc_in_loop"] = any(kd.startswith("jcc") and in_loop(i) for i, kd in jl)
-    res["modes"] = {k: [(insns[i].addr - insns[0].addr, kd) for i, kd in v] if v is not None else None
-                    for k, v in modes.items()}
+    def label(i, kd):
+        # a site whose next instruction is the RET sees the RET's registers and stack
+        if not kd.startswith("jcc") and i + 1 < n and insns[i + 1].kind == "ret" and succ(i) == i + 1:
+            return kd + "@ret"
+        return kd
+    res["modes"] = {k: [(insns[i].addr - insns[0].addr, label(i, kd)) for i, kd in v]
+                    if v is not None else None for k, v in modes.items()}
 
     # Shared epilogue: a region entered by a direct jmp (a jmp node inside the region).
     jmp_nodes = [i for i in range(n) if root[i] >= 0 and insns[i].kind == "jmp"]
@@ -438,7 +445,12 @@ def analyse(name, insns, end):
     # epilogue proper, as against a jmp into code that still computes the results.
     res["epi_jmp"] = any(is_epilogue(insns[at[insns[i].target]]) for i in jmp_nodes)
     res["jmp_nodes"] = len(jmp_nodes)
-    if modes["res"] is not None:
+    if root[0] >= 0:
+        # Branch-free and call-free from the first byte to the RET: the entry probe already
+        # marks a call that returns a fixed few instructions later.
+        cls = "straight"
+        res["straight_res"] = modes["res"] is not None and all(i != 0 for i, _ in modes["res"])
+    elif modes["res"] is not None:
         cls = "E-res"
     elif modes["lat"] is not None:
         cls = "E-lat"
@@ -472,6 +484,7 @@ def analyse(name, insns, end):
 
 
 CLASS_TEXT = {
+    "straight": "straight-line: no branch and no call from the first byte to the RET (one path)",
     "E-res": "emulated sites stand for every return, results final (jmp/nop/push)",
     "E-lat": "emulated sites stand for every return, latency only (a result register or a pointer load follows)",
     "J-res": "only with flag-checked jcc sites, results final",
@@ -561,8 +574,18 @@ def report(path, results, text_of, examples, show):
             for _, kd in r["modes"][key]:
                 sk[kd] += 1
     if sk:
-        print("   site kinds in E-res/E-lat functions: " + ", ".join(f"{k} {v}" for k, v in sk.most_common()))
+        print("   site kinds in E-res/E-lat functions (@ret: the RET is next): "
+              + ", ".join(f"{k} {v}" for k, v in sk.most_common()))
+    for k in ("E-res", "E-lat"):
+        key = "res" if k == "E-res" else "lat"
+        es = [r for r in with_ret if r["class"] == k]
+        jm = sum(1 for r in es if any(kd.startswith("jmp") for _, kd in r["modes"][key]))
+        allret = sum(1 for r in es if all(kd.endswith("@ret") for _, kd in r["modes"][key]))
+        print(f"   {k}: {jm} of {len(es)} use a jmp site; {allret} have every site right before a RET")
     names = set(show)
+    st = [r for r in with_ret if r["class"] == "straight"]
+    print(f"   straight: {sum(1 for r in st if r.get('straight_res'))} of {len(st)} have an "
+          "emulated site after the entry with results final")
     for k in ("E-res", "E-lat", "J-res", "J-lat", "jmp-partial", "other-partial", "none"):
         picks = [r for r in with_ret if r["class"] == k]
         # prefer main-package and small examples
@@ -601,7 +624,7 @@ def table_row(label, version, results):
     shared = sum(1 for r in w if r.get("shared"))
     epi = sum(1 for r in w if r.get("epi_jmp"))
     print(f"| {label} | {version} | {len(w)} | {100.0 * multi / n:.1f}% | {shared} "
-          f"({100.0 * shared / n:.1f}%) ({epi}, {100.0 * epi / n:.1f}%) | {pc('E-res')} | {pc('E-lat')} | {pc('J-res')} | "
+          f"({100.0 * shared / n:.1f}%) ({epi}, {100.0 * epi / n:.1f}%) | {pc('straight')} | {pc('E-res')} | {pc('E-lat')} | {pc('J-res')} | "
           f"{pc('J-lat')} ({loop['J-lat'] + loop['J-res']}) | {pc('jmp-partial')} | "
           f"{pc('other-partial')} | {pc('none')} | {pc('indirect-jmp')} |")
     sys.stdout.flush()
@@ -638,10 +661,10 @@ def main():
         if a.table:
             if not summary:
                 print("| binary | Go | functions with RET | >1 RET | (i) jmp into a return region "
-                      "(into the epilogue itself) | "
+                      "(into the epilogue itself) | straight | "
                       "E-res | E-lat | J-res | J-lat (jcc in loop) | jmp-partial | other-partial | "
                       "none | indirect jmp |")
-                print("|---" * 13 + "|")
+                print("|---" * 14 + "|")
             if not a.merge:
                 v = go_version(b)
             table_row(b, v, results)

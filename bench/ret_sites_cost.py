@@ -17,11 +17,14 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 
+TASKSET = os.path.realpath(shutil.which("taskset") or "/usr/bin/taskset")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -57,14 +60,43 @@ def sites(binary):
     return {"ret": ret, "jmp": jmps[0], "entry": insns[0][0]}
 
 
+def file_offset(binary, vaddr):
+    """The file offset of virtual address `vaddr` (from the ELF program headers)."""
+    with open(binary, "rb") as f:
+        data = f.read()
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for i in range(phnum):
+        p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 1 and p_vaddr <= vaddr < p_vaddr + p_filesz:
+            return vaddr - p_vaddr + p_offset
+    raise SystemExit(f"{binary}: {vaddr:#x} is in no loadable segment")
+
+
+def probe_form(binary, addr):
+    """bpftrace's `uprobe:BIN:0xN` takes N as an address or as a file offset depending on
+    its version: try the address, then the offset, on a short run that must count its calls.
+    bpftrace 0.17 built without offset support refuses the address and, with --unsafe,
+    takes the file offset; it cannot check either is an instruction boundary (both sites
+    come from objdump's decode of the function)."""
+    for n in (addr, file_offset(binary, addr)):
+        try:
+            run(binary, 2000, n)
+            return n
+        except SystemExit as e:
+            print(f"probe form {n:#x}: {e}", file=sys.stderr)
+    raise SystemExit(f"{binary}: no probe form of {addr:#x} counted the calls")
+
+
 def run(binary, calls, probe_addr):
-    target = ["taskset", "-c", "0", binary, "join", str(calls)]
+    # bpftrace -c wants a path that names one binary
+    target = [TASKSET, "-c", "0", binary, "join", str(calls)]
     if probe_addr is None:
         out = subprocess.run(target, capture_output=True, text=True, check=True).stdout
         count = None
     else:
         prog = f"uprobe:{binary}:{probe_addr:#x} {{ @c = count(); }}"
-        p = subprocess.run(["taskset", "-c", "1", "bpftrace", "-e", prog, "-c", " ".join(target)],
+        p = subprocess.run([TASKSET, "-c", "1", "bpftrace", "--unsafe", "-e", prog, "-c", " ".join(target)],
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise SystemExit(f"bpftrace failed ({p.returncode}): {prog}\n{p.stderr}{p.stdout}")
@@ -92,14 +124,18 @@ def main():
         b = os.path.join(work, f"retsites-{label}")
         build(go, b)
         s = sites(b)
+        # the number bpftrace takes for each site
+        s["ret_n"] = probe_form(b, s["ret"][0])
+        s["jmp_n"] = probe_form(b, s["jmp"][0])
         builds.append((label, b, s))
         print(f"{label}: main.join at {s['entry']:#x}; RET {s['ret'][0]:#x} (+{s['ret'][0] - s['entry']:#x}) "
-              f"`{s['ret'][1]}`; jmp {s['jmp'][0]:#x} (+{s['jmp'][0] - s['entry']:#x}) `{s['jmp'][1]}`",
+              f"`{s['ret'][1]}`; jmp {s['jmp'][0]:#x} (+{s['jmp'][0] - s['entry']:#x}) `{s['jmp'][1]}`; "
+              f"bpftrace numbers {s['ret_n']:#x}, {s['jmp_n']:#x}",
               flush=True)
     samples = {(l, c): [] for l, _, _ in builds for c in ("none", "ret", "jmp")}
     for r in range(a.rounds):
         for label, b, s in builds:
-            for conf, addr in (("none", None), ("ret", s["ret"][0]), ("jmp", s["jmp"][0])):
+            for conf, addr in (("none", None), ("ret", s["ret_n"]), ("jmp", s["jmp_n"])):
                 ns, _ = run(b, a.calls, addr)
                 samples[(label, conf)].append(ns)
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
