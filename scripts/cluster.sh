@@ -81,89 +81,9 @@ die() {
   exit 1
 }
 
-# --- building ---------------------------------------------------------------------------------
-# go_build MODULE_DIR OUT_DIR LDFLAGS PACKAGE...: builds PACKAGEs of the module in MODULE_DIR
-# into OUT_DIR (first into OUT_DIR.tmp, moved into place when every one built), with the build
-# tags in $go_tags (none unless the caller sets it), -trimpath, no cgo, two packages compiled
-# at a time (-p=2: this machine kind's cores; more only adds memory). The Go module
-# and build caches are the components' own ($cache/go), shared by all of them (the standard
-# library and common modules are built once); `cluster.sh clean-build-cache` removes them
-# and keeps the binaries.
-go_build() {
-  local mod="$1" out="$2" ldflags="$3"
-  shift 3
-  # Debian's golang-go puts Go 1.19 at /usr/bin/go: prefer the machine's own newer Go.
-  local go="${GO:-}" v
-  if [[ -z "$go" ]]; then
-    if [[ -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go; else go="$(command -v go)" || true; fi
-  fi
-  v="$("$go" env GOVERSION 2>/dev/null)" || die "no Go toolchain (set GO=/path/to/go): Go 1.26 is needed to build the cluster's components"
-  [[ "$(printf '%s\ngo1.26\n' "$v" | sort -V | head -n1)" == go1.26 ]] || die "$go is $v: Go 1.26 or later is needed (set GO=/path/to/go)"
-  local work="$cache/go"
-  rm -rf "$out.tmp"
-  mkdir -p "$work" "$out.tmp"
-  log "building $(basename "$(dirname "$out")") (once; cached in $(dirname "$out"))"
-  local t0=$SECONDS
-  (cd "$mod" && GOMODCACHE="$work/mod" GOCACHE="$work/cache" GOFLAGS="-modcacherw -p=2" GOTOOLCHAIN=local \
-    CGO_ENABLED=0 nice -n 10 "$go" build -trimpath -tags "${go_tags:-}" -ldflags "-s -w $ldflags" -o "$out.tmp/" "$@") ||
-    die "building $* failed (module $mod)"
-  rm -rf "$out"
-  mv "$out.tmp" "$out"
-  log "built $(basename "$(dirname "$out")") in $((SECONDS - t0)) s"
-}
-
-build_kubernetes() {
-  [[ -x "$k8s_bin/kubelet" && -x "$k8s_bin/kubectl" ]] && return
-  local ld="" p
-  # What `kubectl version`, Helm's .Capabilities.KubeVersion and the API server's /version
-  # report (the Kubernetes release build sets the same variables).
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ld+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=1 -X $p.gitMinor=35 -X $p.gitTreeState=clean"
-  done
-  go_build "$here/cluster/kubernetes" "$k8s_bin" "$ld" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
-    k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
-}
-
-build_etcd() {
-  [[ -x "$etcd_bin/etcd" ]] && return
-  go_build "$here/cluster/etcd" "$etcd_bin" "" go.etcd.io/etcd/server/v3
-  # go names the binary of a /vN module path after the element before it.
-  mv "$etcd_bin/server" "$etcd_bin/etcd"
-}
-
-build_pause() {
-  [[ -f "$pause_tar" ]] && return
-  local dir
-  dir="$(dirname "$pause_tar")"
-  go_build "$here/cluster/pause" "$dir/bin" "" .
-  python3 "$root/scripts/oci-image.py" --ref "$pause_ref" --out "$pause_tar" \
-    --file "$dir/bin/pause:/pause" --entrypoint /pause --user 65535:65535 >/dev/null
-}
-
-# The receivers of the cluster test (e2e/kind/run.sh): built only when asked for.
-# Prometheus lean: remove_all_sd leaves out every service discovery but file and HTTP
-# (plugins/plugin_*.go; the receivers scrape nothing: every series comes over OTLP), which
-# drops 474 of its 1,517 packages (go list -deps); its OTLP receiver, TSDB (native histograms
-# are on by default since 3.8) and query API are all there.
-build_prometheus() {
-  local out="$cache/prometheus-$prometheus_version-lean/bin"
-  [[ -x "$out/prometheus" ]] || go_tags=remove_all_sd go_build "$here/cluster/prometheus" "$out" "" github.com/prometheus/prometheus/cmd/prometheus
-  echo "$out/prometheus"
-}
-
-build_jaeger() {
-  local out="$cache/jaeger-$jaeger_version/bin"
-  [[ -x "$out/jaeger" ]] || go_build "$here/cluster/jaeger" "$out" "" github.com/jaegertracing/jaeger/cmd/jaeger
-  echo "$out/jaeger"
-}
-
-build_all() {
-  build_kubernetes
-  build_etcd
-  build_pause
-}
+# --- building (scripts/cluster/build.sh) ------------------------------------------------------
+# shellcheck source=scripts/cluster/build.sh
+source "$here/cluster/build.sh"
 
 # --- processes --------------------------------------------------------------------------------
 pid_of() { # pid_of NAME: the pid of a running component, or nothing
@@ -215,78 +135,9 @@ wait_for() { # wait_for WHAT CMD...: until CMD succeeds, at most $timeout second
 
 kubectl_() { "$k8s_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
-# --- certificates -----------------------------------------------------------------------------
-# cert NAME CN O [SANS]: a key and a certificate signed by the cluster's CA.
-cert() {
-  local name="$1" cn="$2" o="$3" sans="${4:-}"
-  [[ -f "$pki/$name.crt" ]] && return
-  local ext="$pki/$name.ext"
-  {
-    echo "basicConstraints=CA:FALSE"
-    echo "keyUsage=critical,digitalSignature,keyEncipherment"
-    if [[ -n "$sans" ]]; then
-      echo "extendedKeyUsage=serverAuth,clientAuth"
-      echo "subjectAltName=$sans"
-    else
-      echo "extendedKeyUsage=clientAuth"
-    fi
-  } >"$ext"
-  local subj="/CN=$cn"
-  [[ -n "$o" ]] && subj="/O=$o$subj"
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$pki/$name.key" -subj "$subj" \
-    -out "$pki/$name.csr" 2>/dev/null
-  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
-    -days 365 -sha256 -extfile "$ext" -out "$pki/$name.crt" 2>/dev/null
-  rm -f "$pki/$name.csr" "$ext"
-}
-
-# kubeconfig NAME USER_CERT: a kubeconfig with a client certificate.
-make_kubeconfig() {
-  local file="$state/$1.kubeconfig" c="$2"
-  [[ -f "$file" ]] && return
-  cat >"$file" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: gprobe
-    cluster:
-      server: https://$node_ip:6443
-      certificate-authority: $pki/ca.crt
-users:
-  - name: $1
-    user:
-      client-certificate: $pki/$c.crt
-      client-key: $pki/$c.key
-contexts:
-  - name: gprobe
-    context: {cluster: gprobe, user: $1}
-current-context: gprobe
-EOF
-}
-
-make_pki() {
-  mkdir -p "$pki"
-  chmod 700 "$pki"
-  if [[ ! -f "$pki/ca.crt" ]]; then
-    openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$pki/ca.key" -days 365 -sha256 \
-      -subj "/CN=gprobe-cluster-ca" -out "$pki/ca.crt" 2>/dev/null
-  fi
-  [[ -f "$pki/sa.key" ]] || openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
-  [[ -f "$pki/sa.pub" ]] || openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
-  cert apiserver kube-apiserver "" "IP:$node_ip,IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost"
-  cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
-  cert admin gprobe-admin system:masters
-  cert controller-manager system:kube-controller-manager ""
-  cert scheduler system:kube-scheduler ""
-  cert kube-proxy system:kube-proxy ""
-  cert kubelet-client "system:node:$node" system:nodes
-  cert kubelet "$node" "" "IP:$node_ip,DNS:$node"
-  make_kubeconfig admin admin
-  make_kubeconfig controller-manager controller-manager
-  make_kubeconfig scheduler scheduler
-  make_kubeconfig kube-proxy kube-proxy
-  make_kubeconfig kubelet kubelet-client
-}
+# --- certificates (scripts/cluster/pki.sh) ----------------------------------------------------
+# shellcheck source=scripts/cluster/pki.sh
+source "$here/cluster/pki.sh"
 
 # --- host settings ----------------------------------------------------------------------------
 save_sysctls() {
@@ -577,104 +428,9 @@ up() {
   echo "$kubeconfig"
 }
 
-# --- down -------------------------------------------------------------------------------------
-# The network namespaces (/run/netns/cni-*) of the node's pod sandboxes.
-sandbox_netns() {
-  local id
-  for id in $(ctr -a "$sock" -n k8s.io containers ls -q 2>/dev/null); do
-    ctr -a "$sock" -n k8s.io containers info "$id" 2>/dev/null |
-      jq -r '.Spec.linux.namespaces[]? | select(.type == "network") | .path // empty' 2>/dev/null
-  done | sort -u
-}
-
-# Unmounts every mount point under $1 (deepest first).
-unmount_under() {
-  local m
-  awk -v p="$1" '{ gsub(/\\040/, " ", $5); if ($5 == p || index($5, p "/") == 1) print $5 }' /proc/self/mountinfo |
-    sort -r | while IFS= read -r m; do umount -l "$m" 2>/dev/null || true; done
-}
-
-remove_cgroups() {
-  local d
-  for d in /sys/fs/cgroup/*/"$cluster_cgroup" /sys/fs/cgroup/unified/"$cluster_cgroup"; do
-    [[ -d "$d" ]] || continue
-    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-    [[ -d "$d" ]] && log "could not remove cgroup $d (processes still in it?)"
-  done
-  return 0
-}
-
-remove_iptables() {
-  if [[ -x "$k8s_bin/kube-proxy" ]]; then "$k8s_bin/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
-  # What remains of the kubelet's and kube-proxy's chains (KUBE-*), in both iptables backends.
-  local ipt table chain
-  for ipt in iptables ip6tables iptables-legacy ip6tables-legacy; do
-    command -v "$ipt" >/dev/null || continue
-    for table in filter nat mangle; do
-      "$ipt-save" -t "$table" 2>/dev/null | grep -q ':KUBE-' || continue
-      "$ipt-save" -t "$table" 2>/dev/null | awk '/^-A / && / -j KUBE-/' | sed 's/^-A /-D /' |
-        while IFS= read -r rule; do eval "$ipt -t $table $rule" 2>/dev/null || true; done
-      for chain in $("$ipt-save" -t "$table" 2>/dev/null | awk -F'[: ]' '/^:KUBE-/ {print $2}'); do
-        "$ipt" -t "$table" -F "$chain" 2>/dev/null || true
-      done
-      for chain in $("$ipt-save" -t "$table" 2>/dev/null | awk -F'[: ]' '/^:KUBE-/ {print $2}'); do
-        "$ipt" -t "$table" -X "$chain" 2>/dev/null || true
-      done
-    done
-  done
-}
-
-down() {
-  [[ $EUID -eq 0 ]] || die "needs root"
-  [[ -d "$state" ]] || {
-    log "down: nothing to stop ($state does not exist)"
-    return 0
-  }
-  exec 9>"$state/.lock"
-  flock 9
-  # The pods first, while the kubelet runs: it stops their sandboxes through the CRI, which
-  # runs CNI DEL (veth, IP) and removes their network namespaces.
-  if pid_of kube-apiserver >/dev/null && pid_of kubelet >/dev/null; then
-    stop kube-controller-manager
-    stop kube-scheduler
-    kubectl_ delete pods --all --all-namespaces --grace-period=2 --wait=false >/dev/null 2>&1 || true
-    local deadline=$((SECONDS + 60))
-    while ((SECONDS < deadline)) && [[ -n "$(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null)" ]]; do sleep 0.5; done
-  fi
-  local netns c
-  netns="$(sandbox_netns)"
-  for c in kube-proxy kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
-  # Whatever still runs in containerd: kill its tasks (the shims then exit), remove it.
-  if pid_of containerd >/dev/null; then
-    for c in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
-      ctr -a "$sock" -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
-    done
-    local deadline=$((SECONDS + 20))
-    while ((SECONDS < deadline)) && ctr -a "$sock" -n k8s.io tasks ls 2>/dev/null | grep -q RUNNING; do sleep 0.2; done
-    for c in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
-      ctr -a "$sock" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1 || true
-    done
-    for c in $(ctr -a "$sock" -n k8s.io containers ls -q 2>/dev/null); do
-      ctr -a "$sock" -n k8s.io containers delete "$c" >/dev/null 2>&1 || true
-    done
-  fi
-  stop containerd
-  for c in $netns; do
-    [[ "$c" == /var/run/netns/* || "$c" == /run/netns/* ]] || continue
-    umount -l "$c" 2>/dev/null || true
-    rm -f "$c"
-  done
-  unmount_under "$state"
-  remove_cgroups
-  remove_iptables
-  if ip link show "$bridge" >/dev/null 2>&1; then ip link delete "$bridge"; fi
-  restore_sysctls
-  # The kubelet's links to the pods' logs (it keeps them in /var/log/containers).
-  find /var/log/containers -maxdepth 1 -type l -lname "$state/*" -delete 2>/dev/null || true
-  exec 9>&-
-  rm -rf "$state"
-  log "down: stopped and removed $state"
-}
+# --- down (scripts/cluster/down.sh) -----------------------------------------------------------
+# shellcheck source=scripts/cluster/down.sh
+source "$here/cluster/down.sh"
 
 # --- status, load ------------------------------------------------------------------------------
 status() {

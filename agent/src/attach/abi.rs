@@ -1,15 +1,21 @@
 //! Rust mirror of agent-ebpf/include/gprobe.h. The sizes and offsets are checked at compile
 //! time against the C header as the host compiler lays it out (build.rs measures them).
+//! Reading the records themselves is abi_decode.rs.
 
 #![allow(dead_code)]
 
 mod c {
     include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
 }
+#[path = "abi_decode.rs"]
+mod decode;
 pub use c::{
     GP_COMM_LEN, GP_MAX_BUDGET_SLOTS, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_ELEMS, GP_MAX_ELEM_STR,
     GP_MAX_HOPS, GP_MAX_PROBES, GP_MAX_STR, GP_PATH_MAX, GP_SCRATCH,
 };
+#[cfg(test)]
+pub use decode::bytes_of;
+pub use decode::{read_event, read_record, values, RawValue};
 
 /// Bytes a probe's header and captures may fill (the BPF cursor mask).
 pub const GP_DATA_LIMIT: usize = c::GP_DATA_MASK + 1;
@@ -538,75 +544,6 @@ check_layout!(GpProcEvent, SIZEOF_GP_PROC_EVENT, kind => OFFSETOF_GP_PROC_EVENT_
     ppid => OFFSETOF_GP_PROC_EVENT_PPID, hold => OFFSETOF_GP_PROC_EVENT_HOLD);
 check_layout!(GpProcExec, SIZEOF_GP_PROC_EXEC, ev => OFFSETOF_GP_PROC_EXEC_EV, ino => OFFSETOF_GP_PROC_EXEC_INO,
     filename => OFFSETOF_GP_PROC_EXEC_FILENAME);
-
-/// Reads the fixed header of an event record. `None` when the record is too short.
-pub fn read_event(buf: &[u8]) -> Option<GpEvent> {
-    if buf.len() < std::mem::size_of::<GpEvent>() {
-        return None;
-    }
-    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
-    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
-    let u16_at = |o: usize| u16::from_ne_bytes(buf[o..o + 2].try_into().unwrap());
-    Some(GpEvent {
-        ts_ns: u64_at(0),
-        call_id: u64_at(8),
-        goroutine: u64_at(16),
-        duration_ns: u64_at(24),
-        pid: u32_at(32),
-        tid: u32_at(36),
-        probe_id: u32_at(40),
-        kind: u16_at(44),
-        data_len: u16_at(46),
-    })
-}
-
-/// The record of type `T` at the start of `buf`, which may be longer (a record of which `T`
-/// is the first part) and need not be aligned. `None` when it is shorter than `T`.
-pub fn read_record<T: aya::Pod>(buf: &[u8]) -> Option<T> {
-    if buf.len() < std::mem::size_of::<T>() {
-        return None;
-    }
-    // SAFETY: `buf` holds size_of::<T>() bytes, and any bytes are a valid `T` (aya::Pod:
-    // repr(C) structs of integers and byte arrays); read_unaligned needs no alignment.
-    Some(unsafe { std::ptr::read_unaligned(buf.as_ptr().cast::<T>()) })
-}
-
-/// The bytes of `v`, as a BPF program writes it: records for tests of the decoders.
-#[cfg(test)]
-pub fn bytes_of<T: aya::Pod>(v: &T) -> Vec<u8> {
-    // SAFETY: `v` is size_of::<T>() readable bytes, every one initialized for the records
-    // this is used on (GpProcEvent, GpProcExec: every byte is a field, pads named).
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
-        .to_vec()
-}
-
-/// One captured value of a record: (capture index, flags, full length, bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawValue<'a> {
-    pub cap: u8,
-    pub flags: u8,
-    pub full_len: u32,
-    pub bytes: &'a [u8],
-}
-
-/// Iterates over the values after the header; stops at the first malformed one.
-pub fn values(data: &[u8]) -> impl Iterator<Item = RawValue<'_>> {
-    let mut off = 0usize;
-    std::iter::from_fn(move || {
-        let hdr = data.get(off..off + 8)?;
-        let len = u16::from_ne_bytes([hdr[2], hdr[3]]) as usize;
-        let full_len = u32::from_ne_bytes(hdr[4..8].try_into().unwrap());
-        let bytes = data.get(off + 8..off + 8 + len)?;
-        let v = RawValue {
-            cap: hdr[0],
-            flags: hdr[1],
-            full_len,
-            bytes,
-        };
-        off += 8 + len.div_ceil(8) * 8;
-        Some(v)
-    })
-}
 
 const _: () = assert!(std::mem::size_of::<GpEvent>() == 48);
 const _: () = assert!(std::mem::size_of::<GpValue>() == 8);

@@ -5,12 +5,15 @@
 
 pub mod abi;
 mod budget;
+mod configs;
 pub mod detach;
+mod forget;
 mod holdmaps;
 pub mod hooks;
 pub mod multi;
 pub mod perf;
 pub mod pins;
+mod propagate;
 pub mod ring;
 pub mod selftest;
 
@@ -235,73 +238,6 @@ impl BpfTracer {
         Ok((tracer, rings))
     }
 
-    fn add_config(&mut self, cfg: &GpProbeCfg) -> Result<CfgId, TraceError> {
-        let id = self
-            .free_ids
-            .pop_front()
-            .ok_or(TraceError::Full { max: GP_MAX_PROBES })?;
-        let zeros = aya::maps::PerCpuValues::try_from(vec![GpStats::default(); self.cpus])
-            .expect("one value per possible CPU");
-        let stored = self
-            .stats
-            .set(id, zeros, 0)
-            .and_then(|_| self.probes.set(id, cfg, 0));
-        if let Err(e) = stored {
-            self.free_ids.push_front(id);
-            return Err(trace_map_err("probes")(e));
-        }
-        Ok(id)
-    }
-
-    /// Adds the error table of `plan`'s binary where a capture of it reads errors with it.
-    /// A table is named by its contents and never changes: entries already there are
-    /// the same (or, in a 32-bit name collision, another table's, which the decoder
-    /// notices: it checks every field against its own table).
-    fn add_error_table(&mut self, plan: &ProbePlan) -> Result<(), TraceError> {
-        let Some(names) = &plan.type_names else {
-            return Ok(());
-        };
-        let uses = plan
-            .entry_sites()
-            .flat_map(|(_, caps)| caps.iter())
-            .chain(&plan.return_captures)
-            .any(|c| c.bpf.kind == abi::CAP_ERROR);
-        if !uses {
-            return Ok(());
-        }
-        for (k, v) in names.errors().bpf_entries() {
-            if self.errtypes.get(&k, 0).is_ok() {
-                continue;
-            }
-            self.errtypes
-                .insert(k, v, 0)
-                .map_err(trace_map_err("errtypes"))?;
-        }
-        Ok(())
-    }
-
-    fn remove_config(&mut self, id: CfgId) {
-        // The links that run this configuration may fire until the detach threads have
-        // unregistered them, and a program may be reading it while it is written (an array
-        // map's update copies the value in place). Only its kind changes, to FREED: a
-        // reader sees either the whole old configuration or FREED. Rewriting the rest too
-        // (zeroes) tore it: a program that had read the old kind went on with zeroed
-        // captures, and a call was recorded with its argument null (1 in ~30,000 records
-        // under spec churn).
-        let freed = match self.probes.get(&id, 0) {
-            Ok(old) => GpProbeCfg {
-                kind: abi::PROBE_FREED,
-                ..old
-            },
-            Err(_) => GpProbeCfg {
-                kind: abi::PROBE_FREED,
-                ..GpProbeCfg::default()
-            },
-        };
-        let _ = self.probes.set(id, freed, 0);
-        self.free_ids.push_back(id);
-    }
-
     /// Measures which instructions this kernel emulates under a uprobe, and what a hit
     /// costs ([`selftest`]), with the tracer's program; its uprobes are detached off this
     /// thread.
@@ -389,93 +325,13 @@ impl BpfTracer {
         }
         Ok(links)
     }
-
-    /// Loads gprobe_propagate (once): Err says why the kernel refused it.
-    fn load_propagate(&mut self) -> Result<(), String> {
-        if let Some(r) = &self.propagate_loaded {
-            return r.clone();
-        }
-        let p: &mut UProbe = self
-            .ebpf
-            .program_mut(self.propagate_prog)
-            .and_then(|p| p.try_into().ok())
-            .expect("BPF object has its propagation programs");
-        let r = p.load().map_err(|e| {
-            let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
-                .ok()
-                .and_then(|l| {
-                    let on = l.split_whitespace().find(|w| w.starts_with('['))?;
-                    (on != "[none]").then(|| format!(" (lockdown: {on})"))
-                })
-                .unwrap_or_default();
-            tracing::debug!("gprobe_propagate: {e:#}");
-            format!(
-                "this kernel does not let BPF programs write to a process's memory \
-                 (bpf_probe_write_user){lockdown}: kernels in lockdown mode (e.g. with \
-                 Secure Boot) forbid it"
-            )
-        });
-        self.propagate_loaded = Some(r.clone());
-        r
-    }
-
-    fn stats_of(&self, id: CfgId) -> GpStats {
-        let mut sum = GpStats::default();
-        if let Ok(per_cpu) = self.stats.get(&id, 0) {
-            for s in per_cpu.iter() {
-                sum.hits += s.hits;
-                sum.emitted += s.emitted;
-                sum.lost += s.lost;
-                sum.throttled += s.throttled;
-                sum.unpaired += s.unpaired;
-                sum.too_deep += s.too_deep;
-                sum.incomplete += s.incomplete;
-            }
-        }
-        sum
-    }
 }
 
 impl Tracer for BpfTracer {
     type Links = Vec<Link>;
 
     fn add_probe(&mut self, plan: &ProbePlan, rate_limit: u32) -> Result<ProbeConfig, TraceError> {
-        self.add_error_table(plan)?;
-        let groups = plan.entry_groups();
-        let (_, ret) = plan.configs(0, rate_limit);
-        let mut cfgs: Vec<GpProbeCfg> = groups
-            .iter()
-            .map(|(_, caps)| plan.entry_config(caps, 0, rate_limit))
-            .collect();
-        cfgs.extend(ret);
-        let mut ids = Vec::with_capacity(cfgs.len());
-        for c in &cfgs {
-            match self.add_config(c) {
-                Ok(id) => ids.push(id),
-                Err(e) => {
-                    for id in ids {
-                        self.remove_config(id);
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        // func_id pairs entries and returns in BPF: the first entry configuration's id is
-        // unique.
-        for (id, c) in ids.iter().zip(cfgs.iter_mut()) {
-            c.func_id = ids[0];
-            if let Err(e) = self.probes.set(*id, *c, 0) {
-                for id in &ids {
-                    self.remove_config(*id);
-                }
-                return Err(trace_map_err("probes")(e));
-            }
-        }
-        Ok(ProbeConfig {
-            entry: ids[0],
-            extra_entries: ids[1..groups.len()].to_vec(),
-            ret: ret.map(|_| ids[groups.len()]),
-        })
+        self.add_probe_configs(plan, rate_limit)
     }
 
     fn loader_config(&mut self) -> Result<CfgId, TraceError> {
@@ -494,60 +350,11 @@ impl Tracer for BpfTracer {
         &mut self,
         plan: &PropagatePlan,
     ) -> Result<(ProbeConfig, Option<String>), TraceError> {
-        let one = |kind, cap: Option<&crate::plan::CapturePlan>| {
-            let mut c = GpProbeCfg {
-                kind,
-                n_captures: cap.is_some() as u8,
-                ..Default::default()
-            };
-            c.caps[0] = cap.map(|c| c.bpf).unwrap_or_default();
-            c
-        };
-        let mut ids = Vec::new();
-        let mut add = |this: &mut Self, c: &GpProbeCfg| match this.add_config(c) {
-            Ok(id) => {
-                ids.push(id);
-                Ok(id)
-            }
-            Err(e) => {
-                for id in ids.drain(..) {
-                    this.remove_config(id);
-                }
-                Err(e)
-            }
-        };
-        let entry = add(
-            self,
-            &one(abi::PROBE_HTTP_OUT, plan.out.entry_captures.first()),
-        )?;
-        let done = add(self, &one(abi::PROBE_HTTP_DONE, None))?;
-        let cfg = |extra_entries| ProbeConfig {
-            entry,
-            extra_entries,
-            ret: Some(done),
-        };
-        if let Err(why) = self.load_propagate() {
-            // The requests are still counted; no connection is followed.
-            return Ok((cfg(vec![]), Some(why)));
-        }
-        let write = GpProbeCfg {
-            kind: abi::PROBE_HTTP_WRITE,
-            aux: plan.writer_type,
-            ..Default::default()
-        };
-        let w = add(self, &write)?;
-        let conn = add(
-            self,
-            &one(abi::PROBE_HTTP_CONN, plan.conn.entry_captures.first()),
-        )?;
-        self.propagate_cfgs.insert(w);
-        Ok((cfg(vec![w, conn]), None))
+        self.add_propagate_configs(plan)
     }
 
     fn forget_spans(&mut self, pid: u32) {
-        forget_pid::<abi::GpSpanKey, abi::GpSpanCtx>(&mut self.ebpf, "spanctx", pid, |k| k.tgid);
-        forget_pid::<abi::GpSpanKey, abi::GpOut>(&mut self.ebpf, "requests", pid, |k| k.tgid);
-        forget_pid::<abi::GpOutKey, u64>(&mut self.ebpf, "conns", pid, |k| k.tgid);
+        forget::spans(&mut self.ebpf, pid);
     }
 
     fn remove_probe(&mut self, cfg: ProbeConfig) {
@@ -589,21 +396,7 @@ impl Tracer for BpfTracer {
     }
 
     fn counters(&self, cfg: &ProbeConfig) -> KernelCounts {
-        let mut k = KernelCounts::default();
-        for id in std::iter::once(cfg.entry).chain(cfg.extra_entries.iter().copied()) {
-            let e = self.stats_of(id);
-            k.hits += e.hits;
-            k.emitted += e.emitted;
-            k.lost += e.lost;
-            k.throttled += e.throttled;
-            k.too_deep += e.too_deep;
-            k.incomplete += e.incomplete;
-        }
-        if let Some(r) = cfg.ret {
-            // The ENTRY of such a call was delivered: it is not a lost call.
-            k.returns_lost = self.stats_of(r).lost;
-        }
-        k
+        self.kernel_counts(cfg)
     }
 
     fn resume(&mut self, pid: u32, hold: Hold) {
@@ -653,20 +446,7 @@ impl Tracer for BpfTracer {
     }
 
     fn forget_calls(&mut self, pid: u32, func_ids: &[CfgId]) {
-        let Some(map) = self.ebpf.map_mut("inflight") else {
-            return;
-        };
-        let Ok(mut m) = BpfHashMap::<_, abi::GpInflightKey, abi::GpInflight>::try_from(map) else {
-            return;
-        };
-        let stale: Vec<abi::GpInflightKey> = m
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| k.tgid == pid && func_ids.contains(&k.func_id))
-            .collect();
-        for k in stale {
-            let _ = m.remove(&k);
-        }
+        forget::calls(&mut self.ebpf, pid, func_ids);
     }
 
     fn wait_detached(&mut self, deadline: Instant) -> bool {
@@ -692,29 +472,5 @@ impl Drop for BpfTracer {
     fn drop(&mut self) {
         // Never leave a process stopped behind.
         self.procs.release_all();
-    }
-}
-
-/// Removes the entries of process `pid` from the BPF hash map `name` (keys: `tgid` tells
-/// their process).
-fn forget_pid<K: aya::Pod, V: aya::Pod>(
-    ebpf: &mut aya::Ebpf,
-    name: &str,
-    pid: u32,
-    tgid: impl Fn(&K) -> u32,
-) {
-    let Some(map) = ebpf.map_mut(name) else {
-        return;
-    };
-    let Ok(mut m) = BpfHashMap::<_, K, V>::try_from(map) else {
-        return;
-    };
-    let stale: Vec<K> = m
-        .keys()
-        .filter_map(Result::ok)
-        .filter(|k| tgid(k) == pid)
-        .collect();
-    for k in stale {
-        let _ = m.remove(&k);
     }
 }

@@ -13,6 +13,7 @@ mod dwarf_types;
 pub(crate) mod error;
 pub(crate) mod inline;
 pub(crate) mod moduledata;
+mod params;
 pub(crate) mod pclntab;
 pub(crate) mod plan;
 pub(crate) mod prologue;

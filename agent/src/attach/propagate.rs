@@ -1,0 +1,97 @@
+//! Trace-context propagation's side of the tracer: loading the header writer
+//! (gprobe_propagate, or its dry run) once, on first use, with the reason when the kernel
+//! refuses it, and the configurations of its probes (outgoing request, its end, the
+//! header write and the connection).
+
+use super::abi::{self, GpProbeCfg};
+use super::BpfTracer;
+use crate::engine::{ProbeConfig, TraceError};
+use crate::resolve::propagate::PropagatePlan;
+use aya::programs::UProbe;
+
+impl BpfTracer {
+    /// Loads gprobe_propagate (once): Err says why the kernel refused it.
+    pub(super) fn load_propagate(&mut self) -> Result<(), String> {
+        if let Some(r) = &self.propagate_loaded {
+            return r.clone();
+        }
+        let p: &mut UProbe = self
+            .ebpf
+            .program_mut(self.propagate_prog)
+            .and_then(|p| p.try_into().ok())
+            .expect("BPF object has its propagation programs");
+        let r = p.load().map_err(|e| {
+            let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
+                .ok()
+                .and_then(|l| {
+                    let on = l.split_whitespace().find(|w| w.starts_with('['))?;
+                    (on != "[none]").then(|| format!(" (lockdown: {on})"))
+                })
+                .unwrap_or_default();
+            tracing::debug!("gprobe_propagate: {e:#}");
+            format!(
+                "this kernel does not let BPF programs write to a process's memory \
+                 (bpf_probe_write_user){lockdown}: kernels in lockdown mode (e.g. with \
+                 Secure Boot) forbid it"
+            )
+        });
+        self.propagate_loaded = Some(r.clone());
+        r
+    }
+
+    /// The configurations of the header writer's probes (`plan`); the reason the kernel
+    /// refused gprobe_propagate, if it did (then only the requests are counted).
+    pub(super) fn add_propagate_configs(
+        &mut self,
+        plan: &PropagatePlan,
+    ) -> Result<(ProbeConfig, Option<String>), TraceError> {
+        let one = |kind, cap: Option<&crate::plan::CapturePlan>| {
+            let mut c = GpProbeCfg {
+                kind,
+                n_captures: cap.is_some() as u8,
+                ..Default::default()
+            };
+            c.caps[0] = cap.map(|c| c.bpf).unwrap_or_default();
+            c
+        };
+        let mut ids = Vec::new();
+        let mut add = |this: &mut Self, c: &GpProbeCfg| match this.add_config(c) {
+            Ok(id) => {
+                ids.push(id);
+                Ok(id)
+            }
+            Err(e) => {
+                for id in ids.drain(..) {
+                    this.remove_config(id);
+                }
+                Err(e)
+            }
+        };
+        let entry = add(
+            self,
+            &one(abi::PROBE_HTTP_OUT, plan.out.entry_captures.first()),
+        )?;
+        let done = add(self, &one(abi::PROBE_HTTP_DONE, None))?;
+        let cfg = |extra_entries| ProbeConfig {
+            entry,
+            extra_entries,
+            ret: Some(done),
+        };
+        if let Err(why) = self.load_propagate() {
+            // The requests are still counted; no connection is followed.
+            return Ok((cfg(vec![]), Some(why)));
+        }
+        let write = GpProbeCfg {
+            kind: abi::PROBE_HTTP_WRITE,
+            aux: plan.writer_type,
+            ..Default::default()
+        };
+        let w = add(self, &write)?;
+        let conn = add(
+            self,
+            &one(abi::PROBE_HTTP_CONN, plan.conn.entry_captures.first()),
+        )?;
+        self.propagate_cfgs.insert(w);
+        Ok((cfg(vec![w, conn]), None))
+    }
+}
