@@ -40,184 +40,27 @@ Usage: ret_sites.py [--examples N] [--json FILE] BINARY...
 import argparse
 import json
 import re
-import struct
-import subprocess
 import sys
 from collections import Counter, defaultdict
+from pathlib import Path
 
-JCC = {
-    "jo", "jno", "jb", "jae", "je", "jne", "jbe", "ja", "js", "jns", "jp", "jnp",
-    "jl", "jge", "jle", "jg", "jc", "jnc", "jz", "jnz", "jnae", "jnb", "jna", "jnbe",
-    "jpe", "jpo", "jnge", "jnl", "jng", "jnle",
-}
-# Conditional branches the kernel does not emulate (single-stepped): they end regions too.
-OTHER_COND = {"jrcxz", "jecxz", "loop", "loope", "loopne", "xbegin"}
-TRAPS = {"int3", "ud2", "hlt", "int", "(bad)"}
-
-RESULT_GPR = set()
-for r in ("ax", "bx", "cx", "di", "si"):
-    RESULT_GPR |= {"r" + r, "e" + r, r}
-RESULT_GPR |= {"al", "ah", "bl", "bh", "cl", "ch", "dil", "sil"}
-for n in range(8, 12):
-    RESULT_GPR |= {f"r{n}", f"r{n}d", f"r{n}w", f"r{n}b", f"r{n}l"}
-RESULT_VEC = {f"{p}mm{n}" for p in ("x", "y", "z") for n in range(15)}
-RESULT_REGS = RESULT_GPR | RESULT_VEC
-
-# Instructions that write registers other than (or besides) their last operand.
-IMPLICIT_WRITERS = re.compile(
-    r"^(rep|repz|repnz|repe|repne|movs|stos|lods|scas|cmps|cpuid|rdtsc|rdtscp|syscall|"
-    r"mul|imul|div|idiv|cqo|cqto|cltq|cltd|cwtl|cdq|cdqe|cwd|xchg|xadd|cmpxchg|lock|"
-    r"xgetbv|rdrand|rdseed|popf|vzeroupper|vzeroall)"
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+from goelf import disassemble, go_functions, go_version  # noqa: E402
+from x86ops import (  # noqa: E402
+    DIRECT,
+    IMPLICIT_WRITERS,
+    JCC,
+    NO_WRITE,
+    OTHER_COND,
+    RESULT_GPR,
+    RESULT_REGS,
+    RESULT_VEC,
+    TRAPS,
+    base_mnem,
+    dest_operand,
+    risky_memory,
+    writes_result,
 )
-# Instructions that read their operands only (write flags or nothing).
-NO_WRITE = re.compile(
-    r"^(cmp|test|bt|ucomis|comis|vucomis|vcomis|ptest|vptest|prefetch|nop|xchg +%ax,%ax|"
-    r"push|lfence|mfence|sfence|pause|endbr64)"
-)
-
-INSN = re.compile(r"^\s*([0-9a-f]+):\s*(.*?)\s*$")
-DIRECT = re.compile(r"^(?:0x)?([0-9a-f]+)(?:\s|$)")
-
-
-def elf_sections(data):
-    """Name -> (address, file offset, size) of every section of a 64-bit ELF file."""
-    if data[:4] != b"\x7fELF" or data[4] != 2:
-        raise SystemExit("not a 64-bit ELF file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    stroff = heads[shstrndx][4]
-    out = {}
-    for h in heads:
-        name = data[stroff + h[0]: data.index(b"\0", stroff + h[0])].decode()
-        out[name] = (h[3], h[4], h[5])
-    return out
-
-
-def go_version(path):
-    """The Go version recorded in .go.buildinfo (Go 1.18+ inline layout), or "?"."""
-    with open(path, "rb") as f:
-        data = f.read()
-    secs = elf_sections(data)
-    if ".go.buildinfo" not in secs:
-        return "?"
-    _, off, _ = secs[".go.buildinfo"]
-    b = data[off: off + 4096]
-    if not b.startswith(b"\xff Go buildinf:") or not b[15] & 2:
-        return "?"
-    n, shift, i = 0, 0, 32
-    while True:
-        c = b[i]
-        n |= (c & 0x7F) << shift
-        shift += 7
-        i += 1
-        if c < 0x80:
-            break
-    return b[i: i + n].decode()
-
-
-def go_functions(path):
-    """[(entry address, end address, name)] from .gopclntab (Go 1.18+ layout), sorted."""
-    with open(path, "rb") as f:
-        data = f.read()
-    secs = elf_sections(data)
-    if ".gopclntab" not in secs:
-        raise SystemExit(f"{path}: no .gopclntab (not a Go binary, or Go < 1.18?)")
-    _, off, size = secs[".gopclntab"]
-    t = data[off: off + size]
-    magic, = struct.unpack_from("<I", t, 0)
-    if magic not in (0xFFFFFFF0, 0xFFFFFFF1):
-        raise SystemExit(f"{path}: pclntab magic {magic:#x} is not Go 1.18+")
-    nfunc, _nfiles, text_start, funcname_off, _cu, _file, _pctab, pcln_off = struct.unpack_from(
-        "<8Q", t, 8)
-    # Go 1.27 leaves textStart 0; .text starts at runtime.text either way.
-    text = secs[".text"][0]
-    if text_start not in (0, text):
-        text = text_start
-    funcs = []
-    for i in range(nfunc + 1):
-        entry_off, func_off = struct.unpack_from("<II", t, pcln_off + 8 * i)
-        if i == nfunc:
-            end = text + entry_off
-            break
-        name_off, = struct.unpack_from("<i", t, pcln_off + func_off + 4)
-        n0 = funcname_off + name_off
-        name = t[n0: t.index(b"\0", n0)].decode("utf-8", "replace")
-        funcs.append([text + entry_off, None, name])
-    for a, b in zip(funcs, funcs[1:]):
-        a[1] = b[0]
-    funcs[-1][1] = end
-    return [tuple(f) for f in funcs]
-
-
-def disassemble(path):
-    """Yields (address, mnemonic, operands) for .text, in address order."""
-    p = subprocess.Popen(
-        ["objdump", "-d", "--no-show-raw-insn", "-w", "-j", ".text", path],
-        stdout=subprocess.PIPE, text=True, bufsize=1 << 20)
-    for line in p.stdout:
-        m = INSN.match(line)
-        if not m:
-            continue
-        text = m.group(2).split("#", 1)[0].strip()
-        if not text:
-            continue
-        parts = text.split(None, 1)
-        mnem = parts[0]
-        ops = parts[1].strip() if len(parts) > 1 else ""
-        # Prefixes objdump prints as words of their own.
-        while mnem in ("rex", "rex.W", "rex.B", "data16", "cs", "ds", "notrack", "bnd") and ops:
-            parts = ops.split(None, 1)
-            mnem = parts[0]
-            ops = parts[1].strip() if len(parts) > 1 else ""
-        yield int(m.group(1), 16), mnem, ops
-    if p.wait() != 0:
-        raise SystemExit(f"objdump failed on {path}")
-
-
-def base_mnem(m):
-    return m[:-1] if m in ("retq", "jmpq", "callq", "pushq", "popq") else m
-
-
-def dest_operand(ops):
-    """The last operand of an AT&T operand list (the destination)."""
-    depth, start = 0, 0
-    last = ops
-    for i, c in enumerate(ops):
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif c == "," and depth == 0:
-            start = i + 1
-    last = ops[start:]
-    return last.strip()
-
-
-def writes_result(mnem, ops):
-    """Whether the instruction may write a result register (conservative)."""
-    if NO_WRITE.match(mnem + " " + ops) or NO_WRITE.match(mnem):
-        return False
-    if IMPLICIT_WRITERS.match(mnem):
-        return True
-    if mnem in ("leave", "pushf", "enter"):
-        return False  # RSP/RBP (and memory) only
-    d = dest_operand(ops)
-    if d.startswith("%"):
-        return d[1:] in RESULT_REGS
-    return False
-
-
-def risky_memory(mnem, ops):
-    """A memory operand not based on RSP, RBP or RIP (a load or store there can fault)."""
-    if mnem.startswith("lea") or mnem.startswith("nop") or mnem.startswith("prefetch"):
-        return False
-    for m in re.finditer(r"(?:^|[,\s])(-?0x[0-9a-f]+|-?\d+)?\(([^)]*)\)", ops):
-        inner = m.group(2)
-        base = inner.split(",")[0].strip()
-        if base not in ("%rsp", "%rbp", "%rip"):
-            return True
-    return False
 
 
 class Insn:
