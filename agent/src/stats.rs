@@ -144,14 +144,17 @@ impl TakenOff {
     }
 }
 
-/// A spec's probes taken off a process for their cost (`limits.maxOverheadPercent`).
+/// A spec's probes in one process, measured against its budget
+/// (`limits.maxOverheadPercent`): taken off for their cost, or not (yet).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetEntry {
     pub executable: String,
-    /// The estimated share of one CPU when they were taken off (percent).
+    /// The estimated share of one CPU when they were taken off the latest time (percent).
     pub percent: f64,
-    /// What was taken off the latest time.
-    pub taken_off: TakenOff,
+    /// The highest share estimated over one second (percent).
+    pub peak_percent: f64,
+    /// What was taken off the latest time (`None`: nothing yet).
+    pub taken_off: Option<TakenOff>,
     /// How often its return probes alone were taken off, all of its probes were, and they
     /// were attached again.
     pub returns_detached: u64,
@@ -161,6 +164,22 @@ pub struct BudgetEntry {
     pub off: bool,
     /// The back-off of the latest time (s).
     pub backoff_s: u64,
+}
+
+impl BudgetEntry {
+    fn new(exe: &str) -> Self {
+        BudgetEntry {
+            executable: exe.to_string(),
+            percent: 0.0,
+            peak_percent: 0.0,
+            taken_off: None,
+            returns_detached: 0,
+            detached: 0,
+            retried: 0,
+            off: false,
+            backoff_s: 0,
+        }
+    }
 }
 
 /// Outgoing requests made inside propagating spans (`propagate: true`), in processes with
@@ -222,24 +241,33 @@ impl Stats {
         backoff: std::time::Duration,
     ) {
         let mut b = lock(&self.0.budget);
-        let e = b.entry((spec.to_string(), pid)).or_insert(BudgetEntry {
-            executable: exe.to_string(),
-            percent,
-            taken_off: what,
-            returns_detached: 0,
-            detached: 0,
-            retried: 0,
-            off: true,
-            backoff_s: 0,
-        });
+        let e = b
+            .entry((spec.to_string(), pid))
+            .or_insert_with(|| BudgetEntry::new(exe));
         e.percent = percent;
-        e.taken_off = what;
+        e.peak_percent = e.peak_percent.max(percent);
+        e.taken_off = Some(what);
         e.off = true;
         match what {
             TakenOff::Returns => e.returns_detached += 1,
             TakenOff::All => e.detached += 1,
         }
         e.backoff_s = backoff.as_secs();
+    }
+
+    /// Spec `spec`'s probes were estimated to cost `pid` `percent` of a CPU over a second,
+    /// more than before.
+    pub fn budget_seen(&self, spec: &str, pid: u32, exe: &str, percent: f64) {
+        let mut b = lock(&self.0.budget);
+        let e = b
+            .entry((spec.to_string(), pid))
+            .or_insert_with(|| BudgetEntry::new(exe));
+        e.peak_percent = e.peak_percent.max(percent);
+    }
+
+    /// `pid` exited: its entries go, unless its probes were ever taken off.
+    pub fn budget_process_exited(&self, pid: u32) {
+        lock(&self.0.budget).retain(|(_, p), e| *p != pid || e.taken_off.is_some());
     }
 
     /// The probes of spec `spec` taken off `pid` were attached again.

@@ -22,7 +22,8 @@ pub struct BudgetEntry {
     pub pid: u32,
     pub executable: String,
     pub percent: f64,
-    /// "returns" or "all".
+    pub peak_percent: f64,
+    /// "none", "returns" or "all".
     pub taken_off: String,
     pub returns_detached: u64,
     pub detached: u64,

@@ -64,8 +64,8 @@ pub fn attachment_statuses(
                     })
                     .map(|((_, pid), e)| {
                         let what = match e.taken_off {
-                            crate::stats::TakenOff::Returns => format!("return probes taken off pid {pid} for their cost (its calls are still recorded, without a duration or results)"),
-                            crate::stats::TakenOff::All => format!("taken off pid {pid} for their cost"),
+                            Some(crate::stats::TakenOff::Returns) => format!("return probes taken off pid {pid} for their cost (its calls are still recorded, without a duration or results)"),
+                            _ => format!("taken off pid {pid} for their cost"),
                         };
                         format!(
                             "{what}: about {:.1}% of a CPU, over limits.maxOverheadPercent; tried again after {} s",

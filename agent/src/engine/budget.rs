@@ -35,6 +35,8 @@ struct Slot {
     last_ns: u64,
     /// Since when it has been over budget, at every tick since.
     over_since: Option<Instant>,
+    /// The highest share of a CPU estimated over one tick (percent).
+    peak: f64,
 }
 
 /// A (process, spec) pair whose probes were taken off: until when (`None` once they are
@@ -117,6 +119,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 id,
                 last_ns,
                 over_since: None,
+                peak: 0.0,
             },
         );
         id
@@ -138,6 +141,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         if sid.is_none() {
             self.budgets.backoff.retain(|(p, _), _| *p != pid);
+            self.stats.budget_process_exited(pid);
         }
     }
 
@@ -167,6 +171,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 continue;
             };
             let percent = 100.0 * delta as f64 / elapsed;
+            if percent > slot.peak {
+                // Listed in the summary with the process, whether taken off or not.
+                slot.peak = percent;
+                if let (Some(spec), Some(p)) = (self.specs.get(&sid), self.procs.get(&pid)) {
+                    let exe = p.info.exe.to_string_lossy();
+                    self.stats
+                        .budget_seen(&spec.key.to_string(), pid, &exe, percent);
+                }
+            }
             if percent > limit {
                 let since = *slot.over_since.get_or_insert(last);
                 if now.saturating_duration_since(since) >= WINDOW {

@@ -98,16 +98,19 @@ pub struct PropagationSummary {
     pub dry_run: bool,
 }
 
-/// A spec's probes taken off a process for their cost (`limits.maxOverheadPercent`).
+/// A spec's probes in one process, measured against `limits.maxOverheadPercent`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BudgetSummary {
     pub spec: String,
     pub pid: u32,
     pub executable: String,
-    /// The estimated share of one CPU they cost when taken off (percent).
+    /// The estimated share of one CPU they cost when taken off the latest time (percent;
+    /// 0 if never).
     pub percent: f64,
-    /// What was taken off the latest time: `returns` (the return probes: calls still
-    /// recorded, without a duration or results) or `all`.
+    /// The highest share estimated over one second (percent).
+    pub peak_percent: f64,
+    /// What was taken off the latest time: `none` (within its budget), `returns` (the
+    /// return probes: calls still recorded, without a duration or results) or `all`.
     pub taken_off: &'static str,
     /// How often the return probes alone were taken off, all of the spec's probes were,
     /// and they were attached again after the back-off.
@@ -126,7 +129,8 @@ pub struct Summary {
     pub otlp: OtlpSummary,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub propagation: Option<PropagationSummary>,
-    /// Processes whose probes were taken off for their cost (absent when none was).
+    /// Every process whose probes were taken off for their cost, and every live one whose
+    /// probes a budget measures (absent when there is none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub budget: Vec<BudgetSummary>,
 }
@@ -210,7 +214,8 @@ impl Summary {
                     pid,
                     executable: e.executable,
                     percent: (e.percent * 10.0).round() / 10.0,
-                    taken_off: e.taken_off.as_str(),
+                    peak_percent: (e.peak_percent * 100.0).round() / 100.0,
+                    taken_off: e.taken_off.map_or("none", |t| t.as_str()),
                     returns_detached: e.returns_detached,
                     detached: e.detached,
                     retried: e.retried,

@@ -143,7 +143,7 @@ impl Summary {
                 );
             }
         }
-        for b in &self.budget {
+        for b in self.budget.iter().filter(|b| b.taken_off != "none") {
             let _ = writeln!(
                 s,
                 "  over budget: {} in pid {} ({}): about {}% of a CPU, its return probes taken off {}, all its probes {} (attached again {}; latest back-off {} s)",

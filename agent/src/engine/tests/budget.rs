@@ -55,7 +55,7 @@ fn returns_go_first_and_the_rest_only_if_the_entries_alone_stay_over() {
     let b = w.stats.budget();
     assert_eq!(b.len(), 1, "{b:?}");
     let e = &b[0].1;
-    assert_eq!(e.taken_off, crate::stats::TakenOff::Returns);
+    assert_eq!(e.taken_off, Some(crate::stats::TakenOff::Returns));
     assert_eq!((e.returns_detached, e.detached, e.off), (1, 0, true));
     // Its calls in flight in BPF are forgotten at the next tick.
     let t1 = t0 + WINDOW;
@@ -68,7 +68,7 @@ fn returns_go_first_and_the_rest_only_if_the_entries_alone_stay_over() {
     over_for_a_window(&mut w, slot, t1 + Duration::from_secs(1));
     assert_eq!((live_links(&w, 10), return_links(&w, 10)), (0, 0));
     let e = w.stats.budget()[0].1.clone();
-    assert_eq!(e.taken_off, crate::stats::TakenOff::All);
+    assert_eq!(e.taken_off, Some(crate::stats::TakenOff::All));
     assert_eq!((e.returns_detached, e.detached), (1, 1));
     // Back when the returns would have been, all of it, returns on.
     w.engine.tick(t0 + WINDOW + FIRST_BACKOFF);
@@ -157,14 +157,17 @@ fn a_process_over_budget_for_a_window_loses_its_probes_until_the_back_off_ends()
     }
     spend(&mut w, &[(hot, 50), (cold, 1)], t0 + WINDOW);
     assert_eq!((live_links(&w, 10), live_links(&w, 11)), (0, 1));
+    // Both are listed: the hot one taken off, the cold one within its budget.
     let b = w.stats.budget();
-    assert_eq!(b.len(), 1, "{b:?}");
-    assert_eq!(b[0].0 .1, 10);
+    assert_eq!(b.len(), 2, "{b:?}");
+    assert_eq!((b[0].0 .1, b[1].0 .1), (10, 11));
     assert!((b[0].1.percent - 5.0).abs() < 0.01, "{b:?}");
     assert_eq!(
         (b[0].1.detached, b[0].1.retried, b[0].1.backoff_s),
         (1, 0, 60)
     );
+    assert_eq!((b[1].1.taken_off, b[1].1.detached), (None, 0));
+    assert!((b[1].1.peak_percent - 0.1).abs() < 0.01, "{b:?}");
     // Nothing comes back before the back-off ends, even when the process is seen again.
     w.engine
         .tick(t0 + WINDOW + FIRST_BACKOFF - Duration::from_secs(1));
@@ -188,6 +191,10 @@ fn a_process_over_budget_for_a_window_loses_its_probes_until_the_back_off_ends()
     w.engine
         .process_seen(proc(12, "/app/shop", 7), Origin::Running);
     assert_eq!(live_links(&w, 12), 1);
+    // A process that exited is listed only if its probes were ever taken off.
+    w.engine.process_exited(11);
+    let pids: Vec<u32> = w.stats.budget().iter().map(|((_, p), _)| *p).collect();
+    assert_eq!(pids, [10]);
 }
 
 #[test]
