@@ -141,7 +141,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         }
         if sid.is_none() {
             self.budgets.backoff.retain(|(p, _), _| *p != pid);
-            self.stats.budget_process_exited(pid);
+            if !self.stopping {
+                self.stats.budget_process_exited(pid);
+            }
         }
     }
 

@@ -243,6 +243,8 @@ pub struct Engine<T: Tracer, R: Resolver> {
     budgets: budget::Budgets,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
     dirty: bool,
+    /// Shutting down: processes are let go, not gone (the summary still lists them).
+    stopping: bool,
 }
 
 /// Most inode numbers watched for exec holds (the BPF map's size).
@@ -280,6 +282,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             holds: holds::HoldState::default(),
             budgets: budget::Budgets::default(),
             dirty: true,
+            stopping: false,
         }
     }
 
@@ -455,6 +458,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Stops: resumes held processes, detaches everything (waiting until `deadline` for
     /// the kernel), and leaves the final counters in [`Stats`].
     pub fn shutdown(&mut self, deadline: Instant) -> bool {
+        self.stopping = true;
         self.tracer.keep_holding(0);
         self.release_all_holds();
         let pids: Vec<u32> = self.procs.keys().copied().collect();

@@ -191,10 +191,16 @@ fn a_process_over_budget_for_a_window_loses_its_probes_until_the_back_off_ends()
     w.engine
         .process_seen(proc(12, "/app/shop", 7), Origin::Running);
     assert_eq!(live_links(&w, 12), 1);
-    // A process that exited is listed only if its probes were ever taken off.
+    // A process that exited is listed only if its probes were ever taken off; at a stop,
+    // the live ones stay listed.
     w.engine.process_exited(11);
     let pids: Vec<u32> = w.stats.budget().iter().map(|((_, p), _)| *p).collect();
     assert_eq!(pids, [10]);
+    let slot = slot_of(&w, 12);
+    spend(&mut w, &[(slot, 1)], back + WINDOW + Duration::from_secs(1));
+    w.engine.shutdown(Instant::now() + Duration::from_secs(1));
+    let pids: Vec<u32> = w.stats.budget().iter().map(|((_, p), _)| *p).collect();
+    assert_eq!(pids, [10, 12]);
 }
 
 #[test]
