@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a uprobe costs on a Go function's RET against one on the `jmp` into its return region.
 
-Target: bench/go/retsites (`main.join`: an if/else whose first arm ends with a `jmp` over
+Target: bench/go/sites join (`main.join`: an if/else whose first arm ends with a `jmp` over
 the second into the straight-line code that computes the result and returns), built with
 each Go toolchain given. For each build, interleaved over the rounds: no probe; bpftrace
 `uprobe:BIN:0xADDR { @c = count(); }` on main.join's RET; the same on the `jmp` (every call
@@ -32,7 +32,7 @@ def build(go, out):
     env = dict(os.environ, GOTOOLCHAIN="local", GO111MODULE="off", CGO_ENABLED="0",
                GOCACHE=os.path.join(os.path.dirname(out), "gocache"),
                GOPATH=os.path.join(os.path.dirname(out), "gopath"))
-    subprocess.run([go, "build", "-o", out, "main.go"], cwd=os.path.join(HERE, "go", "retsites"),
+    subprocess.run([go, "build", "-o", out, "main.go"], cwd=os.path.join(HERE, "go", "sites"),
                    env=env, check=True)
 
 
@@ -107,7 +107,7 @@ def run(binary, calls, probe_addr):
     rec = json.loads(line)
     if probe_addr is not None and count != calls:
         raise SystemExit(f"{binary} probe at {probe_addr:#x}: counted {count}, calls {calls}")
-    return rec["ns_per_call"], count
+    return rec["cpu_ns_per_call"], count
 
 
 def main():
@@ -121,7 +121,7 @@ def main():
     builds = []
     for spec in a.go:
         label, go = spec.split("=", 1)
-        b = os.path.join(work, f"retsites-{label}")
+        b = os.path.join(work, f"sites-{label}")
         build(go, b)
         s = sites(b)
         # the number bpftrace takes for each site

@@ -35,12 +35,14 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from tracerproc import pin, spawn, stop, stop_all, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -60,9 +62,6 @@ C_SIGNATURE = "long target(long n)"
 
 # What the project's issue asks of each kind of function (gprobe / bpftrace, added ns).
 GOAL = {"framed": 0.25, "leaf": 1.0}
-
-CHILDREN = []
-
 
 class Target:
     """One function of one binary, and how each tool is pointed at it."""
@@ -84,45 +83,6 @@ class Target:
         if latency:
             p["latency"] = True
         return p
-
-
-def pin(who):
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return []
-    return ["taskset", "-c", str(cpus[0] if who == "target" else cpus[1])]
-
-
-def spawn(args, **kw):
-    p = subprocess.Popen(args, **kw)
-    CHILDREN.append(p)
-    return p
-
-
-def stop(p, sig=signal.SIGINT, timeout=60):
-    if p.poll() is None:
-        p.send_signal(sig)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    if p in CHILDREN:
-        CHILDREN.remove(p)
-
-
-def wait_for(path, text, proc, what, timeout=120):
-    t0 = time.monotonic()
-    while True:
-        with open(path, errors="replace") as f:
-            if text in f.read():
-                return
-        if proc.poll() is not None:
-            with open(path, errors="replace") as f:
-                raise RuntimeError(f"{what} exited ({proc.returncode}):\n{f.read()}")
-        if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"{what} not ready in {timeout} s")
-        time.sleep(0.02)
 
 
 def run_target(t, calls):
@@ -346,8 +306,7 @@ def main():
                         print(f"round {rnd + 1}/{args.rounds} {t.name:24s} {c:15s} "
                               f"{r.ns:9.1f} ns/call", file=sys.stderr, flush=True)
         finally:
-            for p in list(CHILDREN):
-                stop(p, signal.SIGTERM)
+            stop_all()
         seconds = time.monotonic() - t0
 
     def added(name, c):

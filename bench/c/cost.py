@@ -20,12 +20,14 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tracerproc import pin, spawn, stop, stop_all, wait_for  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -66,48 +68,6 @@ DESCRIBE = {
     "bpftrace-usdt": "bpftrace `usdt:BIN:cbench:tick { @[probe] = count(); }`",
     "gprobe-usdt": "gprobe `usdt: cbench:tick`, `capture: [n]`",
 }
-
-CHILDREN = []
-
-
-def pin(who):
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return []
-    return ["taskset", "-c", str(cpus[0] if who == "target" else cpus[1])]
-
-
-def spawn(args, **kw):
-    p = subprocess.Popen(args, **kw)
-    CHILDREN.append(p)
-    return p
-
-
-def stop(p, sig=signal.SIGINT, timeout=60):
-    if p.poll() is None:
-        p.send_signal(sig)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    if p in CHILDREN:
-        CHILDREN.remove(p)
-
-
-def wait_for(path, text, proc, what, timeout=120):
-    t0 = time.monotonic()
-    while True:
-        with open(path, errors="replace") as f:
-            if text in f.read():
-                return
-        if proc.poll() is not None:
-            with open(path, errors="replace") as f:
-                raise RuntimeError(f"{what} exited ({proc.returncode}):\n{f.read()}")
-        if time.monotonic() - t0 > timeout:
-            raise RuntimeError(f"{what} not ready in {timeout} s")
-        time.sleep(0.02)
-
 
 def run_target(binary, calls):
     out = subprocess.run([*pin("target"), binary, str(calls)], capture_output=True,
@@ -203,8 +163,7 @@ def main():
                     print(f"round {rnd + 1}/{args.rounds} {c:20s} {ns:9.1f} ns/call",
                           file=sys.stderr, flush=True)
         finally:
-            for p in list(CHILDREN):
-                stop(p, signal.SIGTERM)
+            stop_all()
 
     med = {c: statistics.median(v) for c, v in samples.items()}
     base = med["none"]
