@@ -36,8 +36,8 @@ fn over_for_a_window(w: &mut World, slot: u32, from: Instant) {
     }
 }
 
-#[test]
-fn returns_go_first_and_the_rest_only_if_the_entries_alone_stay_over() {
+/// Pid 10 with a latency probe under a 1% budget, its slot, and the first tick's time.
+fn latency_probe_in_pid_10() -> (World, u32, Instant) {
     let mut w = world(Mode::Local);
     w.engine
         .add_spec(budgeted_probe(1.0, "{symbol: main.a, latency: true}"))
@@ -48,6 +48,12 @@ fn returns_go_first_and_the_rest_only_if_the_entries_alone_stay_over() {
     let slot = slot_of(&w, 10);
     let t0 = Instant::now();
     w.engine.tick(t0);
+    (w, slot, t0)
+}
+
+#[test]
+fn returns_go_first_and_the_rest_only_if_the_entries_alone_stay_over() {
+    let (mut w, slot, t0) = latency_probe_in_pid_10();
     over_for_a_window(&mut w, slot, t0);
     // The returns are switched off in BPF and detached; the entry stays, on the same slot.
     assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 0));
@@ -79,15 +85,7 @@ fn returns_go_first_and_the_rest_only_if_the_entries_alone_stay_over() {
 
 #[test]
 fn entries_that_fit_the_budget_keep_recording_and_the_returns_come_back_after_the_back_off() {
-    let mut w = world(Mode::Local);
-    w.engine
-        .add_spec(budgeted_probe(1.0, "{symbol: main.a, latency: true}"))
-        .unwrap();
-    w.engine
-        .process_seen(proc(10, "/app/shop", 7), Origin::Running);
-    let slot = slot_of(&w, 10);
-    let t0 = Instant::now();
-    w.engine.tick(t0);
+    let (mut w, slot, t0) = latency_probe_in_pid_10();
     over_for_a_window(&mut w, slot, t0);
     assert_eq!((live_links(&w, 10), return_links(&w, 10)), (1, 0));
     // The entries alone cost 0.5%: they stay.
