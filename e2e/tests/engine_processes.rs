@@ -67,7 +67,10 @@ fn an_unselected_process_of_the_same_file_pays_nothing_and_appears_nowhere() {
     let g = Gprobe::cmd(&work_spec("blast", a.to_str().unwrap()))
         .summary_file()
         .start();
-    let loop_args = ["-mode", "loop", "-duration", "3s"];
+    // Long enough to outlive a slow first attach: the file is planned when its first
+    // process starts, which took up to about 3 s of a 3 s run on a loaded machine, and the
+    // breakpoint is read from the live process after the attach line.
+    let loop_args = ["-mode", "loop", "-duration", "8s"];
     let spawn = |p: &Path| {
         Command::new(p)
             .args(loop_args)
