@@ -239,6 +239,7 @@ fn main() -> Result<()> {
         "GP_MAX_CAPTURES",
         "GP_MAX_STR",
         "GP_MAX_PROBES",
+        "GP_CFG_SLOT_BITS",
         "GP_MAX_BUDGET_SLOTS",
         "GP_MAX_DEPTH",
         "GP_DATA_MASK",

@@ -19,6 +19,14 @@ typedef int32_t __s32;
 #define GP_MAX_STR 4096       /* cap on limits.maxStringBytes */
 #define GP_MAX_DEPTH 16       /* nested (recursive) calls paired per goroutine and function */
 #define GP_MAX_PROBES 16384   /* probe configurations (entry and return count separately) */
+/* A configuration's handle, in the low half of an attach cookie and in each record's
+ * probe_id: its slot in the `probes` array (low 16 bits) and the generation of that slot,
+ * which the agent bumps each time it gives the slot to another configuration (high 16).
+ * A record then names the configuration that wrote it, not whichever holds the slot when
+ * the record is read. */
+#define GP_CFG_SLOT_BITS 16
+#define GP_CFG_SLOT(handle) ((handle) & ((1U << GP_CFG_SLOT_BITS) - 1))
+_Static_assert(GP_MAX_PROBES <= (1U << GP_CFG_SLOT_BITS), "a slot fits a handle's low bits");
 #define GP_MAX_BUDGET_SLOTS 16384 /* (process, spec) pairs whose probes' cost is summed */
 #define GP_SCRATCH 16384      /* per-CPU buffer an event is assembled in (per-CPU values max 32 KiB) */
 #define GP_DATA_MASK 0x1fff   /* every capture starts below 8 KiB; with GP_MAX_STR it ends below GP_SCRATCH */
@@ -158,7 +166,8 @@ struct gp_capture {
 };
 
 struct gp_probe_cfg {
-	__u32 func_id;    /* pairs the entry and return configurations of one probe */
+	__u32 func_id;    /* pairs the entry and return configurations of one probe: the
+			   * handle of its first entry configuration, unique over time */
 	__u8 kind;        /* enum gp_probe_kind */
 	__u8 n_captures;
 	__u8 flags;       /* GP_CFG_* */
@@ -203,7 +212,7 @@ struct gp_event {
 	__u64 duration_ns; /* RETURN: ts - entry ts */
 	__u32 pid;         /* tgid, as seen from the root pid namespace */
 	__u32 tid;
-	__u32 probe_id;    /* configuration (cookie) that fired */
+	__u32 probe_id;    /* the handle of the configuration that fired (GP_CFG_SLOT) */
 	__u16 kind;        /* enum gp_event_kind */
 	__u16 data_len;    /* bytes of values after the header */
 };

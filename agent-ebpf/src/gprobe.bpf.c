@@ -214,7 +214,8 @@ SEC("uprobe")
 int gprobe_uprobe(struct x86_regs *r)
 {
 	__u64 cookie = bpf_get_attach_cookie(r);
-	__u32 id = (__u32)cookie;
+	__u32 handle = (__u32)cookie;
+	__u32 id = GP_CFG_SLOT(handle);
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	if (!cfg || cfg->kind == GP_PROBE_FREED)
 		return 0;
@@ -250,7 +251,7 @@ int gprobe_uprobe(struct x86_regs *r)
 	struct hit h = {
 		.pid_tgid = bpf_get_current_pid_tgid(),
 		.now = bpf_ktime_get_ns(),
-		.id = id,
+		.id = handle,
 		.kind = GP_EV_CALL,
 	};
 	/* Go pairs a call's entry and return by goroutine (runtime.g in R14); C functions by

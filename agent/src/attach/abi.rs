@@ -17,6 +17,19 @@ pub use c::{
 pub use decode::bytes_of;
 pub use decode::{read_event, read_record, values, RawValue};
 
+/// The slot in the `probes` array of configuration `handle` (`GP_CFG_SLOT` in gprobe.h):
+/// its low bits; the high ones are the slot's generation, bumped each time it is reused.
+pub const fn cfg_slot(handle: u32) -> u32 {
+    handle & ((1 << c::GP_CFG_SLOT_BITS) - 1)
+}
+
+/// The handle of the `generation`-th configuration given slot `slot`.
+pub const fn cfg_handle(slot: u32, generation: u16) -> u32 {
+    slot | (generation as u32) << c::GP_CFG_SLOT_BITS
+}
+
+const _: () = assert!(GP_MAX_PROBES <= 1 << c::GP_CFG_SLOT_BITS);
+
 /// Bytes a probe's header and captures may fill (the BPF cursor mask).
 pub const GP_DATA_LIMIT: usize = c::GP_DATA_MASK + 1;
 /// Bytes one captured value may take, its `gp_value` header included: every value starts

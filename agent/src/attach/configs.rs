@@ -1,4 +1,4 @@
-//! The probe configurations in the BPF `probes` array: ids handed out from the free list and
+//! The probe configurations in the BPF `probes` array: slots handed out by slots.rs and
 //! freed (only the kind changes, to FREED, as programs may still read them), the error
 //! tables that captures of errors read, and the per-configuration counters summed into a
 //! probe's. Kept apart from the attaching in mod.rs: this is the bookkeeping of the maps.
@@ -37,11 +37,12 @@ impl BpfTracer {
                 }
             }
         }
-        // func_id pairs entries and returns in BPF: the first entry configuration's id is
-        // unique.
+        // func_id pairs entries and returns in BPF: the first entry configuration's handle
+        // is unique, over time too (an in-flight stack left by a freed probe is never
+        // taken for a later one's).
         for (id, c) in ids.iter().zip(cfgs.iter_mut()) {
             c.func_id = ids[0];
-            if let Err(e) = self.probes.set(*id, *c, 0) {
+            if let Err(e) = self.probes.set(abi::cfg_slot(*id), *c, 0) {
                 for id in &ids {
                     self.remove_config(*id);
                 }
@@ -55,22 +56,24 @@ impl BpfTracer {
         })
     }
 
+    /// Stores `cfg` in a free slot; returns its handle (the slot and its new generation).
     pub(super) fn add_config(&mut self, cfg: &GpProbeCfg) -> Result<CfgId, TraceError> {
-        let id = self
-            .free_ids
-            .pop_front()
+        let handle = self
+            .slots
+            .take()
             .ok_or(TraceError::Full { max: GP_MAX_PROBES })?;
+        let slot = abi::cfg_slot(handle);
         let zeros = aya::maps::PerCpuValues::try_from(vec![GpStats::default(); self.cpus])
             .expect("one value per possible CPU");
         let stored = self
             .stats
-            .set(id, zeros, 0)
-            .and_then(|_| self.probes.set(id, cfg, 0));
+            .set(slot, zeros, 0)
+            .and_then(|_| self.probes.set(slot, cfg, 0));
         if let Err(e) = stored {
-            self.free_ids.push_front(id);
+            self.slots.untake(handle);
             return Err(trace_map_err("probes")(e));
         }
-        Ok(id)
+        Ok(handle)
     }
 
     /// Adds the error table of `plan`'s binary where a capture of it reads errors with it.
@@ -100,7 +103,8 @@ impl BpfTracer {
         Ok(())
     }
 
-    pub(super) fn remove_config(&mut self, id: CfgId) {
+    pub(super) fn remove_config(&mut self, handle: CfgId) {
+        let id = abi::cfg_slot(handle);
         // The links that run this configuration may fire until the detach threads have
         // unregistered them, and a program may be reading it while it is written (an array
         // map's update copies the value in place). Only its kind changes, to FREED: a
@@ -119,10 +123,11 @@ impl BpfTracer {
             },
         };
         let _ = self.probes.set(id, freed, 0);
-        self.free_ids.push_back(id);
+        self.slots.free(handle);
     }
 
-    fn stats_of(&self, id: CfgId) -> GpStats {
+    fn stats_of(&self, handle: CfgId) -> GpStats {
+        let id = abi::cfg_slot(handle);
         let mut sum = GpStats::default();
         if let Ok(per_cpu) = self.stats.get(&id, 0) {
             for s in per_cpu.iter() {

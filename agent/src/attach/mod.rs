@@ -16,6 +16,7 @@ pub mod pins;
 mod propagate;
 pub mod ring;
 pub mod selftest;
+mod slots;
 
 use crate::engine::tracer::{Held, Hold, ProcCounts};
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
@@ -28,10 +29,10 @@ use aya::programs::UProbe;
 use aya::{Btf, Ebpf, EbpfLoader};
 use detach::DetachPool;
 use multi::MultiProgram;
-use perf::PerfLink;
-use std::collections::{BTreeSet, VecDeque};
+pub use slots::Link;
+use slots::Slots;
+use std::collections::BTreeSet;
 use std::os::fd::AsFd;
-use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::Instant;
 use thiserror::Error;
@@ -103,15 +104,6 @@ pub struct RingBuffers {
     pub procs: ring::Ring,
 }
 
-/// One attached set of uprobes; dropping it detaches them.
-#[derive(Debug)]
-pub enum Link {
-    /// A uprobe_multi link: many sites, one process.
-    Multi(OwnedFd),
-    /// A perf-event uprobe (kernels without uprobe_multi).
-    Perf(PerfLink),
-}
-
 /// Loaded BPF programs and maps.
 pub struct BpfTracer {
     /// The uprobe program for uprobe_multi links; `None` where the kernel has none.
@@ -127,8 +119,8 @@ pub struct BpfTracer {
     budget: budget::BudgetMaps,
     /// The exec, fork and exit hooks: detached when this is dropped.
     _hooks: hooks::Hooks,
-    /// FIFO: a freed id is reused last, so records still in the ring buffer decode right.
-    free_ids: VecDeque<u32>,
+    /// The slots of `probes`: which are free, and which links run each.
+    slots: Slots,
     pool: DetachPool<Link>,
     cpus: usize,
     /// The dynamic loader hook's configuration, once one process needed it.
@@ -223,7 +215,7 @@ impl BpfTracer {
             budget: budget::BudgetMaps::take(&mut ebpf)?,
             _hooks: hooks,
             ebpf,
-            free_ids: (0..GP_MAX_PROBES as u32).collect(),
+            slots: Slots::new(GP_MAX_PROBES),
             pool: DetachPool::new(),
             cpus,
             loader_cfg: None,
@@ -280,7 +272,10 @@ impl BpfTracer {
                     continue;
                 }
                 match m.attach(target, &group, pid, ret) {
-                    Ok(fd) => links.push(Link::Multi(fd)),
+                    Ok(fd) => links.push(self.slots.links().multi(
+                        fd,
+                        sites.iter().filter(|s| s.point.ret == ret).map(|s| s.cfg),
+                    )),
                     Err(e) => {
                         self.pool.drop_all(links);
                         if gone() {
@@ -305,7 +300,7 @@ impl BpfTracer {
         let mut links = Vec::with_capacity(sites.len());
         for s in sites {
             match perf::attach(prog.as_fd(), target, s.point, pid, cookie(s)) {
-                Ok(l) => links.push(Link::Perf(l)),
+                Ok(l) => links.push(self.slots.links().perf(l, s.cfg)),
                 Err(e) => {
                     self.pool.drop_all(links);
                     let gone = matches!(&e, perf::PerfError::Open(io) | perf::PerfError::Link(io)

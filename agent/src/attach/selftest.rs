@@ -215,7 +215,7 @@ pub(super) fn place(
         let sites: Vec<(u64, u64, u64)> = offsets.iter().map(|&o| (o, NO_CONFIG, 0)).collect();
         return m
             .attach(path, &sites, pid, false)
-            .map(|fd| vec![Link::Multi(fd)])
+            .map(|fd| vec![Link::multi_unaccounted(fd)])
             .map_err(SelfTestError::Multi);
     }
     offsets
@@ -227,7 +227,7 @@ pub(super) fn place(
                 ref_ctr_offset: 0,
             };
             perf::attach(prog, path, point, pid, NO_CONFIG)
-                .map(Link::Perf)
+                .map(Link::perf_unaccounted)
                 .map_err(SelfTestError::Perf)
         })
         .collect()

@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use super::error::ProbeError;
 
-/// A probe configuration's id in the kernel (the uprobe cookie).
+/// A probe configuration's handle in the kernel (the uprobe cookie's low half, and each
+/// record's probe id): unique over time, as a slot reused for another configuration gets a
+/// new one (`abi::cfg_handle`).
 pub type CfgId = u32;
 
 /// The kernel-side configurations of one planned probe in one binary: the entry (or call)

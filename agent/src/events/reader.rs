@@ -5,7 +5,7 @@ use super::{
     decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Origin, Pairing,
     PairingStats, ProbeMeta, Resource, SpanIds, ValueKind,
 };
-use crate::attach::abi::{read_event, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
+use crate::attach::abi::{cfg_slot, read_event, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::attach::ring::Ring;
 use crate::plan::Decode;
 use crate::resolve::go::plan::{SPAN_CAPTURE, TRACEPARENT_CAPTURE};
@@ -17,15 +17,20 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
 
-/// What the session tells the decoder: probe configurations by id, processes by pid.
+/// What the session tells the decoder: probe configurations by handle, processes by pid.
 #[derive(Debug, Default)]
 pub struct Registry {
-    probes: RwLock<Vec<Option<Arc<ProbeMeta>>>>,
+    /// By slot (`abi::cfg_slot`), with the handle each was set for: a record decodes only
+    /// with the configuration that wrote it, not a later one given the same slot.
+    probes: RwLock<Vec<Option<Handled>>>,
     procs: RwLock<HashMap<u32, Arc<Resource>>>,
     /// Configurations freed in the kernel, whose records may still be in the ring buffer:
     /// their decoders are dropped once the reader has read past them.
     retired: Mutex<Vec<Retired>>,
 }
+
+/// A configuration's handle and decoder.
+type Handled = (u32, Arc<ProbeMeta>);
 
 /// A freed configuration: its id, its decoder, and when it was freed.
 #[derive(Debug)]
@@ -42,16 +47,28 @@ const RETIRE_GRACE: Duration = Duration::from_millis(100);
 impl Registry {
     pub fn set_probe(&self, id: u32, meta: Option<Arc<ProbeMeta>>) {
         let mut p = self.probes.write().unwrap_or_else(|e| e.into_inner());
-        let i = id as usize;
+        let i = cfg_slot(id) as usize;
         if p.len() <= i {
             p.resize(i + 1, None);
         }
-        p[i] = meta;
+        p[i] = meta.map(|m| (id, m));
     }
 
+    /// The decoder of configuration `id`: the one its slot holds, or one retired but not
+    /// yet forgotten.
     pub fn probe(&self, id: u32) -> Option<Arc<ProbeMeta>> {
-        let p = self.probes.read().unwrap_or_else(|e| e.into_inner());
-        p.get(id as usize).cloned().flatten()
+        {
+            let p = self.probes.read().unwrap_or_else(|e| e.into_inner());
+            match p.get(cfg_slot(id) as usize) {
+                Some(Some((h, m))) if *h == id => return Some(m.clone()),
+                _ => {}
+            }
+        }
+        lock(&self.retired)
+            .iter()
+            .rev()
+            .find(|r| r.id == id)
+            .map(|r| r.meta.clone())
     }
 
     /// Configuration `id` was freed in the kernel (no record of it is written any more):
@@ -82,8 +99,8 @@ impl Registry {
         };
         let mut p = self.probes.write().unwrap_or_else(|e| e.into_inner());
         for g in &gone {
-            if let Some(slot) = p.get_mut(g.id as usize) {
-                if slot.as_ref().is_some_and(|m| Arc::ptr_eq(m, &g.meta)) {
+            if let Some(slot) = p.get_mut(cfg_slot(g.id) as usize) {
+                if slot.as_ref().is_some_and(|(h, _)| *h == g.id) {
                     *slot = None;
                 }
             }
@@ -542,15 +559,33 @@ mod tests {
         );
     }
 
+    /// A slot given to another configuration while the old one's records are still in the
+    /// ring: each record decodes with the configuration that wrote it (the handle it
+    /// carries), whichever was read first.
     #[test]
-    fn a_freed_id_given_to_another_configuration_keeps_the_new_decoder() {
+    fn a_record_decodes_with_the_configuration_that_wrote_it_not_the_slots_new_one() {
+        use crate::attach::abi::cfg_handle;
         let registry = Arc::new(Registry::default());
-        registry.set_probe(3, Some(Arc::new(ProbeMeta::simple("s", "main.a", true))));
-        registry.retire(3);
-        let newer = Arc::new(ProbeMeta::simple("t", "main.c", false));
-        registry.set_probe(3, Some(newer.clone()));
+        let (old_h, new_h) = (cfg_handle(3, 1), cfg_handle(3, 2));
+        let old = Arc::new(ProbeMeta::simple("s", "main.old", true));
+        let new = Arc::new(ProbeMeta::simple("t", "main.new", true));
+        registry.set_probe(old_h, Some(old.clone()));
+        registry.retire(old_h);
+        registry.set_probe(new_h, Some(new.clone()));
         let mut proc = Processor::new(registry.clone(), Clock::new(), 64);
-        proc.retire(Instant::now() + RETIRE_GRACE * 2);
-        assert!(registry.probe(3).is_some_and(|m| Arc::ptr_eq(&m, &newer)));
+        assert!(proc.process(&entry(new_h, 10, 1)).is_none());
+        assert!(proc.process(&entry(old_h, 10, 2)).is_none());
+        let symbols = |recs: Vec<CallRecord>| -> Vec<String> {
+            recs.iter().map(|r| r.probe.symbol.to_string()).collect()
+        };
+        // Read past the old one: its call ends unfinished, as main.old.
+        let ended = proc.retire(Instant::now() + RETIRE_GRACE * 2);
+        assert_eq!(symbols(ended), ["main.old"]);
+        // The old handle is unknown from then on; the new one still decodes.
+        assert!(proc.process(&entry(old_h, 10, 3)).is_none());
+        assert_eq!(proc.stats.unknown_probe, 1);
+        assert_eq!(symbols(proc.finish()), ["main.new"]);
+        // A handle of a slot never set is unknown too.
+        assert!(registry.probe(cfg_handle(3, 7)).is_none());
     }
 }
