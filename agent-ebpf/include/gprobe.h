@@ -1,5 +1,5 @@
 /* gprobe event ABI: the one definition of what the BPF programs and the agent exchange.
- * agent/src/attach/abi.rs mirrors these structs and asserts their sizes and offsets at
+ * agent/src/abi/mod.rs mirrors these structs and asserts their sizes and offsets at
  * compile time; change both together. */
 #ifndef GPROBE_H
 #define GPROBE_H
@@ -73,7 +73,7 @@ enum gp_event_kind {
 	GP_EV_AFTER_LOSS = 0x8000,
 };
 
-/* What a capture reads, and the bytes of its value in a record. agent/src/attach/abi.rs
+/* What a capture reads, and the bytes of its value in a record. agent/src/abi/mod.rs
  * (GpCapture) documents each kind exactly: where the words are (loc[0]/loc[1], or at the
  * end of a path with GP_CAPF_PATH), what is read after them, and the record's layout. */
 enum gp_cap_kind {

@@ -1,6 +1,6 @@
 /* Values of field paths (GP_CAPF_PATH) and of Go's composite kinds (GP_CAP_IFACE, SLICE,
  * STRS, IFACES), written into the scratch buffer of gprobe.bpf.c. The records are
- * specified in agent/src/attach/abi.rs (GpCapture); this file only carries them out.
+ * specified in agent/src/abi/mod.rs (GpCapture); this file only carries them out.
  *
  * The noinline functions are global: loaded with the program's BTF (both aya and the
  * uprobe_multi loader pass it), the verifier checks each once, on its own. Without BTF

@@ -1,5 +1,5 @@
 //! The userspace path alone: ring buffer records (built with the layout of
-//! agent/src/attach/abi.rs) -> `events::reader::Processor::process` -> JSONL or OTLP spans.
+//! agent/src/abi/mod.rs) -> `events::reader::Processor::process` -> JSONL or OTLP spans.
 //! Single-threaded, so elements per second are calls per second per core.
 //!
 //!     cargo bench -p gprobe-agent --bench userspace
@@ -9,7 +9,7 @@
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use gprobe_agent::attach::abi::{GpEvent, GpValue, EV_CALL, EV_ENTRY, EV_RETURN};
+use gprobe_agent::abi::{GpEvent, GpValue, EV_CALL, EV_ENTRY, EV_RETURN};
 use gprobe_agent::events::reader::{Processor, Registry};
 use gprobe_agent::events::{CallRecord, Clock, ProbeMeta, Resource};
 use gprobe_agent::export::jsonl::write_record;

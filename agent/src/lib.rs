@@ -1,5 +1,6 @@
 //! gprobe's agent: the pipeline discover -> resolve -> attach -> events -> export.
 
+pub mod abi;
 pub mod attach;
 pub mod check;
 pub mod cli;

@@ -263,7 +263,7 @@ pub fn warn_new_losses(stats: &Stats, last: &mut LastCounts) {
             tracing::warn!(
                 "{k}: {} calls nested deeper than {} in one goroutine not recorded",
                 new(c.too_deep, prev.too_deep),
-                crate::attach::abi::GP_MAX_DEPTH
+                crate::abi::GP_MAX_DEPTH
             );
         }
     }

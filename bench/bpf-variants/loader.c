@@ -47,7 +47,7 @@ static __u64 last_entry; /* lat: the call_id of the last ENTRY, which the next R
 
 static void on_signal(int sig) { (void)sig; stop = 1; }
 
-/* Every record must decode as the agent decodes it (agent/src/attach/abi.rs): a header,
+/* Every record must decode as the agent decodes it (agent/src/abi/mod.rs): a header,
  * then data_len bytes of values, within the record. */
 static int on_event(void *ctx, void *data, size_t len)
 {

@@ -3,8 +3,8 @@
 //! tables that captures of errors read, and the per-configuration counters summed into a
 //! probe's. Kept apart from the attaching in mod.rs: this is the bookkeeping of the maps.
 
-use super::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use super::{trace_map_err, BpfTracer};
+use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use crate::engine::{CfgId, ProbeConfig, TraceError};
 use crate::plan::ProbePlan;
 use crate::stats::KernelCounts;

@@ -2,7 +2,7 @@
 //! contexts, requests and connections of trace-context propagation, and the calls still in
 //! flight in probes whose returns were taken off (their returns will not be seen).
 
-use super::abi;
+use crate::abi;
 use crate::engine::CfgId;
 use aya::maps::HashMap as BpfHashMap;
 use aya::Ebpf;

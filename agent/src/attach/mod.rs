@@ -3,7 +3,6 @@
 //! single processes and detaches them (off the caller's thread), reads counters. It is the
 //! engine's [`Tracer`].
 
-pub mod abi;
 mod budget;
 mod configs;
 pub mod detach;
@@ -13,17 +12,18 @@ pub mod hooks;
 pub mod multi;
 pub mod perf;
 pub mod pins;
+mod pod;
 mod propagate;
 pub mod ring;
 pub mod selftest;
 mod slots;
 
+use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use crate::engine::tracer::{Held, Hold, ProcCounts};
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
 use crate::plan::ProbePlan;
 use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
-use abi::{GpProbeCfg, GpStats, GP_MAX_PROBES};
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::UProbe;
 use aya::{Btf, Ebpf, EbpfLoader};

@@ -4,7 +4,7 @@
 //! by its tgid and start time: a pin whose agent no longer runs is an orphan, which the
 //! next agent reads, hands to its engine and removes.
 
-use super::abi::GpHold;
+use crate::abi::GpHold;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use std::path::{Path, PathBuf};
 

@@ -3,8 +3,8 @@
 //! refuses it, and the configurations of its probes (outgoing request, its end, the
 //! header write and the connection).
 
-use super::abi::{self, GpProbeCfg};
 use super::BpfTracer;
+use crate::abi::{self, GpProbeCfg};
 use crate::engine::{ProbeConfig, TraceError};
 use crate::resolve::propagate::PropagatePlan;
 use aya::programs::UProbe;

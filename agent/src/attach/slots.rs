@@ -6,8 +6,8 @@
 //! result as a call's argument. Each reuse also gives the slot a new generation, so a
 //! configuration's handle (slot and generation) names it alone, in the records too.
 
-use super::abi::{cfg_handle, cfg_slot};
 use super::perf::PerfLink;
+use crate::abi::{cfg_handle, cfg_slot};
 use crate::engine::CfgId;
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;

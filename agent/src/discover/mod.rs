@@ -7,9 +7,8 @@ pub mod procs;
 
 pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
 
-use crate::attach::abi::{
-    read_record, GpProcEvent, GpProcExec, EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER,
-};
+use crate::abi::decode::read_record;
+use crate::abi::{GpProcEvent, GpProcExec, EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER};
 use crate::attach::ring::Ring;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -99,7 +98,8 @@ pub async fn watch_processes(
 mod tests {
     use super::*;
 
-    use crate::attach::abi::{bytes_of, GP_PATH_MAX};
+    use crate::abi::decode::bytes_of;
+    use crate::abi::GP_PATH_MAX;
 
     fn exec_record(pid: u32, hold: u64, ino: u64, path: &[u8]) -> GpProcExec {
         let mut filename = [0u8; GP_PATH_MAX];

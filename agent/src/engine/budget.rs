@@ -105,7 +105,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let b = &mut self.budgets;
         let id = match b.free.pop() {
             Some(id) => id,
-            None if b.next + 1 < crate::attach::abi::GP_MAX_BUDGET_SLOTS as u32 => {
+            None if b.next + 1 < crate::abi::GP_MAX_BUDGET_SLOTS as u32 => {
                 b.next += 1;
                 b.next
             }

@@ -1,6 +1,5 @@
 //! Why a probe is not attached somewhere: one typed error per cause, each naming the fix.
 
-use super::tracer::TraceError;
 use crate::plan::PlanError;
 use crate::resolve::ResolveError;
 use gprobe_crds::SpecIssue;
@@ -26,4 +25,26 @@ impl ProbeError {
     pub fn is_process_gone(&self) -> bool {
         matches!(self, ProbeError::Trace(TraceError::ProcessGone))
     }
+}
+
+/// Why the kernel side refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("the process is gone")]
+    ProcessGone,
+    #[error("too many probe configurations: at most {max} entry and return probes can be active at once; remove some ProbeSpecs")]
+    Full { max: usize },
+    #[error("attaching a uprobe to {path} at file offset {offset:#x} failed: {source}")]
+    Attach {
+        path: String,
+        offset: u64,
+        #[source]
+        source: crate::attach::perf::PerfError,
+    },
+    #[error("updating BPF map {map} failed: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: crate::attach::MapError,
+    },
 }

@@ -29,10 +29,8 @@ pub mod tracer;
 #[cfg(test)]
 mod tests;
 
-pub use error::ProbeError;
-pub use tracer::{
-    CfgId, Held, Hold, HoldKind, PlanRequest, ProbeConfig, Resolver, Site, TraceError, Tracer,
-};
+pub use error::{ProbeError, TraceError};
+pub use tracer::{CfgId, Held, Hold, HoldKind, PlanRequest, ProbeConfig, Resolver, Site, Tracer};
 
 use crate::discover::cri::Container;
 use crate::discover::{FileKey, ProcInfo};

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::error::ProbeError;
+use super::error::{ProbeError, TraceError};
 
 /// A probe configuration's handle in the kernel (the uprobe cookie's low half, and each
 /// record's probe id): unique over time, as a slot reused for another configuration gets a
@@ -94,28 +94,6 @@ pub struct ProcCounts {
     pub hold_failed: u64,
     /// Held processes the exit hook resumed because the agent died.
     pub released: u64,
-}
-
-/// Why the kernel side refused.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("the process is gone")]
-    ProcessGone,
-    #[error("too many probe configurations: at most {max} entry and return probes can be active at once; remove some ProbeSpecs")]
-    Full { max: usize },
-    #[error("attaching a uprobe to {path} at file offset {offset:#x} failed: {source}")]
-    Attach {
-        path: String,
-        offset: u64,
-        #[source]
-        source: crate::attach::perf::PerfError,
-    },
-    #[error("updating BPF map {map} failed: {source}")]
-    Map {
-        map: &'static str,
-        #[source]
-        source: crate::attach::MapError,
-    },
 }
 
 /// The kernel, as the engine changes it.

@@ -1,8 +1,8 @@
-//! Interfaces, errors and slices: their records as `GpCapture` (attach/abi.rs) specifies
+//! Interfaces, errors and slices: their records as `GpCapture` (abi/mod.rs) specifies
 //! them, to values.
 
-use super::decode::{float, int, text, word, DecodeCtx, ValueKind};
-use crate::attach::abi::{VAL_FAULT, VAL_INVALID, VAL_TRUNCATED};
+use super::value::{float, int, text, word, DecodeCtx, ValueKind};
+use crate::abi::{VAL_FAULT, VAL_INVALID, VAL_TRUNCATED};
 use crate::plan::Elem;
 use crate::resolve::go::types::ERROR_TYPES_WITH_MESSAGE;
 

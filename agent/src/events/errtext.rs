@@ -9,9 +9,9 @@
 //! value falls back to the error's dynamic type name: never a text that might be wrong. A
 //! string that was cut ends the text there, as a prefix of the real one, marked truncated.
 
-use super::decode::{word, DecodeCtx, ValueKind};
 use super::errno::errno_text;
-use crate::attach::abi::{self, VAL_FAULT, VAL_INVALID, VAL_NIL, VAL_TRUNCATED};
+use super::value::{word, DecodeCtx, ValueKind};
+use crate::abi::{self, VAL_FAULT, VAL_INVALID, VAL_NIL, VAL_TRUNCATED};
 use crate::resolve::go::types::{ErrFormat, ErrTable};
 
 /// One field record.
@@ -394,7 +394,7 @@ pub(super) fn error_text(bytes: &[u8], max_len: u16, ctx: &DecodeCtx<'_>) -> Val
         text.truncate(end);
         truncated = true;
     }
-    super::decode::text(text.as_bytes(), truncated, ctx.redact)
+    super::value::text(text.as_bytes(), truncated, ctx.redact)
 }
 
 #[cfg(test)]

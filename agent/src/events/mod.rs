@@ -11,11 +11,13 @@ mod pairing;
 pub mod reader;
 pub mod redact;
 pub mod tracecontext;
+mod value;
 
-pub use decode::{decode_values, DecodeCtx, Value, ValueKind};
+pub use decode::decode_values;
 pub use dyntypes::{DynTypes, TypeLookup};
 pub use nesting::{Nesting, Origin, SpanIds};
 pub use pairing::{Pairing, PairingStats};
+pub use value::{DecodeCtx, Value, ValueKind};
 
 use crate::plan::Decode;
 use crate::stats::ProbeKey;

@@ -5,7 +5,8 @@ use super::{
     decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Origin, Pairing,
     PairingStats, ProbeMeta, Resource, SpanIds, ValueKind,
 };
-use crate::attach::abi::{cfg_slot, read_event, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
+use crate::abi::decode::read_event;
+use crate::abi::{cfg_slot, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::attach::ring::Ring;
 use crate::plan::Decode;
 use crate::resolve::go::plan::{SPAN_CAPTURE, TRACEPARENT_CAPTURE};
@@ -220,7 +221,7 @@ impl Processor {
             ev.kind &= !EV_AFTER_LOSS;
             self.nesting.restart();
         }
-        let hdr = std::mem::size_of::<crate::attach::abi::GpEvent>();
+        let hdr = std::mem::size_of::<crate::abi::GpEvent>();
         let data = raw.get(hdr..hdr + ev.data_len as usize).unwrap_or(&[]);
         let Some(meta) = self.meta(ev.probe_id) else {
             self.stats.unknown_probe += 1;
@@ -489,7 +490,7 @@ fn drain(ring: &mut Ring, proc: &mut Processor) -> (bool, Vec<CallRecord>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attach::abi::GpEvent;
+    use crate::abi::GpEvent;
 
     /// An ENTRY record (no values) of configuration `probe_id` in process `pid`.
     fn entry(probe_id: u32, pid: u32, call_id: u64) -> Vec<u8> {
@@ -564,7 +565,7 @@ mod tests {
     /// carries), whichever was read first.
     #[test]
     fn a_record_decodes_with_the_configuration_that_wrote_it_not_the_slots_new_one() {
-        use crate::attach::abi::cfg_handle;
+        use crate::abi::cfg_handle;
         let registry = Arc::new(Registry::default());
         let (old_h, new_h) = (cfg_handle(3, 1), cfg_handle(3, 2));
         let old = Arc::new(ProbeMeta::simple("s", "main.old", true));

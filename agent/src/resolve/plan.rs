@@ -39,9 +39,7 @@
 
 use std::fmt;
 
-use crate::attach::abi::{
-    self, GpCapture, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES, GP_MAX_VALUE,
-};
+use crate::abi::{self, GpCapture, GpProbeCfg, GP_DATA_LIMIT, GP_MAX_CAPTURES, GP_MAX_VALUE};
 pub use crate::resolve::error::{PlanError, Uncapturable};
 use crate::resolve::{c, go, usdt, Binary, FuncInfo, ResolveError, TargetKind};
 use gprobe_crds::Probe;

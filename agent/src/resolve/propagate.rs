@@ -9,7 +9,7 @@
 
 use super::plan::{plan_probe, PlanError, ProbePlan};
 use super::Binary;
-use crate::attach::abi;
+use crate::abi;
 use gprobe_crds::Probe;
 
 /// The propagation probes planned in one executable.

@@ -21,7 +21,7 @@ impl crate::engine::Resolver for BinaryResolver {
         match Binary::open_as(path, shown) {
             Err(e) => {
                 let e = Arc::new(if read_through_gone_process(path, &e) {
-                    ProbeError::Trace(crate::engine::tracer::TraceError::ProcessGone)
+                    ProbeError::Trace(crate::engine::error::TraceError::ProcessGone)
                 } else {
                     ProbeError::Binary(e)
                 });

@@ -2,7 +2,7 @@
 //! binary and in a separate debug file), the System V places of captured values, the
 //! uretprobe plan, and redis-server's createStringObject.
 
-use gprobe_agent::attach::abi::{self, reg, GpLoc};
+use gprobe_agent::abi::{self, reg, GpLoc};
 use gprobe_agent::plan::{plan_probe, Decode, PlanWarning, ProbePlan, SignatureSource};
 use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::csig::CSignature;

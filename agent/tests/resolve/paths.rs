@@ -2,7 +2,7 @@
 //! e2e/testdata/resolve/values (see types.rs), stripped and not: every path plans to the
 //! offsets the program itself prints (unsafe.Offsetof).
 
-use gprobe_agent::attach::abi;
+use gprobe_agent::abi;
 use gprobe_agent::plan::{plan_probe, Decode, Elem};
 use gprobe_agent::resolve::go::types::{PathError, TypeError, TypeSource};
 use gprobe_agent::resolve::{Binary, PlanError, Uncapturable};

@@ -278,6 +278,6 @@ fn refusals_are_typed() {
     );
     assert_eq!(
         p.entry_captures[0].bpf.loc[0].reg,
-        gprobe_agent::attach::abi::reg::RDI
+        gprobe_agent::abi::reg::RDI
     );
 }

@@ -3,7 +3,7 @@
 //! traceparent from `r.Header` in the map layout of its Go release, where the spec's
 //! captures leave room; a `propagate: true` probe records the span BPF makes.
 
-use gprobe_agent::attach::abi;
+use gprobe_agent::abi;
 use gprobe_agent::plan::{plan_probe, Decode, PlanWarning};
 use gprobe_crds::Probe;
 

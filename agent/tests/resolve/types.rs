@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use gprobe_agent::attach::abi::{self, GpCapture, GpLoc};
+use gprobe_agent::abi::{self, GpCapture, GpLoc};
 use gprobe_agent::plan::{plan_probe, Decode, ProbePlan};
 use gprobe_agent::resolve::go::types::{StructLayout, TypeNames};
 use gprobe_agent::resolve::Binary;

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use gprobe_agent::attach::abi::{self, reg, GpLoc};
+use gprobe_agent::abi::{self, reg, GpLoc};
 use gprobe_agent::plan::{plan_probe, Decode, PlanWarning, ProbePlan, SignatureSource};
 use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::Probe;

@@ -6,7 +6,7 @@
 
 use gprobe_crds::ctype::{CClass, CType};
 
-use crate::attach::abi::reg;
+use crate::abi::reg;
 
 /// Integer argument registers in order, as x86 register numbers.
 pub(crate) const C_INT_REGS: [u8; 6] = [reg::RDI, reg::RSI, reg::RDX, reg::RCX, reg::R8, reg::R9];

@@ -3,7 +3,7 @@
 
 use gprobe_crds::ctype::{CClass, CType};
 
-use crate::attach::abi::{self, GpCapture, GpLoc};
+use crate::abi::{self, GpCapture, GpLoc};
 use crate::resolve::error::{CProblem, PlanError};
 use crate::resolve::plan::{CapturePlan, Decode};
 

@@ -9,7 +9,7 @@ use gprobe_crds::Probe;
 
 use super::abi::{layout, Place};
 use super::capture::{self, mem_loc, reg_loc, Width};
-use crate::attach::abi::{reg, GpLoc};
+use crate::abi::{reg, GpLoc};
 use crate::resolve::error::{CProblem, PlanError};
 use crate::resolve::plan::{Captures, PlanWarning, SignatureDifference, SignatureSource};
 use crate::resolve::{Binary, FuncInfo};

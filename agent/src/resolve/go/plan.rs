@@ -10,7 +10,7 @@ use gprobe_crds::Probe;
 
 use super::params::{types, Typed};
 use super::types::{path, TypeRef, TypeStore};
-use crate::attach::abi;
+use crate::abi;
 use crate::resolve::error::{go_package, PlanError};
 use crate::resolve::plan::{CapturePlan, Captures, Decode, PlanWarning, SignatureSource};
 use crate::resolve::{Binary, FuncInfo};
@@ -175,7 +175,7 @@ pub(crate) fn span_capture() -> CapturePlan {
     CapturePlan {
         name: SPAN_CAPTURE.into(),
         decode: Decode::Span,
-        bpf: crate::attach::abi::GpCapture {
+        bpf: crate::abi::GpCapture {
             kind: abi::CAP_SPAN,
             ..Default::default()
         },

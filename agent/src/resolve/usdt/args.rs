@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::attach::abi::reg;
+use crate::abi::reg;
 
 /// Where an argument's value is when the probe fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

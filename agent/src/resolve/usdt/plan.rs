@@ -9,7 +9,7 @@ use gprobe_crds::Probe;
 
 use super::args::{parse_args, ArgLoc, UsdtArg};
 use super::{UsdtProbe, UsdtSite};
-use crate::attach::abi::GpLoc;
+use crate::abi::GpLoc;
 use crate::resolve::c::capture::{self, const_loc, mem_loc, reg_loc, Width};
 use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;

@@ -23,7 +23,7 @@ use std::sync::OnceLock;
 use super::error::DescriptorError;
 use super::index::DescIndex;
 use super::rtype::{kind, DescReader};
-use crate::attach::abi::{self, GpErrKey, GpErrType, GP_ERR_FIELDS};
+use crate::abi::{self, GpErrKey, GpErrType, GP_ERR_FIELDS};
 use crate::resolve::elf::ElfFile;
 
 /// How an error type's `Error()` (or an address's `String()`) is built from its fields,

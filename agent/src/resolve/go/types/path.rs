@@ -1,15 +1,13 @@
 //! A capture entry (`url`, `r.URL.Path`, `len(o.Tags)`) as a BPF read: where the value
 //! starts (the registers or stack slots of a parameter, or a field of a by-value struct
 //! in them), the pointers followed on the way (hops), and what is read at the end (a
-//! leaf kind). See `GpCapture` in attach/abi.rs for what the kernel side does with it.
+//! leaf kind). See `GpCapture` in abi/mod.rs for what the kernel side does with it.
 
 use gprobe_crds::gopath::GoCapture;
 
 use super::error::PathError;
 use super::{Kind, TypeRef, TypeStore};
-use crate::attach::abi::{
-    self, GpCapture, GpLoc, GP_MAX_ELEMS, GP_MAX_ELEM_STR, GP_MAX_HOPS, GP_MAX_STR,
-};
+use crate::abi::{self, GpCapture, GpLoc, GP_MAX_ELEMS, GP_MAX_ELEM_STR, GP_MAX_HOPS, GP_MAX_STR};
 use crate::resolve::error::{PlanError, Uncapturable};
 use crate::resolve::go::abi::{Loc, Part, Placed};
 use crate::resolve::plan::{CapturePlan, Decode, Elem};

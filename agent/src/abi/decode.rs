@@ -1,45 +1,29 @@
 //! Decoding the records BPF writes to the events ring buffer: the fixed header
 //! ([`GpEvent`]), a record of any mirrored type read unaligned, and the captured values
 //! that follow a header. Kept apart from the struct mirrors and their layout checks in
-//! abi.rs: this reads bytes, that describes them.
+//! mod.rs: this reads bytes, that describes them.
 
-use super::GpEvent;
+use super::{GpEvent, Record};
 
 /// Reads the fixed header of an event record. `None` when the record is too short.
 pub fn read_event(buf: &[u8]) -> Option<GpEvent> {
-    if buf.len() < std::mem::size_of::<GpEvent>() {
-        return None;
-    }
-    let u64_at = |o: usize| u64::from_ne_bytes(buf[o..o + 8].try_into().unwrap());
-    let u32_at = |o: usize| u32::from_ne_bytes(buf[o..o + 4].try_into().unwrap());
-    let u16_at = |o: usize| u16::from_ne_bytes(buf[o..o + 2].try_into().unwrap());
-    Some(GpEvent {
-        ts_ns: u64_at(0),
-        call_id: u64_at(8),
-        goroutine: u64_at(16),
-        duration_ns: u64_at(24),
-        pid: u32_at(32),
-        tid: u32_at(36),
-        probe_id: u32_at(40),
-        kind: u16_at(44),
-        data_len: u16_at(46),
-    })
+    read_record(buf)
 }
 
 /// The record of type `T` at the start of `buf`, which may be longer (a record of which `T`
 /// is the first part) and need not be aligned. `None` when it is shorter than `T`.
-pub fn read_record<T: aya::Pod>(buf: &[u8]) -> Option<T> {
+pub fn read_record<T: Record>(buf: &[u8]) -> Option<T> {
     if buf.len() < std::mem::size_of::<T>() {
         return None;
     }
-    // SAFETY: `buf` holds size_of::<T>() bytes, and any bytes are a valid `T` (aya::Pod:
+    // SAFETY: `buf` holds size_of::<T>() bytes, and any bytes are a valid `T` (Record:
     // repr(C) structs of integers and byte arrays); read_unaligned needs no alignment.
     Some(unsafe { std::ptr::read_unaligned(buf.as_ptr().cast::<T>()) })
 }
 
 /// The bytes of `v`, as a BPF program writes it: records for tests of the decoders.
 #[cfg(test)]
-pub fn bytes_of<T: aya::Pod>(v: &T) -> Vec<u8> {
+pub fn bytes_of<T: Record>(v: &T) -> Vec<u8> {
     // SAFETY: `v` is size_of::<T>() readable bytes, every one initialized for the records
     // this is used on (GpProcEvent, GpProcExec: every byte is a field, pads named).
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }

@@ -1,21 +1,18 @@
 //! Rust mirror of agent-ebpf/include/gprobe.h. The sizes and offsets are checked at compile
 //! time against the C header as the host compiler lays it out (build.rs measures them).
-//! Reading the records themselves is abi_decode.rs.
+//! Reading the records themselves is decode.rs. A leaf module: the planners, the attacher,
+//! the event reader and process discovery all import it, and it imports none of them.
 
 #![allow(dead_code)]
 
 mod c {
     include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
 }
-#[path = "abi_decode.rs"]
-mod decode;
+pub mod decode;
 pub use c::{
     GP_COMM_LEN, GP_MAX_BUDGET_SLOTS, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_ELEMS, GP_MAX_ELEM_STR,
     GP_MAX_HOPS, GP_MAX_PROBES, GP_MAX_STR, GP_PATH_MAX, GP_SCRATCH,
 };
-#[cfg(test)]
-pub use decode::bytes_of;
-pub use decode::{read_event, read_record, values, RawValue};
 
 /// The slot in the `probes` array of configuration `handle` (`GP_CFG_SLOT` in gprobe.h):
 /// its low bits; the high ones are the slot's generation, bumped each time it is reused.
@@ -501,22 +498,48 @@ pub struct GpProcStats {
     pub released: u64,
 }
 
-// SAFETY: plain-old-data repr(C) structs without padding-dependent invariants.
-unsafe impl aya::Pod for GpProbeCfg {}
-unsafe impl aya::Pod for GpStats {}
-unsafe impl aya::Pod for GpControl {}
-unsafe impl aya::Pod for GpHold {}
-unsafe impl aya::Pod for GpProcStats {}
-unsafe impl aya::Pod for GpSpanKey {}
-unsafe impl aya::Pod for GpInflightKey {}
-unsafe impl aya::Pod for GpInflight {}
-unsafe impl aya::Pod for GpSpanCtx {}
-unsafe impl aya::Pod for GpErrKey {}
-unsafe impl aya::Pod for GpErrType {}
-unsafe impl aya::Pod for GpOut {}
-unsafe impl aya::Pod for GpOutKey {}
-unsafe impl aya::Pod for GpProcEvent {}
-unsafe impl aya::Pod for GpProcExec {}
+/// A record or map value that crosses the boundary: a `repr(C)` struct of integers and
+/// byte arrays mirrored from gprobe.h (its layout checked below), so that any bytes of its
+/// size are a valid value.
+///
+/// # Safety
+/// Implement it only for such structs.
+pub unsafe trait Record: Copy + 'static {}
+
+/// Implements [`Record`] for each mirrored struct, and lists them for attach/ (which lets aya
+/// read and write them in maps).
+#[macro_export]
+macro_rules! for_each_record {
+    ($m:ident) => {
+        $m!(
+            GpEvent,
+            GpProbeCfg,
+            GpStats,
+            GpControl,
+            GpHold,
+            GpProcStats,
+            GpSpanKey,
+            GpInflightKey,
+            GpInflight,
+            GpSpanCtx,
+            GpErrKey,
+            GpErrType,
+            GpOut,
+            GpOutKey,
+            GpProcEvent,
+            GpProcExec
+        );
+    };
+}
+
+macro_rules! impl_record {
+    ($($t:ident),*) => {
+        // SAFETY: plain-old-data repr(C) structs of integers and byte arrays, checked
+        // against the C header's layout below.
+        $( unsafe impl Record for $t {} )*
+    };
+}
+for_each_record!(impl_record);
 
 macro_rules! check_layout {
     ($ty:ty, $size:ident, $( $field:ident => $off:ident ),* ) => {
