@@ -10,6 +10,7 @@ pub mod gopath;
 pub mod signature;
 mod spec;
 mod validate;
+pub mod when;
 
 pub use attachment::*;
 pub use spec::*;

@@ -1,0 +1,192 @@
+use super::*;
+
+fn term(w: &When, i: usize) -> (&Operand, &Test) {
+    (&w.terms[i].operand, &w.terms[i].test)
+}
+
+fn cap(s: &str) -> Operand {
+    Operand::Capture(s.into())
+}
+
+#[test]
+fn the_issue_examples_parse_into_their_terms() {
+    let w = parse(r#"r.URL.Path != "/healthz""#).unwrap();
+    assert_eq!(
+        term(&w, 0),
+        (
+            &cap("r.URL.Path"),
+            &Test::Str(StrOp::Ne, b"/healthz".to_vec())
+        )
+    );
+    assert_eq!(w.expr, Expr::Term(0));
+
+    let w = parse("err != nil").unwrap();
+    assert_eq!(term(&w, 0), (&cap("err"), &Test::Nil(false)));
+
+    let w = parse("duration > 100ms").unwrap();
+    assert_eq!(
+        term(&w, 0),
+        (&Operand::Duration, &Test::Int(CmpOp::Gt, 100_000_000))
+    );
+
+    let w = parse(r#"hasPrefix(o.Customer.Name, "acme") && len(o.Items) > 10"#).unwrap();
+    assert_eq!(
+        term(&w, 0),
+        (
+            &cap("o.Customer.Name"),
+            &Test::Str(StrOp::HasPrefix, b"acme".to_vec())
+        )
+    );
+    assert_eq!(
+        term(&w, 1),
+        (&cap("len(o.Items)"), &Test::Int(CmpOp::Gt, 10))
+    );
+    assert_eq!(
+        w.expr,
+        Expr::And(Box::new(Expr::Term(0)), Box::new(Expr::Term(1)))
+    );
+    assert_eq!(w.terms[1].text, "len(o.Items) > 10");
+}
+
+#[test]
+fn precedence_parentheses_negation_and_literals() {
+    // && binds tighter than ||; ! applies to the next unary.
+    let w = parse("a == 1 || b == 2 && !(c < -3 || ok)").unwrap();
+    let t = |i| Box::new(Expr::Term(i));
+    assert_eq!(
+        w.expr,
+        Expr::Or(
+            t(0),
+            Box::new(Expr::And(
+                t(1),
+                Box::new(Expr::Not(Box::new(Expr::Or(t(2), t(3)))))
+            ))
+        )
+    );
+    assert_eq!(term(&w, 2).1, &Test::Int(CmpOp::Lt, -3));
+    assert_eq!(term(&w, 3), (&cap("ok"), &Test::Bool(true)));
+    assert_eq!(
+        parse("x >= 0x10").unwrap().terms[0].test,
+        Test::Int(CmpOp::Ge, 16)
+    );
+    assert_eq!(
+        parse("x <= 18446744073709551615").unwrap().terms[0].test,
+        Test::Int(CmpOp::Le, u64::MAX as i128)
+    );
+    assert_eq!(
+        parse("ok != true").unwrap().terms[0].test,
+        Test::Bool(false)
+    );
+    assert_eq!(
+        parse("ok == false").unwrap().terms[0].test,
+        Test::Bool(false)
+    );
+    assert_eq!(parse("p == nil").unwrap().terms[0].test, Test::Nil(true));
+    assert_eq!(
+        parse(r#"s == "a\"b\\c\n\x41é""#).unwrap().terms[0].test,
+        Test::Str(StrOp::Eq, "a\"b\\c\nAé".as_bytes().to_vec())
+    );
+    assert_eq!(
+        parse("buf[:n] == \"GET\"").unwrap().terms[0].operand,
+        cap("buf[:n]")
+    );
+    for (d, ns) in [
+        ("1.5s", 1_500_000_000),
+        ("250us", 250_000),
+        ("10ns", 10),
+        ("2m", 120_000_000_000),
+    ] {
+        assert_eq!(
+            parse(&format!("duration >= {d}")).unwrap().terms[0].test,
+            Test::Int(CmpOp::Ge, ns),
+            "{d}"
+        );
+    }
+}
+
+#[test]
+fn bad_predicates_name_the_place_and_the_fix() {
+    for (text, at, says) in [
+        ("", 1, "is empty"),
+        ("err !=", 7, "expected a literal"),
+        ("err != nil &&", 14, "expected a value"),
+        ("(x == 1", 8, "expected `)`"),
+        ("x == 1 y == 2", 8, "expected `&&`, `||` or the end"),
+        ("s < \"a\"", 5, "strings compare with == or != only"),
+        ("p > nil", 5, "nil compare with == or != only"),
+        ("x == 10ms", 6, "a duration compares with `duration` only"),
+        ("duration > 10", 12, "expected a duration"),
+        ("x == 99999999999999999999", 6, "expected an integer"),
+        ("s == \"abc", 10, "no closing quote"),
+        ("s == \"\\q\"", 7, "unknown escape"),
+        ("hasPrefix(s \"a\")", 13, "expected `,`"),
+        ("len(x > 1", 10, "unbalanced"),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.message.contains(says), "{text:?}: {e}");
+        assert_eq!(e.at, at, "{text:?}: {e}");
+    }
+    let many = (0..=MAX_TERMS)
+        .map(|i| format!("x{i} == 1"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    assert!(parse(&many)
+        .unwrap_err()
+        .message
+        .contains("more than 16 terms"));
+    let most = (0..MAX_TERMS)
+        .map(|i| format!("x{i} == 1"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    assert_eq!(parse(&most).unwrap().terms.len(), MAX_TERMS);
+}
+
+#[test]
+fn evaluation_is_three_valued_until_every_term_is_known() {
+    // An entry term and a return term: at entry the result decides only when the entry
+    // term alone does.
+    let w = parse("len(o.Items) > 10 && duration > 1ms").unwrap();
+    let at_entry = |items: i128| w.eval(|i| (i == 0).then_some(Value::Int(items)));
+    assert_eq!(at_entry(3), Truth::False);
+    assert_eq!(at_entry(30), Truth::Unknown);
+    let at_return =
+        |items: i128, d: i128| w.eval(|i| Some(Value::Int(if i == 0 { items } else { d })));
+    assert_eq!(at_return(30, 2_000_000), Truth::True);
+    assert_eq!(at_return(30, 999_999), Truth::False);
+
+    let w = parse("err != nil || duration > 1s").unwrap();
+    assert_eq!(
+        w.eval(|i| (i == 0).then_some(Value::IsNil(false))),
+        Truth::True
+    );
+    assert_eq!(
+        w.eval(|i| (i == 0).then_some(Value::IsNil(true))),
+        Truth::Unknown
+    );
+    assert_eq!(
+        parse("!(duration > 1s)").unwrap().eval(|_| None),
+        Truth::Unknown
+    );
+}
+
+#[test]
+fn strings_cut_short_equal_nothing_but_keep_their_prefix() {
+    let cut = Value::Str {
+        bytes: b"/api/v1/orders".to_vec(),
+        truncated: true,
+    };
+    let whole = Value::Str {
+        bytes: b"/api/v1/orders".to_vec(),
+        truncated: false,
+    };
+    let eq = Test::Str(StrOp::Eq, b"/api/v1/orders".to_vec());
+    let ne = Test::Str(StrOp::Ne, b"/api/v1/orders".to_vec());
+    let pre = Test::Str(StrOp::HasPrefix, b"/api/".to_vec());
+    assert!(eq.passes(&whole) && !eq.passes(&cut));
+    assert!(!ne.passes(&whole) && ne.passes(&cut));
+    assert!(pre.passes(&whole) && pre.passes(&cut));
+    // A path through a nil pointer fails every comparison.
+    for t in [eq, ne, pre, Test::Int(CmpOp::Ne, 0), Test::Bool(false)] {
+        assert!(!t.passes(&Value::Unreadable), "{t:?}");
+    }
+}
