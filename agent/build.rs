@@ -86,6 +86,10 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ),
     ("gp_proc_event", &["kind", "pid", "ppid", "hold"]),
     ("gp_proc_exec", &["ev", "ino", "filename"]),
+    ("gp_filter_term", &["test", "flags", "len", "lit", "str"]),
+    ("gp_filter", &["n_terms", "n_ops", "ops", "terms"]),
+    ("gp_fval", &["word", "len", "state", "n", "bytes"]),
+    ("gp_fvals", &["v"]),
 ];
 
 /// How every BPF source is compiled: the programs, and each header alone (`check_headers`).
@@ -206,8 +210,9 @@ fn main() -> Result<()> {
     if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
         bail!("bpf/bpf_helpers.h was not found: install it with `apt-get install libbpf-dev` (or run scripts/setup.sh)");
     }
-    // The uprobe programs (loaded by aya) and the process hooks (loaded by attach/hooks.rs).
-    for name in ["gprobe", "procs"] {
+    // The uprobe programs (loaded by aya), the process hooks (loaded by attach/hooks.rs), and
+    // the filter evaluator's test program (attach/filter_run.rs).
+    for name in ["gprobe", "procs", "filter_test"] {
         run(
             Command::new(&clang)
                 .args(BPF_FLAGS)
@@ -277,6 +282,32 @@ fn main() -> Result<()> {
         "GP_HOLD_EXEC",
         "GP_HOLD_FORK",
         "GP_HOLD_LOADER",
+        "GP_FILTER_TERMS",
+        "GP_FILTER_OPS",
+        "GP_FILTER_STR",
+        "GP_FT_EQ",
+        "GP_FT_NE",
+        "GP_FT_LT",
+        "GP_FT_LE",
+        "GP_FT_GT",
+        "GP_FT_GE",
+        "GP_FT_STR_EQ",
+        "GP_FT_STR_NE",
+        "GP_FT_PREFIX",
+        "GP_FT_NIL",
+        "GP_FT_NOT_NIL",
+        "GP_FT_TRUE",
+        "GP_FT_FALSE",
+        "GP_FTF_SIGNED",
+        "GP_FOP_NOT",
+        "GP_FOP_AND",
+        "GP_FOP_OR",
+        "GP_TRUTH_FALSE",
+        "GP_TRUTH_TRUE",
+        "GP_TRUTH_UNKNOWN",
+        "GP_FV_UNKNOWN",
+        "GP_FV_KNOWN",
+        "GP_FV_UNREADABLE",
     ] {
         c += &format!("printf(\"pub const {k}: usize = %d;\\n\", {k});\n");
     }

@@ -353,4 +353,80 @@ struct gp_proc_stats {
 	__u64 released;    /* held processes the exit hook resumed because the agent died */
 };
 
+/* A probe's `when:` predicate, compiled by the agent (agent/src/filter): up to
+ * GP_FILTER_TERMS terms, each a test of one value of the call, and a postfix program over
+ * them (GP_FILTER_OPS steps: push term i (0..GP_FILTER_TERMS-1), NOT, AND, OR). Evaluated
+ * by filter.h in three-valued logic: a term whose value is not read yet (a result or the
+ * duration, at the entry) is unknown, and the predicate is decided once the known terms
+ * suffice. */
+#define GP_FILTER_TERMS 16
+#define GP_FILTER_OPS 32
+#define GP_FILTER_STR 64 /* bytes of a string literal, and of a value compared with one */
+
+enum gp_filter_test {
+	GP_FT_EQ = 0, /* integers (signed with GP_FTF_SIGNED), bools (0/1), durations (ns) */
+	GP_FT_NE = 1,
+	GP_FT_LT = 2,
+	GP_FT_LE = 3,
+	GP_FT_GT = 4,
+	GP_FT_GE = 5,
+	GP_FT_STR_EQ = 6, /* the whole string, read to its end, equals the literal */
+	GP_FT_STR_NE = 7,
+	GP_FT_PREFIX = 8, /* the string starts with the literal */
+	GP_FT_NIL = 9,    /* a pointer-like word is 0 */
+	GP_FT_NOT_NIL = 10,
+	GP_FT_TRUE = 11,  /* decided when compiled (an unsigned value against a negative, ...),
+			   * for a value that was read */
+	GP_FT_FALSE = 12,
+};
+
+#define GP_FTF_SIGNED 1 /* compare the word and the literal as signed */
+
+#define GP_FOP_NOT 0x80
+#define GP_FOP_AND 0x81
+#define GP_FOP_OR 0x82
+
+struct gp_filter_term {
+	__u8 test;  /* enum gp_filter_test */
+	__u8 flags; /* GP_FTF_* */
+	__u8 len;   /* string tests: bytes of `str` used (at most GP_FILTER_STR) */
+	__u8 _pad[5];
+	__u64 lit;  /* integer tests: the literal's bits */
+	__u8 str[GP_FILTER_STR];
+};
+
+struct gp_filter {
+	__u8 n_terms;
+	__u8 n_ops;
+	__u8 _pad[6];
+	__u8 ops[GP_FILTER_OPS];
+	struct gp_filter_term terms[GP_FILTER_TERMS];
+};
+
+/* The truth of a predicate or a term (filter.h). */
+#define GP_TRUTH_FALSE 0
+#define GP_TRUTH_TRUE 1
+#define GP_TRUTH_UNKNOWN 2
+
+enum gp_fval_state {
+	GP_FV_UNKNOWN = 0,    /* not read yet: the term is unknown */
+	GP_FV_KNOWN = 1,
+	GP_FV_UNREADABLE = 2, /* a path crossed nil, or the memory could not be read: every
+			       * test of it is false */
+};
+
+/* The value one term tests. */
+struct gp_fval {
+	__u64 word;  /* integers (sign-extended when signed), bools, pointers, durations */
+	__u32 len;   /* strings: the full length */
+	__u8 state;  /* enum gp_fval_state */
+	__u8 n;      /* strings: bytes read into `bytes` (at most GP_FILTER_STR) */
+	__u8 _pad[2];
+	__u8 bytes[GP_FILTER_STR];
+};
+
+struct gp_fvals {
+	struct gp_fval v[GP_FILTER_TERMS]; /* v[i]: term i's value */
+};
+
 #endif

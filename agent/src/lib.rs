@@ -11,6 +11,7 @@ pub mod duration;
 pub mod engine;
 pub mod events;
 pub mod export;
+pub mod filter;
 pub mod local;
 pub mod pipeline;
 pub mod resolve;

@@ -546,7 +546,9 @@ impl Parser<'_> {
                         }
                         _ => {
                             self.pos = backslash;
-                            return Err(self.error("unknown escape: use \\\" \\\\ \\n \\t or \\xHH"));
+                            return Err(
+                                self.error("unknown escape: use \\\" \\\\ \\n \\t or \\xHH")
+                            );
                         }
                     }
                 }

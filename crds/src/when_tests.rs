@@ -9,7 +9,7 @@ fn cap(s: &str) -> Operand {
 }
 
 #[test]
-fn the_issue_examples_parse_into_their_terms() {
+fn the_documented_examples_parse_into_their_terms() {
     let w = parse(r#"r.URL.Path != "/healthz""#).unwrap();
     assert_eq!(
         term(&w, 0),

@@ -6,6 +6,8 @@
 mod budget;
 mod configs;
 pub mod detach;
+#[cfg(test)]
+mod filter_run;
 mod forget;
 mod holdmaps;
 pub mod hooks;
