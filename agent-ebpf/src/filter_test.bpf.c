@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /* Runs filter.h's evaluator on a predicate and values the agent's test put in maps, so the
  * kernel's evaluation is checked against the Rust reference on the same inputs
- * (agent/src/attach/filter_run.rs, through BPF_PROG_TEST_RUN). Not loaded by the agent. */
+ * (agent/src/attach/filter_run.rs, through BPF_PROG_TEST_RUN). Not loaded by the agent.
+ * filter_bench is the same as an XDP program, which BPF_PROG_TEST_RUN can repeat and time
+ * (it ignores the packet). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "gprobe.h"
@@ -37,8 +39,7 @@ struct {
 	__type(value, struct gp_filter_state);
 } test_state SEC(".maps");
 
-SEC("raw_tp")
-int filter_test(void *ctx)
+static __always_inline void run_filter(void)
 {
 	__u32 zero = 0;
 	const struct gp_filter *f = bpf_map_lookup_elem(&test_filter, &zero);
@@ -46,7 +47,20 @@ int filter_test(void *ctx)
 	struct gp_filter_state *fs = bpf_map_lookup_elem(&test_state, &zero);
 	__u32 *out = bpf_map_lookup_elem(&test_result, &zero);
 	if (!f || !v || !fs || !out)
-		return 0;
+		return;
 	*out = filter_eval(f, v, fs);
+}
+
+SEC("raw_tp")
+int filter_test(void *ctx)
+{
+	run_filter();
 	return 0;
+}
+
+SEC("xdp")
+int filter_bench(struct xdp_md *ctx)
+{
+	run_filter();
+	return XDP_PASS;
 }

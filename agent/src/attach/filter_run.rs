@@ -6,7 +6,7 @@
 use crate::abi::filter::{GpFilter, GpFvals, TRUTH_FALSE, TRUTH_TRUE, TRUTH_UNKNOWN};
 use crate::filter::{compile, fval, TermType};
 use aya::maps::Array;
-use aya::programs::RawTracePoint;
+use aya::programs::{RawTracePoint, Xdp};
 use aya::Ebpf;
 use gprobe_crds::when::{CmpOp, Expr, Operand, StrOp, Term, Test, Truth, Value, When};
 use std::os::fd::{AsFd, AsRawFd};
@@ -30,28 +30,60 @@ impl Evaluator {
             .try_into()
             .expect("a raw tracepoint program");
         prog.load().expect("the verifier accepts filter_test");
+        let bench: &mut Xdp = ebpf
+            .program_mut("filter_bench")
+            .expect("the object has filter_bench")
+            .try_into()
+            .expect("an XDP program");
+        bench.load().expect("the verifier accepts filter_bench");
         Self { ebpf }
     }
 
     /// The kernel's truth for `f` over `vals`.
     fn eval(&mut self, f: &GpFilter, vals: &GpFvals) -> u32 {
+        self.run(f, vals, 0).0
+    }
+
+    /// Runs the program `repeat` times (0: once) on `f` over `vals`: its truth, and the
+    /// kernel's mean time per run (ns).
+    fn run(&mut self, f: &GpFilter, vals: &GpFvals, repeat: u32) -> (u32, u32) {
         let mut filters: Array<_, GpFilter> =
             Array::try_from(self.ebpf.map_mut("test_filter").unwrap()).unwrap();
         filters.set(0, f, 0).unwrap();
         let mut values: Array<_, GpFvals> =
             Array::try_from(self.ebpf.map_mut("test_values").unwrap()).unwrap();
         values.set(0, vals, 0).unwrap();
-        let prog: &RawTracePoint = self
-            .ebpf
-            .program("filter_test")
-            .unwrap()
-            .try_into()
-            .unwrap();
-        let fd = prog.fd().unwrap().as_fd().as_raw_fd();
-        // union bpf_attr, test: prog_fd at 0; every other field 0 (no context, no data).
+        // The raw tracepoint runs once; the XDP copy can be repeated and timed.
+        let fd = if repeat == 0 {
+            let prog: &RawTracePoint = self
+                .ebpf
+                .program("filter_test")
+                .unwrap()
+                .try_into()
+                .unwrap();
+            prog.fd().unwrap().as_fd().as_raw_fd()
+        } else {
+            let prog: &Xdp = self
+                .ebpf
+                .program("filter_bench")
+                .unwrap()
+                .try_into()
+                .unwrap();
+            prog.fd().unwrap().as_fd().as_raw_fd()
+        };
+        // A packet for the XDP copy, which ignores it.
+        let packet = [0u8; 64];
+        // union bpf_attr, test: prog_fd at 0; every other field 0 (no context, no data)
+        // unless timed.
         let mut attr = [0u8; 80];
         attr[0..4].copy_from_slice(&(fd as u32).to_ne_bytes());
-        // SAFETY: a zero-initialized bpf_attr of the size passed, naming a program we own.
+        if repeat > 0 {
+            attr[8..12].copy_from_slice(&(packet.len() as u32).to_ne_bytes());
+            attr[16..24].copy_from_slice(&(packet.as_ptr() as u64).to_ne_bytes());
+            attr[32..36].copy_from_slice(&repeat.to_ne_bytes());
+        }
+        // SAFETY: a zero-initialized bpf_attr of the size passed, naming a program we own
+        // and a packet that outlives the call.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_bpf,
@@ -67,7 +99,9 @@ impl Evaluator {
             std::io::Error::last_os_error()
         );
         let out: Array<_, u32> = Array::try_from(self.ebpf.map("test_result").unwrap()).unwrap();
-        out.get(&0, 0).unwrap()
+        // test.duration: the mean run time.
+        let ns = u32::from_ne_bytes(attr[36..40].try_into().unwrap());
+        (out.get(&0, 0).unwrap(), ns)
     }
 }
 
@@ -358,5 +392,64 @@ fn the_documented_examples_decide_in_the_kernel() {
         }
         assert_eq!(k.eval(&f, &vals), code(want), "{text} over {values:?}");
         assert_eq!(w.eval(|i| values[i].clone()), want, "{text}: the reference");
+    }
+}
+
+/// What the evaluator costs per term: the program run 200,000 times by the kernel on
+/// predicates of 0 to 16 terms (`x == 5 && ...`, every term read and true, so that each is
+/// evaluated), and on strings compared with 64-byte literals. The peer is the same program
+/// with no term (its map lookups and call): the figure is the time above it. Run with
+/// `cargo test -p gprobe-agent --lib filter_run::bench -- --ignored --nocapture` (root).
+#[test]
+#[ignore = "a benchmark: prints figures, asserts only that they were measured"]
+fn bench_evaluator_time_per_term() {
+    let mut k = Evaluator::load();
+    let int = TermType::Int {
+        signed: true,
+        size: 8,
+    };
+    let measure = |k: &mut Evaluator, text: &str, ty: TermType, value: Value| -> f64 {
+        let w = gprobe_crds::when::parse(text).unwrap();
+        let types = vec![ty; w.terms.len()];
+        let f = compile(&w, &types).unwrap();
+        let mut vals = GpFvals::default();
+        for i in 0..w.terms.len() {
+            vals.v[i] = fval(&value, ty);
+        }
+        let runs: Vec<u32> = (0..5).map(|_| k.run(&f, &vals, 200_000).1).collect();
+        let mut sorted = runs.clone();
+        sorted.sort_unstable();
+        sorted[2] as f64
+    };
+    let empty = GpFilter::default();
+    let peer: Vec<u32> = (0..5)
+        .map(|_| k.run(&empty, &GpFvals::default(), 200_000).1)
+        .collect();
+    let mut peer_sorted = peer.clone();
+    peer_sorted.sort_unstable();
+    let peer = peer_sorted[2] as f64;
+    println!("no term (the peer): {peer:.0} ns per run");
+    for n in [1usize, 4, 8, 16] {
+        let text = vec!["x == 5"; n].join(" && ");
+        let t = measure(&mut k, &text, int, Value::Int(5));
+        println!(
+            "{n:2} integer terms: {t:.0} ns per run, {:.1} ns per term above the peer",
+            (t - peer) / n as f64
+        );
+        assert!(t > 0.0);
+    }
+    let lit = "a".repeat(64);
+    for n in [1usize, 16] {
+        let text = vec![format!("s == \"{lit}\""); n].join(" && ");
+        let v = Value::Str {
+            bytes: lit.as_bytes().to_vec(),
+            truncated: false,
+        };
+        let t = measure(&mut k, &text, TermType::Str, v);
+        println!(
+            "{n:2} 64-byte string terms: {t:.0} ns per run, {:.1} ns per term above the peer",
+            (t - peer) / n as f64
+        );
+        assert!(t > 0.0);
     }
 }
