@@ -6,6 +6,7 @@
 mod budget;
 mod configs;
 pub mod detach;
+pub mod encode;
 mod forget;
 mod holdmaps;
 pub mod hooks;
