@@ -6,7 +6,7 @@
 use crate::discover::{inspect, MappedFile, ProcError, ProcInfo};
 use crate::engine::select::Selector;
 use crate::engine::LibraryGlob;
-use crate::plan::plan_probe;
+use crate::resolve::planner::plan_probe;
 use crate::resolve::{Binary, ResolveError};
 use crate::util::printable;
 use gprobe_crds::{load_specs, validate_spec, Probe, ProbeSpec};

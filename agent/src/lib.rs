@@ -12,13 +12,12 @@ pub mod engine;
 pub mod events;
 pub mod export;
 pub mod filter;
+pub mod gosym;
 pub mod local;
 pub mod pipeline;
+pub mod plan;
 pub mod resolve;
 pub mod stats;
 pub mod symbols;
 pub mod types;
 pub mod util;
-
-// The plan moved into the resolve stage; `crate::plan` keeps its callers compiling.
-pub use resolve::plan;

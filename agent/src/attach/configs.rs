@@ -3,6 +3,7 @@
 //! tables that captures of errors read, and the per-configuration counters summed into a
 //! probe's. Kept apart from the attaching in mod.rs: this is the bookkeeping of the maps.
 
+use super::encode::{configs, entry_config};
 use super::{trace_map_err, BpfTracer};
 use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use crate::engine::{CfgId, ProbeConfig, TraceError};
@@ -19,10 +20,10 @@ impl BpfTracer {
     ) -> Result<ProbeConfig, TraceError> {
         self.add_error_table(plan)?;
         let groups = plan.entry_groups();
-        let (_, ret) = plan.configs(0, rate_limit);
+        let (_, ret) = configs(plan, 0, rate_limit);
         let mut cfgs: Vec<GpProbeCfg> = groups
             .iter()
-            .map(|(_, caps)| plan.entry_config(caps, 0, rate_limit))
+            .map(|(_, caps)| entry_config(plan, caps, 0, rate_limit))
             .collect();
         cfgs.extend(ret);
         let mut ids = Vec::with_capacity(cfgs.len());

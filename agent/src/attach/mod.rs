@@ -6,6 +6,7 @@
 mod budget;
 mod configs;
 pub mod detach;
+pub mod encode;
 #[cfg(test)]
 mod filter_run;
 mod forget;

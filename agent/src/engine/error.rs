@@ -1,6 +1,6 @@
 //! Why a probe is not attached somewhere: one typed error per cause, each naming the fix.
 
-use crate::plan::PlanError;
+use crate::resolve::PlanError;
 use crate::resolve::ResolveError;
 use gprobe_crds::SpecIssue;
 

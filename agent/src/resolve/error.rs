@@ -3,8 +3,8 @@
 //!
 //! These wrap the errors of the stage's readers, which sit below them in their own files
 //! (`dwarf_error.rs`, `go/error.rs`, `go/types/error.rs`, `usdt/error.rs`): this file
-//! imports error types only, so that no module it depends on depends on it
-//! (scripts/import_cycles.py checks it).
+//! imports error types only (and the symbol-name helpers of the leaf `gosym.rs`), so that
+//! no module it depends on depends on it (scripts/import_cycles.py checks it).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,7 @@ use super::dwarf_error::UnreadableDwarf;
 use super::go::error::{PclntabError, TypeError};
 use super::go::types::error::PathError;
 use super::usdt::error::{SiteProblem, StapsdtError};
+use crate::gosym::{go_package, last_component};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
@@ -371,24 +372,6 @@ impl Uncapturable {
             Uncapturable::Complex => format!("complex numbers ({type_name}) live in SSE registers, which uprobes cannot read"),
             Uncapturable::Aggregate => format!("{type_name} values cannot be captured; capture a scalar, string, []byte, pointer or interface parameter"),
         }
-    }
-}
-
-/// The package of a Go symbol: everything up to the first '.' after the last '/'.
-pub(crate) fn go_package(symbol: &str) -> &str {
-    let start = symbol.rfind('/').map_or(0, |i| i + 1);
-    match symbol[start..].find('.') {
-        Some(i) => &symbol[..start + i],
-        None => symbol,
-    }
-}
-
-/// The last component of a symbol: `Get` for `net/http.(*Client).Get`.
-pub(crate) fn last_component(symbol: &str) -> &str {
-    let start = symbol.rfind('/').map_or(0, |i| i + 1);
-    match symbol[start..].rfind('.') {
-        Some(i) => &symbol[start + i + 1..],
-        None => &symbol[start..],
     }
 }
 

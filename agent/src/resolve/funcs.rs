@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 
 use super::elf::ElfFile;
-use super::error::{go_package, last_component, ResolveError};
+use super::error::ResolveError;
+use crate::gosym::{go_package, last_component};
 
 /// A function as the tables store it: its name stays in the file until asked for.
 #[derive(Debug, Clone, Copy)]

@@ -15,7 +15,7 @@
 
 use std::path::Path;
 
-use super::plan::plan_probe;
+use super::planner::plan_probe;
 use super::Binary;
 use gprobe_crds::Probe;
 

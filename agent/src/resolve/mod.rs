@@ -1,9 +1,9 @@
 //! The resolve stage: from an ELF binary and a probe to what attach needs. [`Binary`]
 //! reads a binary's functions (Go's pclntab, else the ELF symbol tables), their probe
-//! sites and signatures; [`plan::plan_probe`] turns one probe into a [`plan::ProbePlan`].
+//! sites and signatures; [`planner::plan_probe`] turns one probe into a [`crate::plan::ProbePlan`].
 //!
-//! Layout: `elf.rs` (the file), `x86.rs` (instruction decoding), `plan.rs` (the plan,
-//! whatever the target), `dwarf_sections.rs` (DWARF bytes for gimli), and one folder per
+//! Layout: `elf.rs` (the file), `x86.rs` (instruction decoding), `planner.rs` (which
+//! planner plans a probe) and `sizes.rs` (what a plan must fit), `dwarf_sections.rs` (DWARF bytes for gimli), and one folder per
 //! target kind: `go/` (pclntab, module data, DWARF, register ABI, inline trees), `c/`
 //! (ELF symbols, C DWARF and separate debug files, the System V ABI), `usdt/`
 //! (`.note.stapsdt`, argument specs).
@@ -15,12 +15,12 @@
 
 pub mod c;
 pub mod go;
-pub mod plan;
+pub mod planner;
 pub mod propagate;
 pub mod resolver;
 pub mod sites;
+mod sizes;
 pub mod usdt;
-mod warnings;
 
 mod dwarf_error;
 mod dwarf_sections;

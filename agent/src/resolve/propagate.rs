@@ -7,9 +7,11 @@
 //! writer, whose type descriptor BPF checks before it writes. Anything gprobe cannot be
 //! sure of refuses propagation with the reason.
 
-use super::plan::{plan_probe, PlanError, ProbePlan};
+use super::planner::plan_probe;
 use super::Binary;
+use super::PlanError;
 use crate::abi;
+use crate::plan::ProbePlan;
 use gprobe_crds::Probe;
 
 /// The propagation probes planned in one executable.

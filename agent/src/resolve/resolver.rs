@@ -1,8 +1,9 @@
 //! The engine's [`crate::engine::Resolver`]: plans a batch of probes against one binary,
 //! and finds gprobe's own probe points (the dynamic loader's hook, runtime.newproc1).
 
-use super::plan::{plan_probe, ProbePlan};
+use super::planner::plan_probe;
 use super::Binary;
+use crate::plan::ProbePlan;
 use gprobe_crds::Probe;
 
 /// Binary resolution as the engine asks for it: opens the file once per batch of probes.

@@ -36,11 +36,17 @@ fn error_messages_say_cause_and_fix() {
 
 #[test]
 fn symbol_parts() {
-    assert_eq!(error::go_package("net/http.(*Client).Get"), "net/http");
-    assert_eq!(error::last_component("net/http.(*Client).Get"), "Get");
-    assert_eq!(error::go_package("main.main.func1"), "main");
-    assert_eq!(error::last_component("main.main.func1"), "func1");
-    assert_eq!(error::last_component("memcpy"), "memcpy");
+    assert_eq!(
+        crate::gosym::go_package("net/http.(*Client).Get"),
+        "net/http"
+    );
+    assert_eq!(
+        crate::gosym::last_component("net/http.(*Client).Get"),
+        "Get"
+    );
+    assert_eq!(crate::gosym::go_package("main.main.func1"), "main");
+    assert_eq!(crate::gosym::last_component("main.main.func1"), "func1");
+    assert_eq!(crate::gosym::last_component("memcpy"), "memcpy");
 }
 
 #[test]
@@ -82,7 +88,7 @@ fn refusals_name_symbol_and_offset() {
 
 #[test]
 fn plan_warnings_say_what_is_missed() {
-    use plan::{PlanWarning, SignatureDifference};
+    use crate::plan::{PlanWarning, SignatureDifference};
     let w = PlanWarning::InlinedCallSites {
         symbol: "net/http.(*Client).Do".into(),
         count: 3,

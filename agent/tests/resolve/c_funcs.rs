@@ -3,7 +3,9 @@
 //! uretprobe plan, and redis-server's createStringObject.
 
 use gprobe_agent::abi::{self, reg, GpLoc};
-use gprobe_agent::plan::{plan_probe, Decode, PlanWarning, ProbePlan, SignatureSource};
+use gprobe_agent::attach::encode::configs;
+use gprobe_agent::plan::{Decode, PlanWarning, ProbePlan, SignatureSource};
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::csig::CSignature;
 use gprobe_crds::Probe;
@@ -107,7 +109,7 @@ fn symbols_and_entry_offsets_match_binutils() {
         assert_eq!(p.ret_offsets, vec![entry]);
         assert!(p.uretprobe && p.pair_by_thread);
         assert_eq!((p.ref_ctr_offset, p.extra_entry_sites.len()), (0, 0));
-        let (e, r) = p.configs(5, 100);
+        let (e, r) = configs(&p, 5, 100);
         assert_eq!(
             (e.kind, r.unwrap().kind),
             (abi::PROBE_ENTRY, abi::PROBE_RETURN)
@@ -116,7 +118,7 @@ fn symbols_and_entry_offsets_match_binutils() {
         // Without latency or results: one CALL probe, no return site.
         let p = plan(&b, &probe("sub", None, &[], false));
         assert!(p.ret_offsets.is_empty() && !p.has_return());
-        assert_eq!(p.configs(1, 0).0.kind, abi::PROBE_CALL);
+        assert_eq!(configs(&p, 1, 0).0.kind, abi::PROBE_CALL);
     }
 }
 

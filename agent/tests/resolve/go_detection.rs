@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use gprobe_agent::resolve::plan::{plan_probe, ProbePlan};
+use gprobe_agent::plan::ProbePlan;
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError, TargetKind};
 use gprobe_crds::Probe;
 

@@ -3,8 +3,9 @@
 //! offsets the program itself prints (unsafe.Offsetof).
 
 use gprobe_agent::abi;
-use gprobe_agent::plan::{plan_probe, Decode, Elem};
+use gprobe_agent::plan::{Decode, Elem};
 use gprobe_agent::resolve::go::types::{PathError, TypeError, TypeSource};
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError, Uncapturable};
 use gprobe_crds::Probe;
 

@@ -1,9 +1,8 @@
 //! Probe planning: where the types come from (signature, DWARF, and DWARF over a
 //! signature that disagrees), the warnings, and typed refusals.
 
-use gprobe_agent::plan::{
-    plan_probe, Decode, PlanWarning, ProbePlan, SignatureDifference, SignatureSource,
-};
+use gprobe_agent::plan::{Decode, PlanWarning, ProbePlan, SignatureDifference, SignatureSource};
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError, Uncapturable};
 use gprobe_crds::Probe;
 

@@ -4,7 +4,9 @@
 //! captures leave room; a `propagate: true` probe records the span BPF makes.
 
 use gprobe_agent::abi;
-use gprobe_agent::plan::{plan_probe, Decode, PlanWarning};
+use gprobe_agent::attach::encode::configs;
+use gprobe_agent::plan::{Decode, PlanWarning};
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_crds::Probe;
 
 use crate::go::GoVersion;
@@ -105,7 +107,7 @@ fn a_propagating_probe_records_its_span_and_finds_the_traceparent() {
     assert_eq!(names, ["r.Method", HIDDEN, "(span)"]);
     let (d, c) = cap(&p, "(span)");
     assert_eq!((d, c.kind), (Decode::Span, abi::CAP_SPAN));
-    let (entry, ret) = p.configs(1, 0);
+    let (entry, ret) = configs(&p, 1, 0);
     let ret = ret.expect("latency: a return configuration");
     assert_eq!(entry.flags & abi::CFG_PROPAGATE, abi::CFG_PROPAGATE);
     assert_eq!(ret.flags & abi::CFG_PROPAGATE, abi::CFG_PROPAGATE);

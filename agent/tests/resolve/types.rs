@@ -7,8 +7,9 @@ use std::path::Path;
 use std::process::Command;
 
 use gprobe_agent::abi::{self, GpCapture, GpLoc};
-use gprobe_agent::plan::{plan_probe, Decode, ProbePlan};
+use gprobe_agent::plan::{Decode, ProbePlan};
 use gprobe_agent::resolve::go::types::{StructLayout, TypeNames};
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::Binary;
 use gprobe_crds::Probe;
 

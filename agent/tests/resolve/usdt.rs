@@ -6,7 +6,9 @@
 use std::path::Path;
 
 use gprobe_agent::abi::{self, reg, GpLoc};
-use gprobe_agent::plan::{plan_probe, Decode, PlanWarning, ProbePlan, SignatureSource};
+use gprobe_agent::attach::encode::entry_config;
+use gprobe_agent::plan::{Decode, PlanWarning, ProbePlan, SignatureSource};
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::Probe;
 
@@ -130,7 +132,7 @@ fn the_test_programs_notes() {
             }
         );
     }
-    assert_eq!(p.entry_config(groups[1].1, 3, 0).kind, abi::PROBE_CALL);
+    assert_eq!(entry_config(&p, groups[1].1, 3, 0).kind, abi::PROBE_CALL);
 
     // A constant argument, without a signature.
     let p = plan(&b, &usdt("cprog:constant", None, &["arg0"]));

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use gprobe_agent::plan::plan_probe;
+use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError, ResolveError};
 use gprobe_crds::Probe;
 use gprobe_e2e::cc;

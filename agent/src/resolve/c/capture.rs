@@ -4,8 +4,8 @@
 use gprobe_crds::ctype::{CClass, CType};
 
 use crate::abi::{self, GpCapture, GpLoc};
+use crate::plan::{CapturePlan, Decode};
 use crate::resolve::error::{CProblem, PlanError};
-use crate::resolve::plan::{CapturePlan, Decode};
 
 /// The size and sign the value has where it is read (a USDT argument's `N@`), where they
 /// may differ from its C type's.

@@ -10,8 +10,10 @@ use gprobe_crds::Probe;
 use super::abi::{layout, Place};
 use super::capture::{self, mem_loc, reg_loc, Width};
 use crate::abi::{reg, GpLoc};
+use crate::plan::{
+    Captures, PlanWarning, ProbePlan, SignatureDifference, SignatureSource, SiteClass, SiteCosts,
+};
 use crate::resolve::error::{CProblem, PlanError};
-use crate::resolve::plan::{Captures, PlanWarning, SignatureDifference, SignatureSource};
 use crate::resolve::{Binary, FuncInfo};
 
 /// The prototype used, the names of the probe's signature that DWARF overrode (bound by
@@ -37,6 +39,51 @@ impl Typed {
         v.extend(self.aliases.iter().map(|(n, _)| n.clone()));
         v
     }
+}
+
+/// A C function: entry at its first byte; its return, when needed, a uretprobe at the
+/// same place (see `c/mod.rs`).
+pub(crate) fn plan(
+    bin: &Binary,
+    probe: &Probe,
+    func: FuncInfo,
+    max_string_bytes: u32,
+) -> Result<ProbePlan, PlanError> {
+    let site = bin.c_entry_site(&func)?;
+    let (entry, entry_class) = (site.probe, site.class);
+    let mut warnings = Vec::new();
+    let caps = plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
+    let needs_return = probe.latency || !caps.ret.is_empty();
+    // Never a uretprobe in Go code, whatever the binary was taken for.
+    if needs_return {
+        bin.check_uretprobe(&func)?;
+    }
+    Ok(ProbePlan {
+        symbol: probe.symbol.clone(),
+        entry_offset: entry,
+        entry_jcc: None,
+        costs: SiteCosts {
+            entry: entry_class,
+            // A uretprobe's return: not measured.
+            ret: needs_return.then_some(SiteClass::Unmeasured),
+        },
+        ret_offsets: if needs_return {
+            vec![entry]
+        } else {
+            Vec::new()
+        },
+        entry_captures: caps.entry,
+        return_captures: caps.ret,
+        signature_source: caps.source.unwrap_or(SignatureSource::None),
+        warnings,
+        extra_entry_sites: Vec::new(),
+        uretprobe: true,
+        ref_ctr_offset: 0,
+        pair_by_thread: true,
+        propagate: false,
+        newproc: false,
+        type_names: None,
+    })
 }
 
 /// Plans the captures of `probe` on the C function `func`.

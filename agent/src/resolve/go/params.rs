@@ -10,8 +10,8 @@ use gprobe_crds::Probe;
 use super::abi::{layout, Layout};
 use super::gotype::GoType;
 use super::types::{generic, TypeRef, TypeStore};
+use crate::plan::{PlanWarning, SignatureDifference, SignatureSource};
 use crate::resolve::error::PlanError;
-use crate::resolve::plan::{PlanWarning, SignatureDifference, SignatureSource};
 use crate::resolve::{Binary, DwarfSignature, FuncInfo};
 
 /// Names and types of a function's parameters and results, and where they came from.

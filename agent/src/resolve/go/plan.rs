@@ -9,11 +9,86 @@ use gprobe_crds::signature::ValueRef;
 use gprobe_crds::Probe;
 
 use super::params::{types, Typed};
-use super::types::{path, TypeRef, TypeStore};
-use crate::abi;
-use crate::resolve::error::{go_package, PlanError};
-use crate::resolve::plan::{CapturePlan, Captures, Decode, PlanWarning, SignatureSource};
+use super::types::{path, TypeNames, TypeRef, TypeStore};
+use crate::abi::{self, GP_MAX_CAPTURES};
+use crate::gosym::go_package;
+use crate::plan::{
+    CapturePlan, Captures, Decode, PlanWarning, ProbePlan, SignatureSource, SiteCosts,
+};
+use crate::resolve::error::PlanError;
+use crate::resolve::sizes::check_sizes;
 use crate::resolve::{Binary, FuncInfo};
+
+/// Plans a probe on the Go function `func`: entry after the stack check (or on its jump),
+/// returns, when needed, uprobes on every RET (never a uretprobe: see `c/mod.rs`).
+pub(crate) fn plan(
+    bin: &Binary,
+    probe: &Probe,
+    func: FuncInfo,
+    max_string_bytes: u32,
+) -> Result<ProbePlan, PlanError> {
+    let symbol = probe.symbol.clone();
+    let sites = bin.probe_sites(&func)?;
+    let mut warnings = Vec::new();
+    let mut caps = plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
+    // The hidden captures come after the spec's and must fit with them: the incoming
+    // traceparent is given up (said) where they leave no room; a propagating probe's span
+    // must be recorded.
+    if probe.propagate {
+        caps.entry.push(span_capture());
+    }
+    let fits = |entry: &[CapturePlan]| check_sizes(&probe.symbol, [entry]).is_ok();
+    if !fits(&caps.entry) {
+        if let Some(i) = caps.entry.iter().position(|c| c.decode == Decode::Header) {
+            caps.entry.remove(i);
+            warnings.push(PlanWarning::NoRoomForTraceparent {
+                symbol: probe.symbol.clone(),
+            });
+        }
+    }
+    if probe.propagate && !fits(&caps.entry) {
+        return Err(PlanError::TooManyCaptures {
+            symbol: probe.symbol.clone(),
+            name: "the span of propagate: true, recorded as a value".into(),
+            max: GP_MAX_CAPTURES - 1,
+        });
+    }
+    let needs_return = probe.latency || !caps.ret.is_empty();
+    let type_names = caps
+        .entry
+        .iter()
+        .chain(&caps.ret)
+        .any(|c| c.decode.shows_type())
+        .then(|| TypeNames::of(bin));
+    if needs_return && sites.ret_offsets.is_empty() {
+        return Err(PlanError::NoReturn { symbol });
+    }
+    Ok(ProbePlan {
+        symbol,
+        entry_offset: sites.entry.offset,
+        entry_jcc: sites.entry.jcc,
+        costs: SiteCosts {
+            entry: sites.entry.class,
+            ret: needs_return.then_some(sites.ret_class),
+        },
+        ret_offsets: if needs_return {
+            sites.ret_offsets
+        } else {
+            Vec::new()
+        },
+        entry_captures: caps.entry,
+        return_captures: caps.ret,
+        signature_source: caps.source.unwrap_or(SignatureSource::None),
+        warnings,
+        extra_entry_sites: Vec::new(),
+        uretprobe: false,
+        ref_ctr_offset: 0,
+        pair_by_thread: false,
+        type_names,
+        propagate: probe.propagate,
+        newproc: false,
+    })
+}
 
 /// Plans the captures of `probe` on the Go function `func`; adds what the user should know
 /// to `warnings`.

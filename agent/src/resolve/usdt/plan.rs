@@ -10,11 +10,11 @@ use gprobe_crds::Probe;
 use super::args::{parse_args, ArgLoc, UsdtArg};
 use super::{UsdtProbe, UsdtSite};
 use crate::abi::GpLoc;
+use crate::plan::{CapturePlan, EntrySite, PlanWarning, ProbePlan, SignatureSource};
 use crate::resolve::c::capture::{self, const_loc, mem_loc, reg_loc, Width};
 use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;
 use crate::resolve::error::{PlanError, UnsupportedArg};
-use crate::resolve::plan::{CapturePlan, EntrySite, PlanWarning, ProbePlan, SignatureSource};
 use crate::resolve::sites::{self, SiteClass, SiteCosts};
 use crate::resolve::Binary;
 

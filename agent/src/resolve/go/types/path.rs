@@ -8,9 +8,9 @@ use gprobe_crds::gopath::GoCapture;
 use super::error::PathError;
 use super::{Kind, TypeRef, TypeStore};
 use crate::abi::{self, GpCapture, GpLoc, GP_MAX_ELEMS, GP_MAX_ELEM_STR, GP_MAX_HOPS, GP_MAX_STR};
+use crate::plan::{CapturePlan, Decode, Elem};
 use crate::resolve::error::{PlanError, Uncapturable};
 use crate::resolve::go::abi::{Loc, Part, Placed};
-use crate::resolve::plan::{CapturePlan, Decode, Elem};
 
 /// Go's integer argument registers (ABIInternal order RAX RBX RCX RDI RSI R8 R9 R10 R11)
 /// as x86 register numbers.

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::error::go_package;
+use crate::gosym::go_package;
 
 /// Something the user should know about a plan that still attaches.
 #[derive(Debug, Clone, PartialEq, Eq)]

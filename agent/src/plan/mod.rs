@@ -1,0 +1,261 @@
+//! The probe plan: what one probe of a ProbeSpec becomes against one binary, whatever the
+//! target kind: the uprobe sites, the BPF reads of each capture and how its bytes decode.
+//! The planners make it (`resolve/planner.rs` dispatches to `resolve/go/plan.rs`,
+//! `resolve/c/plan.rs` and `resolve/usdt/plan.rs`), attach/ carries it out (its BPF
+//! configurations: `attach/encode.rs`), events/ decodes by it. This module is a leaf: it
+//! holds the model and its pure methods, and imports neither the planners nor attach/.
+//!
+//! # The plan, as the kernel side must carry it out
+//!
+//! | target | entry sites | return sites | semaphore | pairing |
+//! |---|---|---|---|---|
+//! | Go function | `entry_offset` (after the stack check) | uprobes on every RET (`ret_offsets`) | none | by goroutine (R14) |
+//! | C function | `entry_offset` (first byte) | one uretprobe at the entry (`ret_offsets == [entry_offset]`, `uretprobe`) | none | by thread |
+//! | USDT probe | `entry_offset` + `extra_entry_sites` | none (a point, not a call) | `ref_ctr_offset` | none needed |
+//!
+//! Capture kinds (`GpCapture.kind`) the BPF program must read:
+//! - `CAP_WORD`: `size` bytes (1..8) of the value at `loc[0]`: a register's low bytes, the
+//!   memory at register + `off` (read exactly `size` bytes: a USDT memory operand of 1
+//!   byte may end a page), or the constant `off`. The decoder masks and sign-extends.
+//! - `CAP_BYTES`: `max_len` bytes at most from the pointer at `loc[0]`, the length at
+//!   `loc[1]`. `size` is the length's size in bytes (1..8; 0 means 8, Go's `int`): a C
+//!   `int num` leaves the register's upper half undefined, so the length is masked to
+//!   `size` bytes first.
+//! - `CAP_CSTR` (new): the NUL-terminated string at the pointer at `loc[0]` (the pointer
+//!   read as a `CAP_WORD` of 8 bytes), at most `max_len` bytes of it: read with
+//!   `bpf_probe_read_user_str` into `max_len + 2` bytes, so that a string of more than
+//!   `max_len` bytes (return value `max_len + 2`) is told from one of exactly `max_len`
+//!   (`max_len + 1`). The value's bytes exclude the NUL; `full_len` = `len`;
+//!   `GP_VAL_TRUNCATED` when longer than `max_len` (its first `max_len` bytes are kept);
+//!   `GP_VAL_FAULT` when the pointer is NULL or unreadable. It decodes as a string
+//!   (`Decode::Str`). Until the BPF program knows this kind it reads it as `CAP_BYTES`
+//!   with no length location (`loc[1]` is `LOC_NONE`): a fault, never a wrong value.
+//!
+//! Locations (`GpLoc`): `LOC_REG` (x86 register number), `LOC_MEM` (register + `off`:
+//! C stack arguments at RSP + 8, 16, ... at entry; USDT memory operands), `LOC_CONST`
+//! (USDT `N@$imm`: the value is `off`). Configuration flags: `CFG_PAIR_BY_THREAD` in
+//! `GpProbeCfg::flags` when `pair_by_thread`. A USDT probe's configurations are all
+//! `PROBE_CALL`: one per group of [`ProbePlan::entry_groups`] (`attach/encode.rs`).
+
+pub mod costs;
+mod warnings;
+
+use std::fmt;
+
+use crate::abi::GpCapture;
+use crate::resolve::go::types::TypeNames;
+
+pub use costs::{KernelSites, SiteClass, SiteCosts};
+pub use warnings::{PlanWarning, SignatureDifference};
+
+/// How a captured value's bytes read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decode {
+    Bool,
+    Int {
+        size: u8,
+        signed: bool,
+    },
+    Float {
+        size: u8,
+    },
+    /// Pointers, maps, chans, funcs: the address; null when nil.
+    Pointer,
+    Str,
+    Bytes,
+    /// An interface other than `error` (`GP_CAP_IFACE`, or a `GP_CAP_WORD` of its first
+    /// word): null when nil, else the dynamic type's name (`TypeNames`).
+    Interface,
+    /// An `error` (`GP_CAP_IFACE` with `CAPF_DATA_STR`): null when nil; the message for
+    /// the dynamic types of `ERROR_TYPES_WITH_MESSAGE`; else the dynamic type's name.
+    Error,
+    /// An `error` (`GP_CAP_ERROR`): null when nil; the text its `Error()` returns where the
+    /// error and everything it holds are of the standard library's types of the binary's
+    /// error table (`resolve/go/types/errtable.rs`), cut at `max_len` bytes; else the
+    /// dynamic type's name.
+    ErrorText {
+        max_len: u16,
+    },
+    /// `len(x)` (`GP_CAP_WORD`): an int; a nil map or channel on the way (`VAL_NIL`) has
+    /// length 0, a nil pointer before it makes the value null.
+    Len {
+        /// True when NIL means a nil map or channel (the last hop is the map pointer).
+        nil_is_zero: bool,
+    },
+    /// A slice of scalars (`GP_CAP_SLICE`): an array of its first elements.
+    Slice {
+        elem: Elem,
+    },
+    /// A `[]string` (`GP_CAP_STRS`): an array of its first strings.
+    Strings,
+    /// A slice of interfaces (`GP_CAP_IFACES`): an array of its first elements, each a
+    /// string, integer or bool where the dynamic type is one, else its name (or, for
+    /// `errors`, as [`Decode::Error`]).
+    Interfaces {
+        errors: bool,
+    },
+    /// A request header (`GP_CAP_HEADER`): the string, or null when absent. Never output:
+    /// the reader takes it (a handler's incoming `traceparent`).
+    Header,
+    /// The span BPF opened (`GP_CAP_SPAN`): never output, the reader takes it.
+    Span,
+}
+
+impl Decode {
+    /// Whether a value shows a dynamic type's name (and so needs the binary's type names).
+    pub fn shows_type(&self) -> bool {
+        matches!(
+            self,
+            Decode::Interface
+                | Decode::Error
+                | Decode::ErrorText { .. }
+                | Decode::Interfaces { .. }
+        )
+    }
+}
+
+/// How the elements of a captured slice of scalars read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    Bool,
+    Int { size: u8, signed: bool },
+    Float { size: u8 },
+    Pointer,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturePlan {
+    pub name: String,
+    pub decode: Decode,
+    pub bpf: GpCapture,
+}
+
+/// One more entry site of a probe, with the captures of that site.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntrySite {
+    /// File offset of the uprobe.
+    pub offset: u64,
+    /// The probe's captures as read at this site: the same names and decoders as
+    /// `ProbePlan::entry_captures` (in the same order), but the locations may differ.
+    pub captures: Vec<CapturePlan>,
+}
+
+/// Everything needed to attach one probe to one binary. All offsets are file offsets of
+/// the binary the plan was made for (what uprobes and the reference counter take).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbePlan {
+    /// The symbol, or `usdt:provider:name` for a USDT probe (as `Probe::point()`).
+    pub symbol: String,
+    /// File offset of the (first) entry uprobe: for Go, after the stack-growth check, so
+    /// that a call whose stack grows (and restarts the function) is seen once; for C, the
+    /// function's first byte; for USDT, the first site's probe instruction.
+    pub entry_offset: u64,
+    /// The entry site is Go's stack-check jump, of this condition (0-15): BPF skips a hit
+    /// where it is taken (`GpProbeCfg::jcc`). Go functions only (no extra entry sites).
+    pub entry_jcc: Option<u8>,
+    /// How the kernel runs the entry and return sites (what a call costs the program).
+    pub costs: SiteCosts,
+    /// The return sites; empty when no return probe is needed. Go: every RET instruction
+    /// (uprobes). C: `[entry_offset]`, where a uretprobe goes (`uretprobe`).
+    pub ret_offsets: Vec<u64>,
+    /// The captures at `entry_offset`.
+    pub entry_captures: Vec<CapturePlan>,
+    pub return_captures: Vec<CapturePlan>,
+    /// Where the signature came from, for the attach report.
+    pub signature_source: SignatureSource,
+    /// What the probe will not see or where gprobe overrode the spec; the caller logs them.
+    pub warnings: Vec<PlanWarning>,
+    /// The other entry sites of the probe: a USDT probe the compiler copied to several
+    /// places has one site per copy, each with the same `CALL` behaviour and captures of
+    /// the same names, read where that copy keeps them. Empty for functions. Attach each
+    /// like `entry_offset` (the sites with equal captures can share one configuration:
+    /// [`ProbePlan::entry_groups`]).
+    pub extra_entry_sites: Vec<EntrySite>,
+    /// The return sites are uretprobes (attached at `ret_offsets`, i.e. the entry), not
+    /// uprobes: true for C functions; never for Go (uretprobes corrupt Go programs whose
+    /// stacks move), where `ret_offsets` are RET instructions.
+    pub uretprobe: bool,
+    /// A USDT semaphore's file offset, to pass as the uprobe's reference counter offset
+    /// (perf: the high bits of `config`; uprobe_multi: `ref_ctr_offsets`) on every entry
+    /// site: the kernel then raises the 2-byte counter in each process the probe is
+    /// attached to (pid-scoped: only the selected ones) and lowers it on detach, so that
+    /// the program's `*_ENABLED()` check lets the probe fire. 0: no semaphore.
+    pub ref_ctr_offset: u64,
+    /// Entries and returns pair by thread (C, USDT), not by goroutine (Go): BPF keys its
+    /// in-flight calls by the thread id (the low half of `bpf_get_current_pid_tgid`) in
+    /// place of R14, and writes that id to `gp_event.goroutine`, so spans nest per thread.
+    /// Carried to BPF as `CFG_PAIR_BY_THREAD` in the configuration's flags
+    /// (`attach/encode.rs`).
+    pub pair_by_thread: bool,
+    /// The names of the binary's Go types, for captures that show a dynamic type
+    /// (interfaces, errors, `[]any`); `None` when no capture needs them.
+    pub type_names: Option<TypeNames>,
+    /// The probe propagates its spans (`propagate: true`, Go latency probes): its entry
+    /// records carry the span BPF made (a `CAP_SPAN` capture, last), and both of its
+    /// configurations have `CFG_PROPAGATE`.
+    pub propagate: bool,
+    /// gprobe's own runtime.newproc1 probe: both configurations have `CFG_NEWPROC`.
+    pub newproc: bool,
+}
+
+/// Where the parameter and result types of a plan came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SignatureSource {
+    /// The probe captures nothing: no types needed.
+    #[default]
+    None,
+    /// The probe's `signature:`.
+    Signature,
+    /// The binary's DWARF (or its separate debug file's).
+    Dwarf,
+    /// A USDT probe without a signature: integers of the sizes its note gives.
+    UsdtNote,
+}
+
+impl fmt::Display for SignatureSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SignatureSource::None => "none needed",
+            SignatureSource::Signature => "signature",
+            SignatureSource::Dwarf => "DWARF",
+            SignatureSource::UsdtNote => "USDT note",
+        })
+    }
+}
+
+impl ProbePlan {
+    pub fn has_return(&self) -> bool {
+        !self.ret_offsets.is_empty()
+    }
+
+    /// Every entry site with its captures: `entry_offset` first, then `extra_entry_sites`.
+    pub fn entry_sites(&self) -> impl Iterator<Item = (u64, &[CapturePlan])> + '_ {
+        std::iter::once((self.entry_offset, self.entry_captures.as_slice())).chain(
+            self.extra_entry_sites
+                .iter()
+                .map(|s| (s.offset, s.captures.as_slice())),
+        )
+    }
+
+    /// The entry sites grouped by equal captures: one BPF configuration per group. The
+    /// first group holds `entry_offset` (its configuration is the entry one of
+    /// `attach::encode::configs`).
+    pub fn entry_groups(&self) -> Vec<(Vec<u64>, &[CapturePlan])> {
+        let mut groups: Vec<(Vec<u64>, &[CapturePlan])> = Vec::new();
+        for (off, caps) in self.entry_sites() {
+            match groups.iter_mut().find(|(_, c)| *c == caps) {
+                Some((offs, _)) => offs.push(off),
+                None => groups.push((vec![off], caps)),
+            }
+        }
+        groups
+    }
+}
+
+/// The captures of a probe, as a target kind plans them.
+#[derive(Debug, Default)]
+pub(crate) struct Captures {
+    pub entry: Vec<CapturePlan>,
+    pub ret: Vec<CapturePlan>,
+    pub source: Option<SignatureSource>,
+}
