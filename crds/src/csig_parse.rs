@@ -218,9 +218,9 @@ impl Parser<'_> {
             }
             None => match base_type(&words) {
                 Ok(t) => t,
-                Err(m) => {
+                Err(e) => {
                     self.pos = start;
-                    return self.err(m);
+                    return self.err(e.to_string());
                 }
             },
         };
@@ -390,8 +390,18 @@ fn qualify(ty: CType, quals: &[&str]) -> CType {
     }
 }
 
+/// Why a list of base keywords names no type gprobe can capture.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum BaseTypeError {
+    /// `words`: the keywords as written, space-separated.
+    #[error("{words:?} is not a C type")]
+    NotAType { words: String },
+    #[error("__int128 values (two registers) cannot be captured")]
+    Int128,
+}
+
 /// The type a list of base keywords names (`unsigned long long int`).
-fn base_type(words: &[String]) -> Result<CType, String> {
+fn base_type(words: &[String]) -> Result<CType, BaseTypeError> {
     let count = |w: &str| words.iter().filter(|x| *x == w).count();
     let (signed, unsigned) = (count("signed") + count("__signed__"), count("unsigned"));
     let (longs, shorts) = (count("long"), count("short"));
@@ -400,7 +410,9 @@ fn base_type(words: &[String]) -> Result<CType, String> {
         .map(String::as_str)
         .filter(|w| !matches!(*w, "signed" | "__signed__" | "unsigned" | "long" | "short"))
         .collect();
-    let bad = || format!("{:?} is not a C type", words.join(" "));
+    let bad = || BaseTypeError::NotAType {
+        words: words.join(" "),
+    };
     if signed + unsigned > 1 || longs > 2 || shorts > 1 || (longs > 0 && shorts > 0) {
         return Err(bad());
     }
@@ -435,7 +447,7 @@ fn base_type(words: &[String]) -> Result<CType, String> {
                 size: 16,
             },
         }),
-        ["__int128"] => Err("__int128 values (two registers) cannot be captured".into()),
+        ["__int128"] => Err(BaseTypeError::Int128),
         [] | ["int"] => match (shorts, longs) {
             (1, _) => int(2, "short"),
             (_, 2) => int(8, "long long"),

@@ -191,6 +191,19 @@ fn errors_say_where_and_what() {
         assert!(e.to_string().contains("expected C syntax"), "{e}");
     }
     assert_eq!(parse_c_signature("int f(int a").unwrap_err().column, 12);
+    // The base keywords' messages, word for word.
+    assert_eq!(
+        parse_c_signature("int f(long short x)")
+            .unwrap_err()
+            .message,
+        "\"long short\" is not a C type"
+    );
+    assert_eq!(
+        parse_c_signature("int f(unsigned __int128 x)")
+            .unwrap_err()
+            .message,
+        "__int128 values (two registers) cannot be captured"
+    );
 }
 
 #[test]

@@ -112,36 +112,72 @@ pub fn parse_go_capture(entry: &str) -> Result<GoCapture, GoCaptureError> {
     })
 }
 
+/// Why a capture entry does not fit a Go signature; `written` is the signature as the
+/// spec wrote it.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum CaptureError {
+    #[error(transparent)]
+    Syntax(#[from] GoCaptureError),
+    /// A positional name (`p1`, `r0`) of a value the signature names.
+    #[error(transparent)]
+    Positional(Box<PositionalRoot>),
+    /// `path_root`: the value a path or `len(...)` starts at (`None`: a plain name).
+    #[error(
+        "{} a parameter or result of {written:?}; known names: {}",
+        match path_root {
+            None => format!("{entry:?} is not"),
+            Some(root) => format!("{entry:?} starts at {root:?}, which is not"),
+        },
+        known.join(", ")
+    )]
+    NotAParameter {
+        entry: String,
+        path_root: Option<String>,
+        written: String,
+        known: Vec<String>,
+    },
+}
+
+/// A capture entry that starts at a positional name (`p1`, `r0`) of a value `written`
+/// names (`real`).
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error(
+    "{}; known names: {}",
+    crate::signature::positional_message(entry, root, *at, real, &format!("{written:?}")),
+    known.join(", ")
+)]
+pub struct PositionalRoot {
+    pub entry: String,
+    pub root: String,
+    pub at: ValueRef,
+    pub real: String,
+    pub written: String,
+    pub known: Vec<String>,
+}
+
 impl Signature {
     /// Checks a capture entry against the signature: its syntax, and that its root is a
     /// parameter or result. `Ok` with where the root points; the message of `Err` quotes
     /// the signature as `written`.
-    pub fn check_capture(&self, entry: &str, written: &str) -> Result<ValueRef, String> {
-        let c = parse_go_capture(entry).map_err(|e| e.to_string())?;
-        if let Some((r, real)) = self.positional(&c.root) {
-            return Err(format!(
-                "{}; known names: {}",
-                crate::signature::positional_message(
-                    entry,
-                    &c.root,
-                    r,
-                    real,
-                    &format!("{written:?}")
-                ),
-                self.capture_names().join(", ")
-            ));
+    pub fn check_capture(&self, entry: &str, written: &str) -> Result<ValueRef, CaptureError> {
+        let c = parse_go_capture(entry)?;
+        if let Some((at, real)) = self.positional(&c.root) {
+            return Err(CaptureError::Positional(Box::new(PositionalRoot {
+                entry: entry.to_string(),
+                root: c.root.clone(),
+                at,
+                real: real.to_string(),
+                written: written.to_string(),
+                known: self.capture_names(),
+            })));
         }
-        self.lookup(&c.root).ok_or_else(|| {
-            let what = if c.is_plain() {
-                format!("{entry:?} is not")
-            } else {
-                format!("{entry:?} starts at {:?}, which is not", c.root)
-            };
-            format!(
-                "{what} a parameter or result of {written:?}; known names: {}",
-                self.capture_names().join(", ")
-            )
-        })
+        self.lookup(&c.root)
+            .ok_or_else(|| CaptureError::NotAParameter {
+                entry: entry.to_string(),
+                path_root: (!c.is_plain()).then(|| c.root.clone()),
+                written: written.to_string(),
+                known: self.capture_names(),
+            })
     }
 }
 
@@ -202,16 +238,33 @@ mod tests {
             s.check_capture("len(r.Header)", text),
             Ok(ValueRef::Param(1))
         );
-        let e = s.check_capture("req.URL", text).unwrap_err();
+        let e = s.check_capture("req.URL", text).unwrap_err().to_string();
         assert!(
             e.contains("starts at \"req\"") && e.contains("known names: w, r"),
             "{e}"
         );
-        let e = s.check_capture("x", text).unwrap_err();
+        let e = s.check_capture("x", text).unwrap_err().to_string();
         assert!(e.starts_with("\"x\" is not a parameter"), "{e}");
-        let e = s.check_capture("p1.URL.Path", text).unwrap_err();
+        // A plain name is quoted as written, spaces and all.
+        let e = s.check_capture(" x ", text).unwrap_err().to_string();
         assert_eq!(
             e,
+            "\" x \" is not a parameter or result of \"func(w http.ResponseWriter, r *http.Request)\"; known names: w, r"
+        );
+        // Bad syntax is the parser's error, unchanged.
+        let e = s.check_capture("r..URL", text).unwrap_err();
+        assert_eq!(
+            e,
+            CaptureError::Syntax(parse_go_capture("r..URL").unwrap_err())
+        );
+        assert_eq!(
+            e.to_string(),
+            parse_go_capture("r..URL").unwrap_err().to_string()
+        );
+        let e = s.check_capture("p1.URL.Path", text).unwrap_err();
+        assert!(matches!(e, CaptureError::Positional(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
             "\"p1.URL.Path\" starts at \"p1\", which names parameter 1 by its position, but \
              \"func(w http.ResponseWriter, r *http.Request)\" names it \"r\": write r \
              (positional names p0, p1, ... and r0, r1, ... stand only for unnamed parameters \

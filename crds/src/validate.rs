@@ -370,8 +370,8 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 Ok(sig) => {
                     // Names, field paths (`r.URL.Path`) and `len(...)` (gopath.rs).
                     for (j, c) in p.capture.iter().enumerate() {
-                        if let Err(m) = sig.check_capture(c, sig_text) {
-                            probe_issue(format!(".capture[{j}]"), m);
+                        if let Err(e) = sig.check_capture(c, sig_text) {
+                            probe_issue(format!(".capture[{j}]"), e.to_string());
                         }
                     }
                 }

@@ -15,11 +15,11 @@ pub fn validate(spec: &ProbeSpec) -> Vec<SpecIssue> {
     issues
 }
 
-fn issue(field: String, message: String) -> SpecIssue {
+fn issue(field: String, message: impl ToString) -> SpecIssue {
     SpecIssue {
         probe: None,
         field,
-        message,
+        message: message.to_string(),
     }
 }
 
@@ -93,33 +93,46 @@ fn is_dns_subdomain(s: &str) -> bool {
         })
 }
 
-fn check_label_key(key: &str) -> Result<(), String> {
+/// Why a label key or value of a pod selector is not valid Kubernetes label syntax.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    #[error("label key {key:?}: prefix {prefix:?} is not a DNS subdomain (e.g. example.com)")]
+    KeyPrefix { key: String, prefix: String },
+    #[error("label key {key:?}: name {name:?} must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric")]
+    KeyName { key: String, name: String },
+    #[error("label value {value:?} must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric")]
+    Value { value: String },
+}
+
+fn check_label_key(key: &str) -> Result<(), LabelError> {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
     };
     if let Some(p) = prefix {
         if !is_dns_subdomain(p) {
-            return Err(format!(
-                "label key {key:?}: prefix {p:?} is not a DNS subdomain (e.g. example.com)"
-            ));
+            return Err(LabelError::KeyPrefix {
+                key: key.to_string(),
+                prefix: p.to_string(),
+            });
         }
     }
     if !is_label_name(name) {
-        return Err(format!(
-            "label key {key:?}: name {name:?} must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric"
-        ));
+        return Err(LabelError::KeyName {
+            key: key.to_string(),
+            name: name.to_string(),
+        });
     }
     Ok(())
 }
 
-fn check_label_value(v: &str) -> Result<(), String> {
+fn check_label_value(v: &str) -> Result<(), LabelError> {
     if v.is_empty() || is_label_name(v) {
         Ok(())
     } else {
-        Err(format!(
-            "label value {v:?} must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric"
-        ))
+        Err(LabelError::Value {
+            value: v.to_string(),
+        })
     }
 }
 
@@ -155,6 +168,32 @@ mod tests {
             ]
         );
         assert!(issues[2].message.contains("\"Equals\" is not an operator"));
+        assert_eq!(
+            issues[0].message,
+            "label key \"-app\": name \"-app\" must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric"
+        );
+        assert_eq!(
+            issues[1].message,
+            "label value \"shop!\" must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric"
+        );
+    }
+
+    #[test]
+    fn a_label_key_prefix_must_be_a_dns_subdomain() {
+        let e = check_label_key("Example.com/tier").unwrap_err();
+        assert_eq!(
+            e,
+            LabelError::KeyPrefix {
+                key: "Example.com/tier".into(),
+                prefix: "Example.com".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "label key \"Example.com/tier\": prefix \"Example.com\" is not a DNS subdomain (e.g. example.com)"
+        );
+        assert_eq!(check_label_key("example.com/tier"), Ok(()));
+        assert_eq!(check_label_value(""), Ok(()));
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub enum HookError {
     NoTracepoint(String),
     #[error("map {0} was not created")]
     NoMap(String),
+    #[error("the process hooks' BPF object does not parse: {0}")]
+    Btf(#[source] BtfError),
     #[error("relocating the process hooks: {0}")]
     Relocate(String),
     #[error("loading BPF program {program} failed: {source}")]
@@ -171,21 +173,33 @@ fn link_kfuncs(bytes: &mut [u8], kernel: &Btf) -> Result<(), HookError> {
     }
     if let Some((start, size)) = btf_range {
         let btf = &mut bytes[start as usize..(start + size) as usize];
-        static_externs(btf).map_err(HookError::Parse)?;
+        static_externs(btf).map_err(HookError::Btf)?;
     }
     Ok(())
 }
 
+/// Why the BTF of the process hooks' object could not be walked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BtfError {
+    #[error("not little-endian BTF")]
+    NotLittleEndian,
+    /// `offset`: of the 4-byte word that is missing.
+    #[error("BTF truncated at {offset}")]
+    Truncated { offset: usize },
+    #[error("unknown BTF kind {kind}")]
+    UnknownKind { kind: u32 },
+}
+
 /// Makes every FUNC of extern linkage in a raw BTF blob static, in place.
-fn static_externs(btf: &mut [u8]) -> Result<(), String> {
-    let u32_at = |b: &[u8], o: usize| -> Result<u32, String> {
-        b.get(o..o + 4)
+fn static_externs(btf: &mut [u8]) -> Result<(), BtfError> {
+    let u32_at = |b: &[u8], offset: usize| -> Result<u32, BtfError> {
+        b.get(offset..offset + 4)
             .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")))
-            .ok_or_else(|| format!("BTF truncated at {o}"))
+            .ok_or(BtfError::Truncated { offset })
     };
     // struct btf_header: magic u16, version u8, flags u8, hdr_len, type_off, type_len, ...
     if btf.get(0..2) != Some(&0xeb9fu16.to_le_bytes()[..]) {
-        return Err("not little-endian BTF".into());
+        return Err(BtfError::NotLittleEndian);
     }
     let hdr_len = u32_at(btf, 4)? as usize;
     let type_off = u32_at(btf, 8)? as usize;
@@ -205,7 +219,7 @@ fn static_externs(btf: &mut [u8]) -> Result<(), String> {
             4 | 5 | 15 | 19 => vlen * 12, // STRUCT, UNION, DATASEC, ENUM64
             6 | 13 => vlen * 8,           // ENUM, FUNC_PROTO
             2 | 7..=12 | 16 | 18 => 0,
-            k => return Err(format!("unknown BTF kind {k}")),
+            kind => return Err(BtfError::UnknownKind { kind }),
         };
         at += 12 + extra;
     }
@@ -364,10 +378,25 @@ mod tests {
 
     #[test]
     fn a_blob_that_is_not_btf_is_refused() {
-        assert!(static_externs(&mut [0u8; 24]).is_err());
+        assert_eq!(
+            static_externs(&mut [0u8; 24]),
+            Err(BtfError::NotLittleEndian)
+        );
         let mut truncated = blob();
         truncated.truncate(40);
-        assert!(static_externs(&mut truncated).is_err());
+        let e = static_externs(&mut truncated).unwrap_err();
+        assert_eq!(e, BtfError::Truncated { offset: 44 });
+        assert_eq!(
+            HookError::Btf(e).to_string(),
+            "the process hooks' BPF object does not parse: BTF truncated at 44"
+        );
+        // A kind this walk does not know (31) stops it: its size is not known.
+        let mut unknown = blob();
+        unknown[24 + 4..24 + 8].copy_from_slice(&(31u32 << 24).to_le_bytes());
+        assert_eq!(
+            static_externs(&mut unknown),
+            Err(BtfError::UnknownKind { kind: 31 })
+        );
     }
 
     #[test]

@@ -129,7 +129,7 @@ pub struct BpfTracer {
     /// The dynamic loader hook's configuration, once one process needed it.
     loader_cfg: Option<CfgId>,
     /// Whether gprobe_propagate loaded (tried on first use), and the configurations it runs.
-    propagate_loaded: Option<Result<(), String>>,
+    propagate_loaded: Option<Result<(), propagate::WriterRefused>>,
     propagate_cfgs: BTreeSet<CfgId>,
     /// The header writer's program: gprobe_propagate, or its dry run.
     propagate_prog: &'static str,

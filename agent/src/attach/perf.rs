@@ -4,10 +4,11 @@
 //! from other threads); the kernel interface itself is small.
 
 use std::ffi::CString;
+use std::num::ParseIntError;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `perf_event_attr` up to `config2` (PERF_ATTR_SIZE_VER1).
@@ -25,15 +26,37 @@ struct UprobePmu {
     ref_ctr_shift: Option<u32>,
 }
 
-fn pmu() -> Result<UprobePmu, String> {
-    static PMU: OnceLock<Result<UprobePmu, String>> = OnceLock::new();
+/// Why the uprobe PMU's description in sysfs could not be read. Clone: the first answer is
+/// kept for the process's life.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PmuError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: ParseIntError,
+    },
+}
+
+fn pmu() -> Result<UprobePmu, PmuError> {
+    static PMU: OnceLock<Result<UprobePmu, PmuError>> = OnceLock::new();
     PMU.get_or_init(|| {
         let dir = Path::new("/sys/bus/event_source/devices/uprobe");
         let read = |p: &str| std::fs::read_to_string(dir.join(p)).map(|s| s.trim().to_string());
+        let path = dir.join("type");
         let ty = read("type")
-            .map_err(|e| format!("{}/type: {e}", dir.display()))?
+            .map_err(|e| PmuError::Read {
+                path: path.clone(),
+                source: Arc::new(e),
+            })?
             .parse::<u32>()
-            .map_err(|e| format!("{}/type: {e}", dir.display()))?;
+            .map_err(|source| PmuError::Parse { path, source })?;
         // "config:0" and "config:32-63".
         let first_bit =
             |s: &str| -> Option<u32> { s.strip_prefix("config:")?.split('-').next()?.parse().ok() };
@@ -76,7 +99,7 @@ pub struct PerfLink {
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
     #[error("the kernel's uprobe PMU is not available ({0}); gprobe needs CONFIG_UPROBE_EVENTS")]
-    Pmu(String),
+    Pmu(#[source] PmuError),
     #[error("USDT semaphores need the kernel's uprobe reference counters (Linux 4.20+), which this kernel does not describe in sysfs")]
     NoRefCtr,
     #[error("perf_event_open of a uprobe failed: {0}")]

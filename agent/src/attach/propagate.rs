@@ -9,9 +9,40 @@ use crate::engine::{ProbeConfig, TraceError};
 use crate::resolve::propagate::PropagatePlan;
 use aya::programs::UProbe;
 
+/// Why the kernel refused the header writer (gprobe_propagate). Clone: the first answer is
+/// kept for the tracer's life.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this kernel does not let BPF programs write to a process's memory \
+     (bpf_probe_write_user){}: kernels in lockdown mode (e.g. with Secure Boot) forbid it",
+    lockdown.as_ref().map(|on| format!(" (lockdown: {on})")).unwrap_or_default()
+)]
+pub struct WriterRefused {
+    /// The lockdown mode in force (`[integrity]`, `[confidentiality]`), when
+    /// /sys/kernel/security/lockdown names one.
+    pub lockdown: Option<String>,
+}
+
+impl WriterRefused {
+    /// The reason, with the lockdown mode this kernel is in, if any.
+    fn now() -> Self {
+        let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
+            .ok()
+            .and_then(|l| lockdown_mode(&l));
+        WriterRefused { lockdown }
+    }
+}
+
+/// The mode in force in the text of /sys/kernel/security/lockdown (`none [integrity]
+/// confidentiality`), unless it is `[none]`.
+fn lockdown_mode(text: &str) -> Option<String> {
+    let on = text.split_whitespace().find(|w| w.starts_with('['))?;
+    (on != "[none]").then(|| on.to_string())
+}
+
 impl BpfTracer {
     /// Loads gprobe_propagate (once): Err says why the kernel refused it.
-    pub(super) fn load_propagate(&mut self) -> Result<(), String> {
+    pub(super) fn load_propagate(&mut self) -> Result<(), WriterRefused> {
         if let Some(r) = &self.propagate_loaded {
             return r.clone();
         }
@@ -21,19 +52,8 @@ impl BpfTracer {
             .and_then(|p| p.try_into().ok())
             .expect("BPF object has its propagation programs");
         let r = p.load().map_err(|e| {
-            let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
-                .ok()
-                .and_then(|l| {
-                    let on = l.split_whitespace().find(|w| w.starts_with('['))?;
-                    (on != "[none]").then(|| format!(" (lockdown: {on})"))
-                })
-                .unwrap_or_default();
             tracing::debug!("gprobe_propagate: {e:#}");
-            format!(
-                "this kernel does not let BPF programs write to a process's memory \
-                 (bpf_probe_write_user){lockdown}: kernels in lockdown mode (e.g. with \
-                 Secure Boot) forbid it"
-            )
+            WriterRefused::now()
         });
         self.propagate_loaded = Some(r.clone());
         r
@@ -79,7 +99,8 @@ impl BpfTracer {
         };
         if let Err(why) = self.load_propagate() {
             // The requests are still counted; no connection is followed.
-            return Ok((cfg(vec![]), Some(why)));
+            // The engine and the stats carry the reason as the text users see.
+            return Ok((cfg(vec![]), Some(why.to_string())));
         }
         let write = GpProbeCfg {
             kind: abi::PROBE_HTTP_WRITE,
@@ -93,5 +114,34 @@ impl BpfTracer {
         )?;
         self.propagate_cfgs.insert(w);
         Ok((cfg(vec![w, conn]), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reason_names_the_lockdown_mode_in_force() {
+        assert_eq!(lockdown_mode("[none] integrity confidentiality\n"), None);
+        assert_eq!(
+            lockdown_mode("none [integrity] confidentiality\n").as_deref(),
+            Some("[integrity]")
+        );
+        assert_eq!(lockdown_mode(""), None);
+        let refused = |lockdown: Option<&str>| WriterRefused {
+            lockdown: lockdown.map(str::to_string),
+        };
+        assert_eq!(
+            refused(Some("[integrity]")).to_string(),
+            "this kernel does not let BPF programs write to a process's memory \
+             (bpf_probe_write_user) (lockdown: [integrity]): kernels in lockdown mode (e.g. \
+             with Secure Boot) forbid it"
+        );
+        assert_eq!(
+            refused(None).to_string(),
+            "this kernel does not let BPF programs write to a process's memory \
+             (bpf_probe_write_user): kernels in lockdown mode (e.g. with Secure Boot) forbid it"
+        );
     }
 }

@@ -5,9 +5,10 @@
 //! gprobe_propagate). They are removed with the last propagating probe of the process.
 
 use super::tracer::{ProbeConfig, Site};
-use super::{Engine, Resolver, Tracer};
+use super::{Engine, Resolver, TraceError, Tracer};
 use crate::attach::perf::ProbePoint;
 use crate::discover::FileKey;
+use crate::resolve::propagate::PropagateError;
 use crate::stats::PropagationCounts;
 use std::path::Path;
 
@@ -17,6 +18,15 @@ pub(super) struct PropagateProbes {
     sites: Vec<Site>,
     /// Why there is no header writer, if so.
     why: Option<String>,
+}
+
+/// Why no propagation probes are placed in an executable (said in the agent's log).
+#[derive(Debug, thiserror::Error)]
+enum NoPropagation {
+    #[error(transparent)]
+    Plan(PropagateError),
+    #[error(transparent)]
+    Config(TraceError),
 }
 
 impl<T: Tracer, R: Resolver> Engine<T, R> {
@@ -33,11 +43,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             let planned = self
                 .resolver
                 .propagate_plan(path)
+                .map_err(NoPropagation::Plan)
                 .and_then(|plan| {
                     let (cfg, why) = self
                         .tracer
                         .propagate_config(&plan)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(NoPropagation::Config)?;
                     if let Some(why) = &why {
                         tracing::warn!(
                             "propagate: requests from {shown} carry no traceparent: {why}"

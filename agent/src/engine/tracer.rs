@@ -3,7 +3,7 @@
 
 use crate::attach::perf::ProbePoint;
 use crate::plan::ProbePlan;
-use crate::resolve::propagate::PropagatePlan;
+use crate::resolve::propagate::{PropagateError, PropagatePlan};
 use crate::stats::KernelCounts;
 use gprobe_crds::{Limits, Probe};
 use std::collections::BTreeSet;
@@ -218,7 +218,7 @@ pub trait Resolver {
 
     /// gprobe's own probes that carry propagating spans to outgoing net/http requests in
     /// the Go executable at `path`, or why there can be none.
-    fn propagate_plan(&mut self, path: &Path) -> Result<PropagatePlan, String>;
+    fn propagate_plan(&mut self, path: &Path) -> Result<PropagatePlan, PropagateError>;
 
     /// True when `path` leads through a process that has exited (`/proc/PID/...`): what
     /// could not be read through it says nothing of the file, and is not remembered.

@@ -35,6 +35,12 @@ const CONN_ROUND_TRIP: &str = "net/http.(*persistConn).roundTrip";
 /// Why propagation cannot be done in an executable.
 #[derive(Debug, thiserror::Error)]
 pub enum PropagateError {
+    /// The executable could not be opened or parsed.
+    #[error("{source}")]
+    Open {
+        #[source]
+        source: Box<super::ResolveError>,
+    },
     #[error("not a Go program")]
     NotGo,
     /// A position-independent executable's type descriptors move with its load address;

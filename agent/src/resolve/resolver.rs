@@ -60,14 +60,14 @@ impl crate::engine::Resolver for BinaryResolver {
         Some(plan)
     }
 
-    /// The engine takes the reason as text (the trait is the engine's): the typed errors
-    /// become their messages here.
     fn propagate_plan(
         &mut self,
         path: &std::path::Path,
-    ) -> Result<super::propagate::PropagatePlan, String> {
-        let bin = Binary::open(path).map_err(|e| e.to_string())?;
-        super::propagate::plan(&bin).map_err(|e| e.to_string())
+    ) -> Result<super::propagate::PropagatePlan, super::propagate::PropagateError> {
+        let bin = Binary::open(path).map_err(|e| super::propagate::PropagateError::Open {
+            source: Box::new(e),
+        })?;
+        super::propagate::plan(&bin)
     }
 
     fn through_gone_process(&self, path: &std::path::Path) -> bool {

@@ -60,16 +60,20 @@ struct Args {
     keep: bool,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A `--period`/`--duration` value that is not a number with a unit (s, m, ms).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}: expected e.g. 30s, 2m")]
+struct BadDuration(String);
+
+fn parse_duration(s: &str) -> Result<Duration, BadDuration> {
+    let bad = || BadDuration(s.to_string());
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{s}: expected e.g. 30s, 2m"))?;
+    let n: u64 = n.parse().map_err(|_| bad())?;
     match unit {
         "s" | "" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
         "ms" => Ok(Duration::from_millis(n)),
-        _ => Err(format!("{s}: expected e.g. 30s, 2m")),
+        _ => Err(bad()),
     }
 }
 

@@ -307,10 +307,11 @@ impl Resolver for FakeResolver {
     fn propagate_plan(
         &mut self,
         path: &Path,
-    ) -> Result<crate::resolve::propagate::PropagatePlan, String> {
+    ) -> Result<crate::resolve::propagate::PropagatePlan, crate::resolve::propagate::PropagateError>
+    {
         // Pid 20 runs a program that makes no requests.
         if path.to_string_lossy().contains("/proc/20/") {
-            return Err("it makes no net/http client requests".into());
+            return Err(crate::resolve::propagate::PropagateError::NoClientRequests);
         }
         Ok(crate::resolve::propagate::PropagatePlan {
             out: plan("net/http.(*Transport).roundTrip", 2),
