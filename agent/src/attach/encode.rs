@@ -12,7 +12,7 @@
 //! - `aux`: a propagating entry's header capture (its index + 1).
 
 use crate::abi::{self, GpProbeCfg};
-use crate::plan::{CapturePlan, ProbePlan};
+use crate::plan::{CapturePlan, Pairing, ProbePlan};
 use crate::resolve::sites;
 
 /// BPF configurations for the entry (at `entry_offset`) and (if any) the return uprobes.
@@ -62,7 +62,7 @@ fn config(
             rate_limit
         },
         flags: record_shape(caps)
-            | if plan.pair_by_thread {
+            | if plan.pairing == Pairing::Thread {
                 abi::CFG_PAIR_BY_THREAD
             } else {
                 0

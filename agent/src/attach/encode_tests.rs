@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::abi::GpCapture;
-use crate::plan::{Decode, EntrySite, SignatureSource};
+use crate::plan::{Decode, EntrySite, Pairing, SignatureSource};
 
 fn capture(name: &str, kind: u8) -> CapturePlan {
     CapturePlan {
@@ -36,7 +36,7 @@ fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbeP
         extra_entry_sites: vec![],
         uretprobe: false,
         ref_ctr_offset: 0,
-        pair_by_thread: false,
+        pairing: Pairing::Goroutine,
         type_names: None,
         propagate: false,
         newproc: false,
@@ -89,7 +89,7 @@ fn configurations_are_flagged_by_the_shape_of_their_records() {
 #[test]
 fn c_and_usdt_configurations_pair_by_thread() {
     let mut p = plan(vec![capture("n", abi::CAP_WORD)], vec![], true);
-    p.pair_by_thread = true;
+    p.pairing = Pairing::Thread;
     let (e, r) = configs(&p, 1, 0);
     assert_eq!(e.flags, abi::CFG_WORDS | abi::CFG_PAIR_BY_THREAD);
     assert_eq!(
@@ -207,7 +207,7 @@ fn encoded_configurations_are_pinned() {
     );
     c.ret_offsets = vec![c.entry_offset];
     c.uretprobe = true;
-    c.pair_by_thread = true;
+    c.pairing = Pairing::Thread;
     let (e, r) = configs(&c, 9, 50);
     let flags = abi::CFG_ONE_BYTES | abi::CFG_PAIR_BY_THREAD;
     assert_eq!(
@@ -230,7 +230,7 @@ fn encoded_configurations_are_pinned() {
     // A USDT probe with a semaphore and three sites, two of which read the same way.
     let mut usdt = plan(vec![at_reg("a", abi::CAP_WORD, 1)], vec![], false);
     usdt.ref_ctr_offset = 0x3000;
-    usdt.pair_by_thread = true;
+    usdt.pairing = Pairing::Thread;
     let other = vec![at_reg("a", abi::CAP_WORD, 2)];
     usdt.extra_entry_sites = vec![
         EntrySite {

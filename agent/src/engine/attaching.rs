@@ -470,7 +470,7 @@ mod tests {
             extra_entry_sites: vec![],
             uretprobe: false,
             ref_ctr_offset: 0,
-            pair_by_thread: false,
+            pairing: crate::plan::Pairing::Goroutine,
             type_names: None,
             propagate: false,
             newproc: false,
@@ -483,7 +483,7 @@ mod tests {
         let p = ProbePlan {
             ret_offsets: vec![0x100],
             uretprobe: true,
-            pair_by_thread: true,
+            pairing: crate::plan::Pairing::Thread,
             ..plan()
         };
         let cfg = crate::engine::ProbeConfig {

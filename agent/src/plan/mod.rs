@@ -34,7 +34,7 @@
 //! Locations (`GpLoc`): `LOC_REG` (x86 register number), `LOC_MEM` (register + `off`:
 //! C stack arguments at RSP + 8, 16, ... at entry; USDT memory operands), `LOC_CONST`
 //! (USDT `N@$imm`: the value is `off`). Configuration flags: `CFG_PAIR_BY_THREAD` in
-//! `GpProbeCfg::flags` when `pair_by_thread`. A USDT probe's configurations are all
+//! `GpProbeCfg::flags` for `Pairing::Thread`. A USDT probe's configurations are all
 //! `PROBE_CALL`: one per group of [`ProbePlan::entry_groups`] (`attach/encode.rs`).
 
 pub mod costs;
@@ -181,12 +181,8 @@ pub struct ProbePlan {
     /// attached to (pid-scoped: only the selected ones) and lowers it on detach, so that
     /// the program's `*_ENABLED()` check lets the probe fire. 0: no semaphore.
     pub ref_ctr_offset: u64,
-    /// Entries and returns pair by thread (C, USDT), not by goroutine (Go): BPF keys its
-    /// in-flight calls by the thread id (the low half of `bpf_get_current_pid_tgid`) in
-    /// place of R14, and writes that id to `gp_event.goroutine`, so spans nest per thread.
-    /// Carried to BPF as `CFG_PAIR_BY_THREAD` in the configuration's flags
-    /// (`attach/encode.rs`).
-    pub pair_by_thread: bool,
+    /// What pairs a call's entry with its return, and nests spans.
+    pub pairing: Pairing,
     /// The names of the binary's Go types, for captures that show a dynamic type
     /// (interfaces, errors, `[]any`); `None` when no capture needs them.
     pub type_names: Option<TypeNames>,
@@ -196,6 +192,19 @@ pub struct ProbePlan {
     pub propagate: bool,
     /// gprobe's own runtime.newproc1 probe: both configurations have `CFG_NEWPROC`.
     pub newproc: bool,
+}
+
+/// What BPF keys a call's in-flight entry by, so that its return finds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Pairing {
+    /// Go: the goroutine (`runtime.g` in R14), so a goroutine that parks on one thread and
+    /// returns on another is measured right.
+    #[default]
+    Goroutine,
+    /// C functions and USDT probes, where R14 is any value: the thread id (the low half of
+    /// `bpf_get_current_pid_tgid`), which BPF also writes to `gp_event.goroutine`, so spans
+    /// nest per thread. Carried to BPF as `CFG_PAIR_BY_THREAD` (`attach/encode.rs`).
+    Thread,
 }
 
 /// Where the parameter and result types of a plan came from.

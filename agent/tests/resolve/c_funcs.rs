@@ -4,7 +4,7 @@
 
 use gprobe_agent::abi::{self, reg, GpLoc};
 use gprobe_agent::attach::encode::configs;
-use gprobe_agent::plan::{Decode, PlanWarning, ProbePlan, SignatureSource};
+use gprobe_agent::plan::{Decode, Pairing, PlanWarning, ProbePlan, SignatureSource};
 use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::csig::CSignature;
@@ -107,7 +107,7 @@ fn symbols_and_entry_offsets_match_binutils() {
         let entry = file_offset(&path, want["add"]);
         assert_eq!(p.entry_offset, entry);
         assert_eq!(p.ret_offsets, vec![entry]);
-        assert!(p.uretprobe && p.pair_by_thread);
+        assert!(p.uretprobe && p.pairing == Pairing::Thread);
         assert_eq!((p.ref_ctr_offset, p.extra_entry_sites.len()), (0, 0));
         let (e, r) = configs(&p, 5, 100);
         assert_eq!(
@@ -485,12 +485,12 @@ fn cgo_c_functions_of_a_go_binary_are_planned_as_c() {
     assert!(b.find_function("x_cgo_init").is_err(), "not a Go function");
     let sig = "void x_cgo_init(void *g, void (*setg)(void *), void **tlsg, void **tlsbase)";
     let p = plan(&b, &probe("x_cgo_init", Some(sig), &["g", "tlsg"], true));
-    assert!(p.uretprobe && p.pair_by_thread);
+    assert!(p.uretprobe && p.pairing == Pairing::Thread);
     assert_eq!(p.ret_offsets, vec![p.entry_offset]);
     assert_eq!(caps(&p)[1].3, reg_at(reg::RDX));
     // Its Go functions keep Go's planning: RET uprobes, pairing by goroutine.
     let g = plan(&b, &probe("main.leaf", None, &[], true));
-    assert!(!g.uretprobe && !g.pair_by_thread);
+    assert!(!g.uretprobe && g.pairing == Pairing::Goroutine);
     assert!(!g.ret_offsets.is_empty() && !g.ret_offsets.contains(&g.entry_offset));
 }
 

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gprobe_agent::plan::ProbePlan;
+use gprobe_agent::plan::{Pairing, ProbePlan};
 use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError, TargetKind};
 use gprobe_crds::Probe;
@@ -77,7 +77,11 @@ fn assert_ret_probes(what: &str, path: &Path, plan: &ProbePlan) {
         );
         assert_ne!(r, plan.entry_offset, "{what}");
     }
-    assert!(!plan.pair_by_thread, "{what}: Go pairs by goroutine");
+    assert_eq!(
+        plan.pairing,
+        Pairing::Goroutine,
+        "{what}: Go pairs by goroutine"
+    );
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! Probe planning: where the types come from (signature, DWARF, and DWARF over a
 //! signature that disagrees), the warnings, and typed refusals.
 
-use gprobe_agent::plan::{Decode, PlanWarning, ProbePlan, SignatureDifference, SignatureSource};
+use gprobe_agent::plan::{
+    Decode, Pairing, PlanWarning, ProbePlan, SignatureDifference, SignatureSource,
+};
 use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError, Uncapturable};
 use gprobe_crds::Probe;
@@ -262,7 +264,7 @@ fn refusals_are_typed() {
             .entry_offset
     );
     assert_eq!(p.ret_offsets, vec![p.entry_offset]);
-    assert!(p.uretprobe && p.pair_by_thread);
+    assert!(p.uretprobe && p.pairing == Pairing::Thread);
     assert!(matches!(
         plan_probe(
             &exe,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use gprobe_agent::abi::{self, reg, GpLoc};
 use gprobe_agent::attach::encode::entry_config;
-use gprobe_agent::plan::{Decode, PlanWarning, ProbePlan, SignatureSource};
+use gprobe_agent::plan::{Decode, Pairing, PlanWarning, ProbePlan, SignatureSource};
 use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::{Binary, PlanError};
 use gprobe_crds::Probe;
@@ -100,7 +100,7 @@ fn the_test_programs_notes() {
     );
     assert_eq!(p.symbol, "usdt:cprog:twice");
     assert_eq!(p.extra_entry_sites.len(), 1);
-    assert!(p.ret_offsets.is_empty() && !p.uretprobe && p.pair_by_thread);
+    assert!(p.ret_offsets.is_empty() && !p.uretprobe && p.pairing == Pairing::Thread);
     assert_eq!(p.ref_ctr_offset, 0);
     assert_eq!(p.signature_source, SignatureSource::Signature);
     let groups = p.entry_groups();

@@ -11,7 +11,8 @@ use super::abi::{layout, Place};
 use super::capture::{self, mem_loc, reg_loc, Width};
 use crate::abi::{reg, GpLoc};
 use crate::plan::{
-    Captures, PlanWarning, ProbePlan, SignatureDifference, SignatureSource, SiteClass, SiteCosts,
+    Captures, Pairing, PlanWarning, ProbePlan, SignatureDifference, SignatureSource, SiteClass,
+    SiteCosts,
 };
 use crate::resolve::error::{CProblem, PlanError};
 use crate::resolve::{Binary, FuncInfo};
@@ -79,7 +80,7 @@ pub(crate) fn plan(
         extra_entry_sites: Vec::new(),
         uretprobe: true,
         ref_ctr_offset: 0,
-        pair_by_thread: true,
+        pairing: Pairing::Thread,
         propagate: false,
         newproc: false,
         type_names: None,

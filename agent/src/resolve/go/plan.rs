@@ -13,7 +13,7 @@ use super::types::{path, TypeNames, TypeRef, TypeStore};
 use crate::abi::{self, GP_MAX_CAPTURES};
 use crate::gosym::go_package;
 use crate::plan::{
-    CapturePlan, Captures, Decode, PlanWarning, ProbePlan, SignatureSource, SiteCosts,
+    CapturePlan, Captures, Decode, Pairing, PlanWarning, ProbePlan, SignatureSource, SiteCosts,
 };
 use crate::resolve::error::PlanError;
 use crate::resolve::sizes::check_sizes;
@@ -83,7 +83,7 @@ pub(crate) fn plan(
         extra_entry_sites: Vec::new(),
         uretprobe: false,
         ref_ctr_offset: 0,
-        pair_by_thread: false,
+        pairing: Pairing::Goroutine,
         type_names,
         propagate: probe.propagate,
         newproc: false,

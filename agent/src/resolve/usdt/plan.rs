@@ -10,7 +10,7 @@ use gprobe_crds::Probe;
 use super::args::{parse_args, ArgLoc, UsdtArg};
 use super::{UsdtProbe, UsdtSite};
 use crate::abi::GpLoc;
-use crate::plan::{CapturePlan, EntrySite, PlanWarning, ProbePlan, SignatureSource};
+use crate::plan::{CapturePlan, EntrySite, Pairing, PlanWarning, ProbePlan, SignatureSource};
 use crate::resolve::c::capture::{self, const_loc, mem_loc, reg_loc, Width};
 use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;
@@ -106,7 +106,7 @@ pub(crate) fn plan(
         extra_entry_sites: planned,
         uretprobe: false,
         ref_ctr_offset: semaphores.first().copied().unwrap_or(0),
-        pair_by_thread: true,
+        pairing: Pairing::Thread,
         propagate: false,
         newproc: false,
         type_names: None,
