@@ -12,7 +12,7 @@
 //! - `aux`: a propagating entry's header capture (its index + 1).
 
 use crate::abi::{self, GpProbeCfg};
-use crate::plan::{CapturePlan, Pairing, ProbePlan};
+use crate::plan::{CapturePlan, Pairing, ProbePlan, Role};
 use crate::resolve::sites;
 
 /// BPF configurations for the entry (at `entry_offset`) and (if any) the return uprobes.
@@ -67,12 +67,16 @@ fn config(
             } else {
                 0
             }
-            | if plan.propagate {
+            | if plan.role == Role::Propagating {
                 abi::CFG_PROPAGATE
             } else {
                 0
             }
-            | if plan.newproc { abi::CFG_NEWPROC } else { 0 },
+            | if plan.role == Role::Newproc {
+                abi::CFG_NEWPROC
+            } else {
+                0
+            },
         // What a hit costs the process, for its overhead budget (0: not known).
         cost_ns: {
             let class = if kind == abi::PROBE_RETURN {
@@ -93,7 +97,7 @@ fn config(
         // A propagating entry finds the caller's traceparent through its header capture.
         aux: caps
             .iter()
-            .position(|c| plan.propagate && c.bpf.kind == abi::CAP_HEADER)
+            .position(|c| plan.role == Role::Propagating && c.bpf.kind == abi::CAP_HEADER)
             .map_or(0, |i| i as u64 + 1),
         ..Default::default()
     };

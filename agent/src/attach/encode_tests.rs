@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::abi::GpCapture;
-use crate::plan::{Decode, EntrySite, Pairing, SignatureSource};
+use crate::plan::{Decode, EntrySite, Pairing, Role, SignatureSource};
 
 fn capture(name: &str, kind: u8) -> CapturePlan {
     CapturePlan {
@@ -38,8 +38,7 @@ fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbeP
         ref_ctr_offset: 0,
         pairing: Pairing::Goroutine,
         type_names: None,
-        propagate: false,
-        newproc: false,
+        role: Role::Traced,
         ..Default::default()
     }
 }
@@ -278,7 +277,7 @@ fn encoded_configurations_are_pinned() {
             bpf,
         });
     }
-    prop.propagate = true;
+    prop.role = Role::Propagating;
     let (e, r) = configs(&prop, 9, 0);
     assert_eq!(
         e,
@@ -305,7 +304,7 @@ fn encoded_configurations_are_pinned() {
 
     // gprobe's own runtime.newproc1 probe: a latency probe with CFG_NEWPROC on both.
     let mut newproc = plan(vec![at_reg("fn", abi::CAP_WORD, 0)], vec![], true);
-    newproc.newproc = true;
+    newproc.role = Role::Newproc;
     let (e, r) = configs(&newproc, 9, 0);
     let flags = abi::CFG_WORDS | abi::CFG_NEWPROC;
     assert_eq!(

@@ -472,8 +472,7 @@ mod tests {
             ref_ctr_offset: 0,
             pairing: crate::plan::Pairing::Goroutine,
             type_names: None,
-            propagate: false,
-            newproc: false,
+            role: crate::plan::Role::Traced,
             ..Default::default()
         }
     }

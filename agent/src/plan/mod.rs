@@ -186,12 +186,22 @@ pub struct ProbePlan {
     /// The names of the binary's Go types, for captures that show a dynamic type
     /// (interfaces, errors, `[]any`); `None` when no capture needs them.
     pub type_names: Option<TypeNames>,
-    /// The probe propagates its spans (`propagate: true`, Go latency probes): its entry
-    /// records carry the span BPF made (a `CAP_SPAN` capture, last), and both of its
+    /// A user's probe, one that propagates its spans, or gprobe's own runtime.newproc1.
+    pub role: Role,
+}
+
+/// What a probe is for, beyond recording its calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Role {
+    /// A user's probe.
+    #[default]
+    Traced,
+    /// A user's probe that propagates its spans (`propagate: true`, Go latency probes): its
+    /// entry records carry the span BPF made (a `CAP_SPAN` capture, last), and both of its
     /// configurations have `CFG_PROPAGATE`.
-    pub propagate: bool,
+    Propagating,
     /// gprobe's own runtime.newproc1 probe: both configurations have `CFG_NEWPROC`.
-    pub newproc: bool,
+    Newproc,
 }
 
 /// What BPF keys a call's in-flight entry by, so that its return finds it.

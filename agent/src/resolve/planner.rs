@@ -37,7 +37,7 @@ pub fn plan_probe(
         let func = bin.find_c_function(&probe.symbol)?;
         c::plan::plan(bin, probe, func, max_string_bytes)?
     };
-    if probe.propagate && !plan.propagate {
+    if probe.propagate && plan.role != crate::plan::Role::Propagating {
         return Err(PlanError::PropagateNotGo {
             symbol: plan.symbol,
         });

@@ -56,7 +56,7 @@ impl crate::engine::Resolver for BinaryResolver {
                 Some("func(fn uintptr, callergp uintptr, callerpc uintptr) uintptr".into());
             plan_probe(&bin, &probe, 0).ok()
         })?;
-        plan.newproc = true;
+        plan.role = crate::plan::Role::Newproc;
         Some(plan)
     }
 

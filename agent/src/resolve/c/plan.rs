@@ -11,8 +11,8 @@ use super::abi::{layout, Place};
 use super::capture::{self, mem_loc, reg_loc, Width};
 use crate::abi::{reg, GpLoc};
 use crate::plan::{
-    Captures, Pairing, PlanWarning, ProbePlan, SignatureDifference, SignatureSource, SiteClass,
-    SiteCosts,
+    Captures, Pairing, PlanWarning, ProbePlan, Role, SignatureDifference, SignatureSource,
+    SiteClass, SiteCosts,
 };
 use crate::resolve::error::{CProblem, PlanError};
 use crate::resolve::{Binary, FuncInfo};
@@ -81,8 +81,7 @@ pub(crate) fn plan(
         uretprobe: true,
         ref_ctr_offset: 0,
         pairing: Pairing::Thread,
-        propagate: false,
-        newproc: false,
+        role: Role::Traced,
         type_names: None,
     })
 }

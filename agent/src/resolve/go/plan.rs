@@ -13,7 +13,8 @@ use super::types::{path, TypeNames, TypeRef, TypeStore};
 use crate::abi::{self, GP_MAX_CAPTURES};
 use crate::gosym::go_package;
 use crate::plan::{
-    CapturePlan, Captures, Decode, Pairing, PlanWarning, ProbePlan, SignatureSource, SiteCosts,
+    CapturePlan, Captures, Decode, Pairing, PlanWarning, ProbePlan, Role, SignatureSource,
+    SiteCosts,
 };
 use crate::resolve::error::PlanError;
 use crate::resolve::sizes::check_sizes;
@@ -85,8 +86,11 @@ pub(crate) fn plan(
         ref_ctr_offset: 0,
         pairing: Pairing::Goroutine,
         type_names,
-        propagate: probe.propagate,
-        newproc: false,
+        role: if probe.propagate {
+            Role::Propagating
+        } else {
+            Role::Traced
+        },
     })
 }
 

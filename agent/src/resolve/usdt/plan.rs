@@ -10,7 +10,7 @@ use gprobe_crds::Probe;
 use super::args::{parse_args, ArgLoc, UsdtArg};
 use super::{UsdtProbe, UsdtSite};
 use crate::abi::GpLoc;
-use crate::plan::{CapturePlan, EntrySite, Pairing, PlanWarning, ProbePlan, SignatureSource};
+use crate::plan::{CapturePlan, EntrySite, Pairing, PlanWarning, ProbePlan, Role, SignatureSource};
 use crate::resolve::c::capture::{self, const_loc, mem_loc, reg_loc, Width};
 use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;
@@ -107,8 +107,7 @@ pub(crate) fn plan(
         uretprobe: false,
         ref_ctr_offset: semaphores.first().copied().unwrap_or(0),
         pairing: Pairing::Thread,
-        propagate: false,
-        newproc: false,
+        role: Role::Traced,
         type_names: None,
     })
 }
