@@ -15,10 +15,13 @@ use gprobe_e2e::go::repo_root;
 
 use crate::{open, section_range, write_tmp};
 
-fn forged() -> PathBuf {
+/// e2e/testdata/forged built for test `test` alone: the tests run at once in one process,
+/// and each removes its copy when done (one shared path let a test lose its file to the
+/// other's cleanup).
+fn forged(test: &str) -> PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("usdt-checks");
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(format!("forged.{}", std::process::id()));
+    let out = dir.join(format!("forged-{test}.{}", std::process::id()));
     cc::build(
         &repo_root().join("e2e/testdata/forged/forged.c"),
         &out,
@@ -36,7 +39,7 @@ fn usdt(point: &str) -> Probe {
 
 #[test]
 fn notes_that_sys_sdt_did_not_write_are_refused_with_the_reason() {
-    let path = forged();
+    let path = forged("notes");
     let b = open(&path);
     let probes = b.usdt_probes().unwrap();
     let site = |name: &str| {
@@ -113,7 +116,7 @@ type Corrupt = Box<dyn Fn(&mut Vec<u8>)>;
 /// "no .note.stapsdt section".
 #[test]
 fn a_malformed_note_section_is_reported_as_malformed() {
-    let path = forged();
+    let path = forged("malformed");
     let data = std::fs::read(&path).unwrap();
     let (off, _) = section_range(&path, ".note.stapsdt");
     let dir = path.parent().unwrap();
