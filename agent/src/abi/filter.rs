@@ -2,7 +2,7 @@
 //! values its terms test (`struct gp_fvals`), checked against the C layout like the rest
 //! of the ABI. agent/src/filter compiles predicates into these; filter.h evaluates them.
 
-use super::c;
+use super::layout as c;
 
 pub const FILTER_TERMS: usize = c::GP_FILTER_TERMS;
 pub const FILTER_OPS: usize = c::GP_FILTER_OPS;

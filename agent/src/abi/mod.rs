@@ -5,9 +5,8 @@
 
 #![allow(dead_code)]
 
-mod c {
-    include!(concat!(env!("OUT_DIR"), "/c_layout.rs"));
-}
+mod layout;
+use layout as c;
 pub mod decode;
 pub use c::{
     GP_COMM_LEN, GP_MAX_BUDGET_SLOTS, GP_MAX_CAPTURES, GP_MAX_DEPTH, GP_MAX_ELEMS, GP_MAX_ELEM_STR,

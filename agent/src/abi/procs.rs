@@ -1,8 +1,7 @@
 //! The records and map values of the process hooks (procs.bpf.c): the agent's lease, the
 //! held processes, the process events and their counters.
 
-use super::c;
-use super::GP_PATH_MAX;
+use super::layout::{self as c, GP_PATH_MAX};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
