@@ -50,9 +50,10 @@ static __always_inline int filter_term_passes(const struct gp_filter_term *t,
 	/* A string read short of its length (n < len) equals no literal; its prefix is what
 	 * was read. */
 	case GP_FT_STR_EQ:
-		return v->len == len && v->n == len && filter_bytes_eq(v->bytes, t->str, len);
-	case GP_FT_STR_NE:
-		return !(v->len == len && v->n == len && filter_bytes_eq(v->bytes, t->str, len));
+	case GP_FT_STR_NE: {
+		int eq = v->len == len && v->n == len && filter_bytes_eq(v->bytes, t->str, len);
+		return t->test == GP_FT_STR_EQ ? eq : !eq;
+	}
 	case GP_FT_PREFIX: return v->n >= len && filter_bytes_eq(v->bytes, t->str, len);
 	case GP_FT_NIL: return w == 0;
 	case GP_FT_NOT_NIL: return w != 0;
