@@ -12,10 +12,12 @@ An edge A -> B means that A names an item defined in B: through a `use` (with gr
 `self`, globs and renames), or a path written in the code (`crate::...`, `super::...`,
 `self::...`, or a child module's name). A name re-exported with `pub use` is followed to
 the file that defines it; the file that re-exports it gets an edge of its own. Comments,
-doc comments and string literals are skipped. Inline modules (`mod tests { ... }`) count
-as part of their file; edges from a file to itself are ignored.
+doc comments and string literals are skipped; edges from a file to itself are ignored.
+Unit tests (modules under `#[cfg(test)]`, inline or in files of their own) are left out
+unless --with-tests: a test imports what it tests, and the code under test never imports
+it back, so its imports say nothing about how the program's modules depend on each other.
 
-Usage: scripts/import_cycles.py [--root agent/src] [--tree resolve] [--all] [--dot]
+Usage: scripts/import_cycles.py [--root agent/src] [--tree resolve] [--all] [--with-tests] [--dot]
   --all   exit non-zero on any cycle, not only on one through an error module
   --dot   print the edges in Graphviz form
 """
@@ -27,6 +29,8 @@ import sys
 from collections import defaultdict
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+# `#[cfg(test)]` right before a `mod` (other attributes and `pub` may come between).
+CFG_TEST_BEFORE = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?\Z")
 # `#[path = "plan_tests.rs"] mod tests;`: read before strings are blanked.
 PATH_ATTR = re.compile(
     r'#\[path\s*=\s*"([^"]+)"\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(' + IDENT + r")\s*;"
@@ -87,11 +91,12 @@ def strip(src):
 class Module:
     """A module: a file, or an inline `mod name { ... }` inside one."""
 
-    def __init__(self, path, file, children, span):
+    def __init__(self, path, file, children, span, test):
         self.path = path  # tuple of names below the crate root
         self.file = file
         self.children = children  # names of submodules
         self.span = span  # (start, end) in the file's text of an inline module, else None
+        self.test = test  # under #[cfg(test)]: compiled only into the unit tests
 
 
 def parse_use_tree(text):
@@ -142,18 +147,18 @@ class Tree:
         self.modules = {}  # module path tuple -> Module
         self.sources = {}  # file -> stripped source
         self.path_attrs = {}  # file -> {module name: its #[path]}
-        self._load((), os.path.join(root, "lib.rs"))
+        self._load((), os.path.join(root, "lib.rs"), False)
 
-    def _load(self, path, file):
+    def _load(self, path, file, test):
         raw = open(file, encoding="utf-8").read()
         src = strip(raw)
         self.sources[file] = src
         self.path_attrs[file] = {m.group(2): m.group(1) for m in PATH_ATTR.finditer(raw)}
-        self._scan(path, file, src, 0, len(src), None)
+        self._scan(path, file, src, 0, len(src), None, test)
 
-    def _scan(self, path, file, src, start, end, span):
+    def _scan(self, path, file, src, start, end, span, test):
         children = []
-        mod = Module(path, file, children, span)
+        mod = Module(path, file, children, span, test)
         self.modules[path] = mod
         base = os.path.dirname(file) if os.path.basename(file) in ("mod.rs", "lib.rs", "main.rs") \
             else os.path.splitext(file)[0]
@@ -165,18 +170,19 @@ class Tree:
                 break
             name = m.group(1)
             children.append(name)
+            child_test = test or bool(CFG_TEST_BEFORE.search(src[max(start, m.start() - 200):m.start()]))
             if m.group(2) == ";":
                 cands = [os.path.join(base, name + ".rs"), os.path.join(base, name, "mod.rs")]
                 if name in self.path_attrs[file] and span is None:
                     cands = [os.path.join(os.path.dirname(file), self.path_attrs[file][name])]
                 for cand in cands:
                     if os.path.exists(cand):
-                        self._load(path + (name,), cand)
+                        self._load(path + (name,), cand, child_test)
                         break
                 pos = m.end()
             else:
                 close = matching_brace(src, m.end() - 1)
-                self._scan(path + (name,), file, src, m.end(), close, (m.end(), close))
+                self._scan(path + (name,), file, src, m.end(), close, (m.end(), close), child_test)
                 pos = close + 1
 
     def module_at(self, file, offset):
@@ -276,11 +282,12 @@ def matching_brace(src, open_at):
     return len(src)
 
 
-def edges_of(tree, tree_prefix):
+def edges_of(tree, tree_prefix, with_tests=False):
     edges = defaultdict(set)
+    test_files = {m.file for m in tree.modules.values() if m.test and m.span is None}
     for file, src in tree.sources.items():
         rel = os.path.relpath(file, tree.root)
-        if not rel.startswith(tree_prefix):
+        if not rel.startswith(tree_prefix) or (file in test_files and not with_tests):
             continue
         found = []
         for m in re.finditer(r"\buse\s+([^;]*);", src):
@@ -292,11 +299,13 @@ def edges_of(tree, tree_prefix):
             mod = tree.module_at(file, m.start())
             found.append((mod, m.group(1).split("::")))
         for mod, segs in found:
+            if mod.test and not with_tests:
+                continue
             target = tree.absolute(mod, segs)
             if target is None:
                 continue
             for dest in (tree.named_file(target), tree.defining_file(target)):
-                if dest is None or dest == file:
+                if dest is None or dest == file or (dest in test_files and not with_tests):
                     continue
                 drel = os.path.relpath(dest, tree.root)
                 if drel.startswith(tree_prefix):
@@ -368,11 +377,13 @@ def main():
     ap.add_argument("--error-file", action="append", default=[],
                     help="another file (relative to --root) that must be in no cycle")
     ap.add_argument("--all", action="store_true", help="fail on any cycle")
+    ap.add_argument("--with-tests", action="store_true",
+                    help="count the imports of #[cfg(test)] modules too")
     ap.add_argument("--dot", action="store_true", help="print the edges as a Graphviz graph")
     args = ap.parse_args()
     root = os.path.normpath(args.root)
     tree = Tree(root)
-    edges = edges_of(tree, args.tree)
+    edges = edges_of(tree, args.tree, args.with_tests)
     if args.dot:
         print("digraph imports {")
         for a in sorted(edges):
