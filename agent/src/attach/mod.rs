@@ -7,6 +7,7 @@ mod budget;
 mod configs;
 pub mod detach;
 pub mod encode;
+pub mod error;
 #[cfg(test)]
 mod filter_run;
 mod forget;
@@ -31,6 +32,7 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::programs::UProbe;
 use aya::{Btf, Ebpf, EbpfLoader};
 use detach::DetachPool;
+pub use error::MapError;
 use multi::MultiProgram;
 pub use slots::Link;
 use slots::Slots;
@@ -148,11 +150,6 @@ fn trace_map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> Trace
         source: MapError(Box::new(e)),
     }
 }
-
-/// Why the kernel refused a BPF map operation (aya's error, behind the project's type).
-#[derive(Debug, thiserror::Error)]
-#[error(transparent)]
-pub struct MapError(Box<aya::maps::MapError>);
 
 fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
 where

@@ -4,11 +4,13 @@
 //! from other threads); the kernel interface itself is small.
 
 use std::ffi::CString;
-use std::num::ParseIntError;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
+
+pub use super::error::{PerfError, PmuError};
+pub use crate::engine::ProbePoint;
 
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `perf_event_attr` up to `config2` (PERF_ATTR_SIZE_VER1).
@@ -24,24 +26,6 @@ struct UprobePmu {
     ret_bit: u32,
     /// First bit of `config` holding the reference-counter offset (USDT semaphores).
     ref_ctr_shift: Option<u32>,
-}
-
-/// Why the uprobe PMU's description in sysfs could not be read. Clone: the first answer is
-/// kept for the process's life.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PmuError {
-    #[error("{}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: Arc<std::io::Error>,
-    },
-    #[error("{}: {source}", path.display())]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: ParseIntError,
-    },
 }
 
 fn pmu() -> Result<UprobePmu, PmuError> {
@@ -76,17 +60,6 @@ fn pmu() -> Result<UprobePmu, PmuError> {
     .clone()
 }
 
-/// Where and how one uprobe is placed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProbePoint {
-    /// File offset of the instruction.
-    pub offset: u64,
-    /// A uretprobe (C functions only: never on Go).
-    pub ret: bool,
-    /// File offset of a USDT semaphore the kernel raises while the probe exists (0: none).
-    pub ref_ctr_offset: u64,
-}
-
 /// One attached uprobe: the perf event and the BPF link running the program on it.
 /// Dropping it detaches (closing the perf event unregisters the uprobe, which waits for an
 /// RCU grace period: drop these off the event path).
@@ -94,18 +67,6 @@ pub struct ProbePoint {
 pub struct PerfLink {
     _link: OwnedFd,
     _event: OwnedFd,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum PerfError {
-    #[error("the kernel's uprobe PMU is not available ({0}); gprobe needs CONFIG_UPROBE_EVENTS")]
-    Pmu(#[source] PmuError),
-    #[error("USDT semaphores need the kernel's uprobe reference counters (Linux 4.20+), which this kernel does not describe in sysfs")]
-    NoRefCtr,
-    #[error("perf_event_open of a uprobe failed: {0}")]
-    Open(#[source] std::io::Error),
-    #[error("attaching the BPF program to the uprobe failed (bpf_link_create): {0}")]
-    Link(#[source] std::io::Error),
 }
 
 /// Opens a uprobe on `target` at `point` that fires only in process `pid`, and runs `prog`

@@ -18,19 +18,6 @@ pub fn container_id(cgroup: &str) -> Option<String> {
     None
 }
 
-/// The container id of a running process, if it runs in one.
-pub fn container_of_pid(pid: u32) -> Option<String> {
-    container_id(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
-}
-
-/// Every process of a container (scanning /proc).
-pub fn pids_of_container(id: &str) -> Vec<u32> {
-    super::list_pids()
-        .into_iter()
-        .filter(|p| container_of_pid(*p).as_deref() == Some(id))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

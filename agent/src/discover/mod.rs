@@ -5,7 +5,9 @@ pub mod cgroup;
 pub mod cri;
 pub mod procs;
 
-pub use procs::{inspect, libraries_of, list_pids, FileKey, MappedFile, ProcError, ProcInfo};
+pub use procs::{
+    inspect, libraries_of, list_pids, pids_of_container, FileKey, MappedFile, ProcError, ProcInfo,
+};
 
 use crate::abi::decode::read_record;
 use crate::abi::{GpProcEvent, GpProcExec, EV_EXEC, EV_EXIT, EV_FORK, EV_LOADER};

@@ -77,6 +77,19 @@ pub fn list_pids() -> Vec<u32> {
     }
 }
 
+/// The container id of a running process, if it runs in one.
+pub fn container_of_pid(pid: u32) -> Option<String> {
+    super::cgroup::container_id(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
+}
+
+/// Every process of a container (scanning /proc).
+pub fn pids_of_container(id: &str) -> Vec<u32> {
+    list_pids()
+        .into_iter()
+        .filter(|p| container_of_pid(*p).as_deref() == Some(id))
+        .collect()
+}
+
 /// The start time (clock ticks since boot) of `pid`, from /proc/PID/stat.
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

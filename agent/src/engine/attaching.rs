@@ -2,9 +2,9 @@
 //! planning them once per file, and attaching them in the process.
 
 use super::error::ProbeError;
+use super::tracer::ProbePoint;
 use super::tracer::{PlanRequest, Resolver, Site, Tracer};
 use super::{Attachment, BinState, Engine, Planned, SpecId};
-use crate::attach::perf::ProbePoint;
 use crate::discover::{FileKey, ProcInfo};
 use crate::events::ProbeMeta;
 use crate::plan::ProbePlan;

@@ -4,10 +4,9 @@
 
 use super::snapshot::Snapshot;
 use super::{Engine, Held, Hold, HoldKind, Mode, Origin, Resolver, SpecKey, Tracer};
-use crate::discover::cgroup::pids_of_container;
 use crate::discover::cri::Container;
 use crate::discover::procs::start_time;
-use crate::discover::{inspect, libraries_of, list_pids, ProcError};
+use crate::discover::{inspect, libraries_of, list_pids, pids_of_container, ProcError};
 use gprobe_crds::ProbeSpec;
 use std::path::PathBuf;
 use std::sync::mpsc;

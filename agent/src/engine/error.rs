@@ -39,12 +39,12 @@ pub enum TraceError {
         path: String,
         offset: u64,
         #[source]
-        source: crate::attach::perf::PerfError,
+        source: crate::attach::error::PerfError,
     },
     #[error("updating BPF map {map} failed: {source}")]
     Map {
         map: &'static str,
         #[source]
-        source: crate::attach::MapError,
+        source: crate::attach::error::MapError,
     },
 }

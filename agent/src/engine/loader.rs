@@ -6,9 +6,9 @@
 //! call is seen. Only processes with a probe on a library are watched; the 1 s rescan of
 //! their maps stays as a fallback (a loader without the hook, such as a static binary's).
 
+use super::tracer::ProbePoint;
 use super::tracer::Site;
 use super::{Engine, Resolver, Tracer};
-use crate::attach::perf::ProbePoint;
 use crate::discover::MappedFile;
 use std::path::Path;
 

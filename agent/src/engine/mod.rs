@@ -30,7 +30,9 @@ pub mod tracer;
 mod tests;
 
 pub use error::{ProbeError, TraceError};
-pub use tracer::{CfgId, Held, Hold, HoldKind, PlanRequest, ProbeConfig, Resolver, Site, Tracer};
+pub use tracer::{
+    CfgId, Held, Hold, HoldKind, PlanRequest, ProbeConfig, ProbePoint, Resolver, Site, Tracer,
+};
 
 use crate::discover::cri::Container;
 use crate::discover::{FileKey, ProcInfo};

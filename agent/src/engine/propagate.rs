@@ -4,9 +4,9 @@
 //! request to a connection, and where it writes the request's headers (BPF's
 //! gprobe_propagate). They are removed with the last propagating probe of the process.
 
+use super::tracer::ProbePoint;
 use super::tracer::{ProbeConfig, Site};
 use super::{Engine, Resolver, TraceError, Tracer};
-use crate::attach::perf::ProbePoint;
 use crate::discover::FileKey;
 use crate::resolve::propagate::PropagateError;
 use crate::stats::PropagationCounts;

@@ -1,7 +1,6 @@
 //! The engine's boundary to the kernel (`Tracer`) and to binary resolution (`Resolver`):
 //! small traits so the engine's state machine can be tested with fakes.
 
-use crate::attach::perf::ProbePoint;
 use crate::plan::ProbePlan;
 use crate::resolve::propagate::{PropagateError, PropagatePlan};
 use crate::stats::KernelCounts;
@@ -12,6 +11,17 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::error::{ProbeError, TraceError};
+
+/// Where and how one uprobe is placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbePoint {
+    /// File offset of the instruction.
+    pub offset: u64,
+    /// A uretprobe (C functions only: never on Go).
+    pub ret: bool,
+    /// File offset of a USDT semaphore the kernel raises while the probe exists (0: none).
+    pub ref_ctr_offset: u64,
+}
 
 /// A probe configuration's handle in the kernel (the uprobe cookie's low half, and each
 /// record's probe id): unique over time, as a slot reused for another configuration gets a

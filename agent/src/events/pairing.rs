@@ -5,7 +5,8 @@
 //! Entries whose return never comes (a panic unwound them, or the RETURN record was lost
 //! and counted in BPF) are bounded: past `capacity` the oldest are dropped and counted.
 
-use super::{CallRecord, Value};
+use super::call::CallRecord;
+use super::value::Value;
 use std::collections::{HashMap, VecDeque};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -1,10 +1,11 @@
 //! Reads the events ring buffer: turns records into calls and hands them on in batches.
 
+use super::call::{CallRecord, Clock, InternalProbe, ProbeMeta, Resource};
+use super::decode::decode_values;
+use super::nesting::{Nesting, Origin, SpanIds};
+use super::pairing::{Pairing, PairingStats};
 use super::tracecontext::parse_traceparent;
-use super::{
-    decode_values, CallRecord, Clock, DecodeCtx, InternalProbe, Nesting, Origin, Pairing,
-    PairingStats, ProbeMeta, Resource, SpanIds, ValueKind,
-};
+use super::value::{DecodeCtx, Value, ValueKind};
 use crate::abi::decode::read_event;
 use crate::abi::{cfg_slot, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
 use crate::attach::ring::Ring;
@@ -351,7 +352,7 @@ impl Processor {
 /// Where a span belongs beyond its goroutine, from the hidden captures (taken out of the
 /// values: they are never output): the span BPF made for a propagating probe, else the
 /// caller's span from a handler's incoming `traceparent`.
-fn take_origin(meta: &ProbeMeta, values: &mut Vec<super::Value>) -> Origin {
+fn take_origin(meta: &ProbeMeta, values: &mut Vec<Value>) -> Origin {
     if !meta
         .captures
         .iter()
@@ -387,7 +388,7 @@ fn parse_made(text: &str) -> Option<SpanIds> {
 }
 
 /// A captured pointer or integer as a word (runtime.newproc1's goroutines).
-fn word(v: Option<&super::Value>) -> Option<u64> {
+fn word(v: Option<&Value>) -> Option<u64> {
     match v?.kind {
         ValueKind::Pointer(p) => Some(p),
         ValueKind::Uint(u) => Some(u),

@@ -26,6 +26,7 @@ pub mod ratelimit;
 pub mod summary;
 pub mod table;
 mod writer;
+pub use writer::Format;
 
 use crate::events::CallRecord;
 use crate::stats::Stats;
@@ -34,14 +35,6 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-
-/// Output format on stdout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Jsonl,
-    Table,
-    None,
-}
 
 /// What [`finish`](ExportHandle::finish) is given at exit, so that gprobe stops within 5 s
 /// whatever the collector does.

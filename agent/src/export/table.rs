@@ -24,8 +24,7 @@ use std::time::Duration;
 #[path = "table_cells.rs"]
 mod cells;
 
-/// Columns every line fits in.
-pub const WIDTH: usize = 80;
+pub use cells::WIDTH;
 const TIME_W: usize = 15;
 const PROBE_W: usize = 16;
 const SYMBOL_W: usize = 26;

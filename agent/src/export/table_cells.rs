@@ -3,11 +3,13 @@
 //! duration in a unit that fits, and the values wrapped on indented lines of
 //! [`WIDTH`] columns. The ordering and timing of rows is table.rs.
 
-use super::WIDTH;
 use crate::events::{CallRecord, Value, ValueKind};
 use std::io::Write;
 
 const INDENT: &str = "    ";
+/// Columns every line fits in.
+pub const WIDTH: usize = 80;
+
 /// A value longer than a line continues on at most this many lines, then is cut.
 const MAX_VALUE_LINES: usize = 3;
 

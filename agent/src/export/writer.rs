@@ -3,7 +3,7 @@
 
 use super::otlp::OtlpSink;
 use super::ratelimit::{suppressed_note, LogLimiter, WARN_EVERY};
-use super::{jsonl, table, Format};
+use super::{jsonl, table};
 use crate::events::CallRecord;
 use crate::stats::{ProbeKey, Stats};
 use std::collections::HashMap;
@@ -18,6 +18,14 @@ pub(crate) struct Writer {
     pub(crate) otlp: Option<OtlpSink>,
     /// Turns true when the reader of the output went away (broken pipe).
     pub(crate) closed: tokio::sync::watch::Sender<bool>,
+}
+
+/// Output format on stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Jsonl,
+    Table,
+    None,
 }
 
 /// How the output thread ended.

@@ -1,0 +1,43 @@
+//! The attacher's errors that the engine's `TraceError` carries as its sources. A leaf: it
+//! imports nothing of gprobe, so the engine can name these without depending on attach/
+//! (which depends on the engine's tracer boundary).
+
+use std::num::ParseIntError;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Why the uprobe PMU's description in sysfs could not be read. Clone: the first answer is
+/// kept for the process's life.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PmuError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: ParseIntError,
+    },
+}
+
+/// Why a uprobe could not be opened or given its program.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("the kernel's uprobe PMU is not available ({0}); gprobe needs CONFIG_UPROBE_EVENTS")]
+    Pmu(#[source] PmuError),
+    #[error("USDT semaphores need the kernel's uprobe reference counters (Linux 4.20+), which this kernel does not describe in sysfs")]
+    NoRefCtr,
+    #[error("perf_event_open of a uprobe failed: {0}")]
+    Open(#[source] std::io::Error),
+    #[error("attaching the BPF program to the uprobe failed (bpf_link_create): {0}")]
+    Link(#[source] std::io::Error),
+}
+
+/// Why the kernel refused a BPF map operation (aya's error, behind the project's type).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct MapError(pub(super) Box<aya::maps::MapError>);
