@@ -31,7 +31,10 @@ const HASH_LEN: usize = 10;
     shortname = "patt",
     category = "gprobe",
     status = "ProbeAttachmentStatus",
-    doc = "A ProbeAttachment reports what the gprobe agent on one node attached for one ProbeSpec: the matched containers and one link per probe and container. Written by the agent, named <probespec>-<node>, owned by the ProbeSpec (garbage-collected with it) and rolled up into the ProbeSpec's status by the operator.",
+    doc = "A ProbeAttachment reports what the gprobe agent on one node attached for one \
+        ProbeSpec: the matched containers and one link per probe and container. Written by the \
+            agent, named <probespec>-<node>, owned by the ProbeSpec (garbage-collected with it) \
+                and rolled up into the ProbeSpec's status by the operator.",
     printcolumn(
         name = "ProbeSpec",
         type_ = "string",

@@ -142,7 +142,8 @@ impl fmt::Display for CSignature {
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("invalid C prototype {signature:?} at column {column}: {message} (expected C syntax such as \"int SSL_write(void *ssl, const void *buf, int num)\", or \"(const char *query)\" for a USDT probe)")]
+#[error("invalid C prototype {signature:?} at column {column}: {message} (expected C syntax such \
+    as \"int SSL_write(void *ssl, const void *buf, int num)\", or \"(const char *query)\" for a USDT probe)")]
 pub struct CSignatureError {
     pub signature: String,
     pub column: usize,

@@ -355,7 +355,8 @@ impl Parser<'_> {
             self.skip_attributes()?;
             if self.is_punct("(") {
                 return self.err(
-                    "expected the function's name (functions returning function pointers are not supported: write void *)",
+                    "expected the function's name (functions returning function pointers are not \
+                    supported: write void *)",
                 );
             }
             let Some(name) = self.ident().map(str::to_string) else {

@@ -70,7 +70,9 @@ fn the_design_prototypes() {
 
 #[test]
 fn integer_types_by_size_and_sign() {
-    let s = sig("void f(int a, unsigned long b, size_t c, ssize_t d, int64_t e, uint8_t f, long long g, char h, _Bool i, bool j, unsigned k, short l, unsigned short int m, signed char n, unsigned char o, long unsigned int p, long double q, double r, float s, enum color t)");
+    let s = sig("void f(int a, unsigned long b, size_t c, ssize_t d, int64_t e, uint8_t f, long \
+        long g, char h, _Bool i, bool j, unsigned k, short l, unsigned short int m, signed char \
+            n, unsigned char o, long unsigned int p, long double q, double r, float s, enum color t)");
     let want = [
         I4,
         U8,
@@ -131,7 +133,10 @@ fn integer_types_by_size_and_sign() {
 
 #[test]
 fn pointers_qualifiers_and_odd_declarators() {
-    let s = sig("static inline const struct foo *const *get(volatile unsigned char *restrict buf, char **argv, char name[16], void (*cb)(int, void *), int, ...) __attribute__((nonnull))");
+    let s = sig(
+        "static inline const struct foo *const *get(volatile unsigned char *restrict buf, \
+        char **argv, char name[16], void (*cb)(int, void *), int, ...) __attribute__((nonnull))",
+    );
     assert_eq!(s.name.as_deref(), Some("get"));
     assert!(s.variadic);
     assert_eq!(
@@ -146,7 +151,8 @@ fn pointers_qualifiers_and_odd_declarators() {
     );
     assert_eq!(
         s.to_string(),
-        "const struct foo *const *get(volatile unsigned char *buf, char **argv, char name[16], void (*cb)(), int p4, ...)"
+        "const struct foo *const *get(volatile unsigned char *buf, char **argv, char name[16], \
+        void (*cb)(), int p4, ...)"
     );
     // Unnamed parameters, (void), ().
     let s = sig("long f(void *, size_t)");

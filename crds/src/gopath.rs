@@ -49,7 +49,10 @@ impl fmt::Display for GoCapture {
 }
 
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
-#[error("invalid capture {entry:?}: {message} (write a parameter or result name, a field path such as \"r.URL.Path\", or \"len(o.Items)\")")]
+#[error(
+    "invalid capture {entry:?}: {message} (write a parameter or result name, a field path \
+    such as \"r.URL.Path\", or \"len(o.Items)\")"
+)]
 pub struct GoCaptureError {
     pub entry: String,
     pub message: String,
@@ -249,7 +252,8 @@ mod tests {
         let e = s.check_capture(" x ", text).unwrap_err().to_string();
         assert_eq!(
             e,
-            "\" x \" is not a parameter or result of \"func(w http.ResponseWriter, r *http.Request)\"; known names: w, r"
+            "\" x \" is not a parameter or result of \"func(w http.ResponseWriter, r \
+            *http.Request)\"; known names: w, r"
         );
         // Bad syntax is the parser's error, unchanged.
         let e = s.check_capture("r..URL", text).unwrap_err();

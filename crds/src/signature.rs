@@ -141,7 +141,10 @@ pub fn positional_message(entry: &str, name: &str, r: ValueRef, real: &str, what
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("invalid signature {signature:?} at column {column}: {message} (expected Go syntax such as \"func(c *Client, url string) (*Response, error)\")")]
+#[error(
+    "invalid signature {signature:?} at column {column}: {message} (expected Go syntax such \
+    as \"func(c *Client, url string) (*Response, error)\")"
+)]
 pub struct SignatureError {
     pub signature: String,
     pub column: usize,

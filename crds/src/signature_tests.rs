@@ -61,7 +61,11 @@ fn unnamed_grouped_variadic_and_method_forms() {
     assert_eq!(s.results[0].name, "r0");
     assert_eq!(s.results[1].name, "r1");
 
-    let s = parse_signature("func(ctx context.Context, m map[string][]int, f func(int) error, ch <-chan struct{}, x interface{ Foo() }, arr [4]uint8)").unwrap();
+    let s = parse_signature(
+        "func(ctx context.Context, m map[string][]int, f func(int) error, ch \
+        <-chan struct{}, x interface{ Foo() }, arr [4]uint8)",
+    )
+    .unwrap();
     assert_eq!(s.params[0].ty, qualified("context", "Context"));
     assert!(matches!(s.params[1].ty, TypeExpr::Map(..)));
     assert_eq!(s.params[2].ty, TypeExpr::Func);
@@ -92,7 +96,11 @@ fn errors_point_at_the_problem() {
 
 #[test]
 fn named_types_by_package_name_or_import_path() {
-    let s = parse_signature("func(w http.ResponseWriter, r *net/http.Request, n gopkg.in/yaml.v3.Node, c *k8s.io/client-go/rest.Config) error").unwrap();
+    let s = parse_signature(
+        "func(w http.ResponseWriter, r *net/http.Request, n \
+        gopkg.in/yaml.v3.Node, c *k8s.io/client-go/rest.Config) error",
+    )
+    .unwrap();
     assert_eq!(s.params[0].ty, qualified("http", "ResponseWriter"));
     assert_eq!(
         s.params[1].ty,
@@ -113,7 +121,11 @@ fn generic_functions_and_types() {
     assert_eq!(s.type_params, ["T"]);
     assert_eq!(s.params[0].ty, TypeExpr::Slice(Box::new(named("T"))));
     assert_eq!(s.results[0].ty, named("T"));
-    let s = parse_signature("func Map[K comparable, V ~int64 | ~float64, W interface{ ~int }](m map[K]V, f func(V) W) []W").unwrap();
+    let s = parse_signature(
+        "func Map[K comparable, V ~int64 | ~float64, W interface{ ~int }](m \
+        map[K]V, f func(V) W) []W",
+    )
+    .unwrap();
     assert_eq!(s.type_params, ["K", "V", "W"]);
     let s = parse_signature("func[A, B any](a A, b B) (A, B)").unwrap();
     assert_eq!(s.type_params, ["A", "B"]);

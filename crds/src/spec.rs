@@ -26,7 +26,9 @@ pub const MAX_SYMBOL_BYTES: usize = 1024;
     shortname = "pspec",
     category = "gprobe",
     status = "ProbeSpecStatus",
-    doc = "A ProbeSpec names functions to trace with eBPF uprobes (probes) and the processes to trace them in (selector). The gprobe agent on every node attaches them and reports in a ProbeAttachment; the gprobe operator rolls those up into status.",
+    doc = "A ProbeSpec names functions to trace with eBPF uprobes (probes) and the processes to \
+        trace them in (selector). The gprobe agent on every node attaches them and reports in a \
+            ProbeAttachment; the gprobe operator rolls those up into status.",
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -73,7 +75,8 @@ pub struct ProbeSpecSpec {
 /// Selects processes. Every field given must match (AND); at least one field is required.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new(
-    "(has(self.images) && size(self.images) > 0) || has(self.podSelector) || (has(self.containerNames) && size(self.containerNames) > 0) || has(self.executable)"
+    "(has(self.images) && size(self.images) > 0) || has(self.podSelector) || \
+    (has(self.containerNames) && size(self.containerNames) > 0) || has(self.executable)"
 ).message("selects nothing: give at least one of images, podSelector, containerNames, executable"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Selector {
@@ -240,7 +243,8 @@ pub struct Limits {
     /// that doubles from 60 s. Other processes keep theirs. 0 means no budget (benchmarks,
     /// short investigations).
     #[serde(default = "default_max_overhead_percent")]
-    #[x_kube(validation = Rule::new("self >= 0.0 && self <= 100.0").message("is out of range: use a percentage from 0 (no budget) to 100"))]
+    #[x_kube(validation = Rule::new("self >= 0.0 && self <= \
+        100.0").message("is out of range: use a percentage from 0 (no budget) to 100"))]
     pub max_overhead_percent: f64,
 }
 

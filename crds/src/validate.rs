@@ -33,7 +33,10 @@ pub enum LoadError {
         doc: usize,
         error: serde_yaml::Error,
     },
-    #[error("{source_name}: document {doc}: apiVersion {found:?} kind {kind:?} is not a ProbeSpec; expected apiVersion: {API_VERSION} and kind: ProbeSpec")]
+    #[error(
+        "{source_name}: document {doc}: apiVersion {found:?} kind {kind:?} is not a \
+        ProbeSpec; expected apiVersion: {API_VERSION} and kind: ProbeSpec"
+    )]
     NotAProbeSpec {
         source_name: String,
         doc: usize,
@@ -44,9 +47,15 @@ pub enum LoadError {
     NoName { source_name: String, doc: usize },
     #[error("{source_name}: holds no ProbeSpec")]
     Empty { source_name: String },
-    #[error("{source_name}: is {bytes} bytes; a ProbeSpec file may have at most {MAX_SPEC_BYTES} (1 MiB): split it into several files")]
+    #[error(
+        "{source_name}: is {bytes} bytes; a ProbeSpec file may have at most {MAX_SPEC_BYTES} \
+        (1 MiB): split it into several files"
+    )]
     TooLarge { source_name: String, bytes: usize },
-    #[error("{source_name}: nests collections {depth} levels deep; at most {MAX_SPEC_DEPTH} are accepted (a ProbeSpec needs about 8): is this the right file?")]
+    #[error(
+        "{source_name}: nests collections {depth} levels deep; at most {MAX_SPEC_DEPTH} are \
+        accepted (a ProbeSpec needs about 8): is this the right file?"
+    )]
     TooDeep { source_name: String, depth: usize },
 }
 
@@ -203,7 +212,10 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
         } else if !exe.starts_with('/') && !exe.starts_with('*') {
             spec_issue(
                 "spec.selector.executable",
-                format!("{exe:?} is not an absolute path or a glob starting with '*'; write e.g. \"/usr/local/bin/{exe}\" or \"**/{exe}\""),
+                format!(
+                    "{exe:?} is not an absolute path or a glob starting with '*'; write e.g. \
+                    \"/usr/local/bin/{exe}\" or \"**/{exe}\""
+                ),
             );
         }
     }
@@ -266,7 +278,8 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 if !ok {
                     probe_issue(
                         ".usdt".into(),
-                        format!("{u:?} is not provider:name (e.g. postgresql:query__start; `gprobe symbols BINARY` lists them)"),
+                        format!("{u:?} is not provider:name (e.g. postgresql:query__start; \
+                            `gprobe symbols BINARY` lists them)"),
                     );
                 }
             }
@@ -361,7 +374,10 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
             if p.usdt.is_some() {
                 probe_issue(
                     ".signature".into(),
-                    format!("{sig_text:?} is a Go signature; a USDT probe's signature is its C argument list, e.g. \"(const char *query)\""),
+                    format!(
+                        "{sig_text:?} is a Go signature; a USDT probe's signature is its C \
+                        argument list, e.g. \"(const char *query)\""
+                    ),
                 );
                 continue;
             }
@@ -382,11 +398,17 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
             Err(e) => probe_issue(".signature".into(), e.to_string()),
             Ok(sig) if p.usdt.is_some() && !sig.is_arg_list() => probe_issue(
                 ".signature".into(),
-                format!("{sig_text:?} is a function prototype; a USDT probe's signature lists its arguments only, e.g. \"(const char *query)\""),
+                format!(
+                    "{sig_text:?} is a function prototype; a USDT probe's signature lists its \
+                    arguments only, e.g. \"(const char *query)\""
+                ),
             ),
             Ok(sig) if p.usdt.is_none() && sig.is_arg_list() => probe_issue(
                 ".signature".into(),
-                format!("{sig_text:?} lacks the function's result type and name; write the whole C prototype, e.g. \"int SSL_write(void *ssl, const void *buf, int num)\""),
+                format!(
+                    "{sig_text:?} lacks the function's result type and name; write the whole \
+                    C prototype, e.g. \"int SSL_write(void *ssl, const void *buf, int num)\""
+                ),
             ),
             Ok(sig) => {
                 for (j, c) in p.capture.iter().enumerate() {

@@ -45,7 +45,8 @@ fn the_design_example_loads_and_validates() {
 
 #[test]
 fn defaults_apply_when_limits_are_omitted() {
-    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f}]\n";
+    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  \
+        selector: {executable: /bin/x}\n  probes: [{symbol: main.f}]\n";
     let s = &load_specs(text, "a.yaml").unwrap()[0];
     assert_eq!(s.spec.limits.max_string_bytes, 256);
     assert_eq!(s.spec.limits.events_per_second, 10_000);
@@ -53,7 +54,8 @@ fn defaults_apply_when_limits_are_omitted() {
 
 #[test]
 fn malformed_yaml_names_file_and_line() {
-    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x\n  probes: []\n";
+    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  \
+        selector: {executable: /bin/x\n  probes: []\n";
     let e = load_specs(text, "bad.yaml").unwrap_err().to_string();
     assert!(e.starts_with("bad.yaml: document 1:"), "{e}");
     assert!(e.contains("line"), "{e}");
@@ -61,14 +63,21 @@ fn malformed_yaml_names_file_and_line() {
 
 #[test]
 fn unknown_fields_and_wrong_kinds_are_rejected() {
-    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f, captures: [x]}]\n";
+    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  \
+        selector: {executable: /bin/x}\n  probes: [{symbol: main.f, captures: [x]}]\n";
     let e = load_specs(text, "typo.yaml").unwrap_err().to_string();
     assert!(e.contains("unknown field `captures`"), "{e}");
     let e = load_specs("apiVersion: v1\nkind: Pod\n", "pod.yaml")
         .unwrap_err()
         .to_string();
     assert!(e.contains("is not a ProbeSpec"), "{e}");
-    let e = load_specs("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nspec: {selector: {executable: /x}, probes: []}\n", "noname.yaml").unwrap_err().to_string();
+    let e = load_specs(
+        "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nspec: {selector: \
+        {executable: /x}, probes: []}\n",
+        "noname.yaml",
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("metadata.name is required"), "{e}");
     assert!(matches!(
         load_specs("", "empty.yaml"),
@@ -111,7 +120,8 @@ spec:
 
 #[test]
 fn duplicate_captures_are_probe_issues() {
-    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f, signature: \"func(n int)\", capture: [n, n]}]\n";
+    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  \
+        selector: {executable: /bin/x}\n  probes: [{symbol: main.f, signature: \"func(n int)\", capture: [n, n]}]\n";
     let s = &load_specs(text, "a.yaml").unwrap()[0];
     let issues = validate_spec(s);
     assert_eq!(issues.len(), 1, "{issues:?}");
@@ -158,7 +168,11 @@ fn bounds_match_the_crd_schema() {
     for _ in 0..=crate::MAX_PROBES {
         probes.push_str("    - {symbol: main.f}\n");
     }
-    let text = format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: a}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes:\n{probes}    - {{symbol: {long_symbol}, capture: [a, b, c, d, e, f, g, h, i]}}\n");
+    let text = format!(
+        "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: \
+        a}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes:\n{probes}    - {{symbol: \
+            {long_symbol}, capture: [a, b, c, d, e, f, g, h, i]}}\n"
+    );
     let s = &load_specs(&text, "a.yaml").unwrap()[0];
     let issues = validate_spec(s);
     let fields: Vec<_> = issues.iter().map(|i| i.field.as_str()).collect();
@@ -176,7 +190,10 @@ fn bounds_match_the_crd_schema() {
 }
 
 fn spec_with(probes: &str) -> ProbeSpec {
-    let text = format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: a}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes:\n{probes}");
+    let text = format!(
+        "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: \
+        a}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes:\n{probes}"
+    );
     load_specs(&text, "c.yaml").unwrap().remove(0)
 }
 
@@ -204,7 +221,8 @@ fn the_design_c_and_usdt_probes_validate() {
 #[test]
 fn c_captures_are_checked_against_the_prototype() {
     let s = spec_with(
-        r#"    - {symbol: f, signature: "void f(const char *s, size_t n, double d, ...)", capture: [r0, x, "n[:s]", "s[:d]", "s[:r0]", "s[:n]", p1]}
+        r#"    - {symbol: f, signature: "void f(const char *s, size_t n, double d, ...)",
+       capture: [r0, x, "n[:s]", "s[:d]", "s[:r0]", "s[:n]", p1]}
     - {symbol: g, signature: "(int a)"}
     - {symbol: h, signature: "int h(int a", capture: [a]}
     - {usdt: "p:n", signature: "int f(int a)"}
@@ -219,20 +237,47 @@ fn c_captures_are_checked_against_the_prototype() {
         .map(|i| (i.field.as_str(), i.message.as_str()))
         .collect();
     let want: &[(&str, &str)] = &[
-        ("spec.probes[0].capture[0]", "returns void: there is no result"),
-        ("spec.probes[0].capture[1]", "\"x\" is not a parameter or the result of \"void f(const char *s, size_t n, double d, ...)\"; known names: s, n, d; arguments passed through `...` cannot be captured"),
+        (
+            "spec.probes[0].capture[0]",
+            "returns void: there is no result",
+        ),
+        (
+            "spec.probes[0].capture[1]",
+            "\"x\" is not a parameter or the result of \"void f(const \
+            char *s, size_t n, double d, ...)\"; known names: s, n, d; arguments passed through \
+                `...` cannot be captured",
+        ),
         ("spec.probes[0].capture[2]", "n is size_t, not a pointer"),
         ("spec.probes[0].capture[3]", "d is double, not an integer"),
-        ("spec.probes[0].capture[4]", "r0 is not a parameter or the result"),
+        (
+            "spec.probes[0].capture[4]",
+            "r0 is not a parameter or the result",
+        ),
         // A positional name of a named parameter: refused, naming it.
-        ("spec.probes[0].capture[6]", "\"p1\" names parameter 1 by its position, but \"void f(const char *s, size_t n, double d, ...)\" names it \"n\": write n"),
-        ("spec.probes[1].signature", "lacks the function's result type and name"),
+        (
+            "spec.probes[0].capture[6]",
+            "\"p1\" names parameter 1 by its position, but \"void \
+            f(const char *s, size_t n, double d, ...)\" names it \"n\": write n",
+        ),
+        (
+            "spec.probes[1].signature",
+            "lacks the function's result type and name",
+        ),
         ("spec.probes[2].signature", "invalid C prototype"),
-        ("spec.probes[3].signature", "a USDT probe's signature lists its arguments only"),
+        (
+            "spec.probes[3].signature",
+            "a USDT probe's signature lists its arguments only",
+        ),
         ("spec.probes[4].signature", "is a Go signature"),
-        ("spec.probes[5].capture[0]", "a USDT probe has arguments only, no result"),
+        (
+            "spec.probes[5].capture[0]",
+            "a USDT probe has arguments only, no result",
+        ),
         ("spec.probes[6].latency", "has no return to time"),
-        ("spec.probes[6].capture[0]", "without a signature a USDT probe's arguments are arg0, arg1"),
+        (
+            "spec.probes[6].capture[0]",
+            "without a signature a USDT probe's arguments are arg0, arg1",
+        ),
         ("spec.probes[6].capture[3]", "without a signature"),
     ];
     assert_eq!(got.len(), want.len(), "{issues:#?}");
@@ -269,7 +314,8 @@ fn propagate_needs_a_go_latency_probe() {
 #[test]
 fn the_overhead_budget_defaults_to_2_percent_and_is_a_share_of_one_cpu_or_0_for_none() {
     let spec = |limits: &str| {
-        format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: b}}\nspec:\n  selector: {{executable: /bin/x}}\n{limits}  probes: [{{symbol: main.f}}]\n")
+        format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: \
+            b}}\nspec:\n  selector: {{executable: /bin/x}}\n{limits}  probes: [{{symbol: main.f}}]\n")
     };
     let s = &load_specs(&spec(""), "b.yaml").unwrap()[0];
     assert_eq!(s.spec.limits.max_overhead_percent, 2.0);

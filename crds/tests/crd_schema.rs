@@ -128,7 +128,8 @@ fn printer_columns_and_names() {
 
 #[test]
 fn old_yaml_without_the_new_status_fields_still_loads() {
-    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  selector: {executable: /bin/x}\n  probes: [{symbol: main.f}]\nstatus:\n  conditions: []\n";
+    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  \
+        selector: {executable: /bin/x}\n  probes: [{symbol: main.f}]\nstatus:\n  conditions: []\n";
     let s = &gprobe_crds::load_specs(text, "a.yaml").unwrap()[0];
     let st = s.status.as_ref().unwrap();
     assert_eq!(st.nodes, 0);

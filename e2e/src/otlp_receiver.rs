@@ -80,7 +80,9 @@ pub fn http_receiver(rt: &tokio::runtime::Runtime) -> (Received, String) {
     let shared = rec.clone();
     rt.spawn(async move {
         loop {
-            let Ok((sock, _)) = listener.accept().await else { return };
+            let Ok((sock, _)) = listener.accept().await else {
+                return;
+            };
             let rec = shared.clone();
             tokio::spawn(async move {
                 let mut r = BufReader::new(sock);
@@ -106,12 +108,21 @@ pub fn http_receiver(rt: &tokio::runtime::Runtime) -> (Received, String) {
                     let mut body = vec![0u8; len];
                     r.read_exact(&mut body).await.unwrap();
                     match path.as_str() {
-                        "/v1/traces" => rec.traces.lock().unwrap().push(ExportTraceServiceRequest::decode(&body[..]).unwrap()),
-                        "/v1/metrics" => rec.metrics.lock().unwrap().push(ExportMetricsServiceRequest::decode(&body[..]).unwrap()),
+                        "/v1/traces" => {
+                            let req = ExportTraceServiceRequest::decode(&body[..]).unwrap();
+                            rec.traces.lock().unwrap().push(req)
+                        }
+                        "/v1/metrics" => {
+                            let req = ExportMetricsServiceRequest::decode(&body[..]).unwrap();
+                            rec.metrics.lock().unwrap().push(req)
+                        }
                         other => panic!("unexpected OTLP path {other}"),
                     }
                     r.get_mut()
-                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n")
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: \
+                            application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+                        )
                         .await
                         .unwrap();
                 }

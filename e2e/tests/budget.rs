@@ -129,7 +129,8 @@ fn a_process_over_its_budget_loses_its_probe_and_a_quiet_one_keeps_it() {
     let run = g.stop();
     let s = run.summary();
     eprintln!(
-        "hot: {unprobed:.0} ns per call unprobed, {probed:.0} probed, {after:.0} after its probe was taken off {:.1} s after the attach; quiet made calls {quiet_from}..{quiet_to} since; budget: {:?}",
+        "hot: {unprobed:.0} ns per call unprobed, {probed:.0} probed, {after:.0} after its probe \
+        was taken off {:.1} s after the attach; quiet made calls {quiet_from}..{quiet_to} since; budget: {:?}",
         detached_after.as_secs_f64(),
         s.budget
     );
@@ -225,7 +226,9 @@ fn a_latency_probe_over_its_budget_loses_its_returns_and_still_records_every_cal
         .filter(|r| r["duration_ns"].as_u64().is_some())
         .count();
     eprintln!(
-        "ns per call: {unprobed:.0} unprobed, {both:.0} with entry and returns, {entries_only:.0} with the entry alone; returns taken off {:.1} s after the attach; {} records, {with_duration} with a duration; checked calls {from}..{to}; budget: {:?}",
+        "ns per call: {unprobed:.0} unprobed, {both:.0} with entry and returns, {entries_only:.0} \
+        with the entry alone; returns taken off {:.1} s after the attach; {} records, \
+            {with_duration} with a duration; checked calls {from}..{to}; budget: {:?}",
         off_after.as_secs_f64(),
         recs.len(),
         s.budget

@@ -216,7 +216,8 @@ fn children_forked_by_a_traced_process_are_held_until_their_probes_are_attached(
         .count();
     let errors = run.stderr.matches("bpf_link_create").count();
     eprintln!(
-        "300 children: {got} calls recorded, {counted} of the rest listed as missed; summary: matched {}, traced {}, missed {missed_total}; {errors} attach error lines; probe error {:?}",
+        "300 children: {got} calls recorded, {counted} of the rest listed as missed; summary: \
+        matched {}, traced {}, missed {missed_total}; {errors} attach error lines; probe error {:?}",
         s.processes.matched,
         s.processes.traced,
         s.probe("work").error
@@ -336,7 +337,10 @@ fn a_crowd_of_new_processes_is_traced_from_their_first_calls() {
     let missed_total = json["processes"]["missed_total"].as_u64().unwrap();
     let listed: BTreeSet<u32> = s.processes.missed.iter().map(|m| m.pid).collect();
     eprintln!(
-        "200 processes started in {} ms, all done {} ms after the first: {total_delivered} of {total_made} calls delivered ({:.2}%), {total_lost} lost, {} counted nowhere; {} processes without their first call, of which {} listed as missed; summary: matched {}, traced {}, missed {missed_total}, process events lost {}",
+        "200 processes started in {} ms, all done {} ms after the first: {total_delivered} of \
+        {total_made} calls delivered ({:.2}%), {total_lost} lost, {} counted nowhere; {} \
+            processes without their first call, of which {} listed as missed; summary: matched \
+                {}, traced {}, missed {missed_total}, process events lost {}",
         spawned_in.as_millis(),
         done_in.as_millis(),
         100.0 * total_delivered as f64 / total_made as f64,

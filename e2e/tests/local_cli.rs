@@ -9,7 +9,10 @@ use gprobe_e2e::spec::{raw, ProbeBuilder, SpecBuilder};
 fn malformed_specs_are_clear_errors() {
     // Not YAML: the flow mapping is never closed.
     let run = gprobe_once(
-        &raw("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: x}\nspec:\n  selector: {executable: /bin/x\n"),
+        &raw(
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: x}\nspec:\n  \
+            selector: {executable: /bin/x\n",
+        ),
         &[],
     );
     assert!(!run.status.success());
@@ -58,7 +61,10 @@ fn symbols_lists_functions_with_dwarf_signatures_and_stripped_ones_without() {
     );
     assert!(out.contains("main.fail  func(n int) (r0 error)"), "{out}");
     assert!(
-        out.contains("main.kinds  func(b bool, i8 int8, u16 uint16, i32 int32, u64 uint64, p *int, bs []uint8, e error) (ok bool, n int)"),
+        out.contains(
+            "main.kinds  func(b bool, i8 int8, u16 uint16, i32 int32, u64 uint64, p \
+            *int, bs []uint8, e error) (ok bool, n int)"
+        ),
         "{out}"
     );
     let out = list(&stripped);

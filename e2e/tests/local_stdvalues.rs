@@ -251,7 +251,8 @@ fn positional_names_are_refused_where_dwarf_names_the_values() {
         let what = v.tag();
         assert!(
             run.stderr.contains(
-                "main.errno: cannot capture \"p0\": \"p0\" names parameter 0 by its position, but DWARF names it \"n\": write n"
+                "main.errno: cannot capture \"p0\": \"p0\" names parameter 0 by its position, but \
+                DWARF names it \"n\": write n"
             ),
             "{what}: {}",
             run.stderr

@@ -22,7 +22,10 @@ fn zoo_spec(bin: &Path) -> String {
         )
         .probe(
             ProbeBuilder::new("main.kinds")
-                .signature("func(b bool, i8 int8, u16 uint16, i32 int32, u64 uint64, p *int, bs []byte, e error) (ok bool, n int)")
+                .signature(
+                    "func(b bool, i8 int8, u16 uint16, i32 int32, u64 uint64, p *int, bs \
+                    []byte, e error) (ok bool, n int)",
+                )
                 .capture(["b", "i8", "u16", "i32", "u64", "p", "bs", "e"]),
         )
         .probe(ProbeBuilder::new("main.kinds").capture(["ok", "n"]))
@@ -32,7 +35,11 @@ fn zoo_spec(bin: &Path) -> String {
                 .capture(["x", "n"]),
         )
         .probe(ProbeBuilder::new("main.area").capture(["p"]))
-        .probe(ProbeBuilder::new("main.fail").capture(["n", "r0"]).latency())
+        .probe(
+            ProbeBuilder::new("main.fail")
+                .capture(["n", "r0"])
+                .latency(),
+        )
         .probe(ProbeBuilder::new("main.nope"))
         .probe(ProbeBuilder::new("net/http.Get"))
         .probe(
@@ -61,7 +68,8 @@ fn arguments_of_every_supported_kind_and_bad_probes_reported_while_the_rest_runs
         let err = &run.stderr;
         for expected in [
             r#"spec.probes[8].capture[0]: "zz" is not a parameter or result of "func(a int) int"; known names: a, r0"#,
-            r#"cannot capture "x": the float64 is passed in register X0; uprobes see only the general-purpose registers"#,
+            "cannot capture \"x\": the float64 is passed in register X0; uprobes see only the \
+            general-purpose registers",
             r#"cannot capture "p": main.point values cannot be captured"#,
             "symbol main.nope not found in",
             "net/http.Get is inlined into its callers",

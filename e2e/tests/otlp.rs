@@ -127,7 +127,8 @@ fn check(protocol: &str) {
                                     attr_str(&p.attributes, "code.function").as_deref(),
                                     Some("net/http.(*Client).Get")
                                 );
-                                if let Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(v)) = p.value {
+                                use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
+                                if let Some(Value::AsInt(v)) = p.value {
                                     calls = Some(v);
                                 }
                             }

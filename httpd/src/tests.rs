@@ -32,7 +32,8 @@ impl Handler for Health {
                 code: 200,
                 content_type: METRICS,
                 body: format!(
-                    "# HELP gprobe_agent_links_attached Probe links attached on this node.\ngprobe_agent_links_attached {}\ngprobe_agent_ready {}\n",
+                    "# HELP gprobe_agent_links_attached Probe links attached on this \
+                    node.\ngprobe_agent_links_attached {}\ngprobe_agent_ready {}\n",
                     self.attached.load(Ordering::Relaxed),
                     u8::from(self.ready.load(Ordering::Relaxed))
                 ),

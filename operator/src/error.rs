@@ -14,7 +14,11 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("the ProbeAttachments of ProbeSpec {namespace}/{name} are not known yet: the operator's watch of them has not listed them within {waited:?} (can its ServiceAccount list and watch probeattachments?)")]
+    #[error(
+        "the ProbeAttachments of ProbeSpec {namespace}/{name} are not known yet: the \
+        operator's watch of them has not listed them within {waited:?} (can its ServiceAccount \
+            list and watch probeattachments?)"
+    )]
     AttachmentsNotSynced {
         namespace: String,
         name: String,

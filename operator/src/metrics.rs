@@ -72,7 +72,11 @@ impl Metrics {
             self.reconciliations()
         );
 
-        let _ = writeln!(out, "# HELP gprobe_operator_reconcile_failures_total ProbeSpec reconciliations that failed, by error.");
+        let _ = writeln!(
+            out,
+            "# HELP gprobe_operator_reconcile_failures_total ProbeSpec \
+            reconciliations that failed, by error."
+        );
         let _ = writeln!(
             out,
             "# TYPE gprobe_operator_reconcile_failures_total counter"

@@ -33,13 +33,18 @@ fn context() -> (Arc<Context>, ApiServerVerifier) {
 
 fn spec_from(probes: &str) -> ProbeSpec {
     let text = format!(
-        "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: urls, namespace: shop, uid: u-1, generation: 2}}\nspec:\n  selector: {{images: ['registry.example/shop/*:v1.*']}}\n  probes:\n{probes}"
+        "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: urls, namespace: \
+        shop, uid: u-1, generation: 2}}\nspec:\n  selector: {{images: \
+            ['registry.example/shop/*:v1.*']}}\n  probes:\n{probes}"
     );
     load_specs(&text, "test.yaml").unwrap().remove(0)
 }
 
 fn valid_spec() -> ProbeSpec {
-    spec_from("    - {symbol: 'net/http.(*Client).Get', signature: 'func(c *Client, url string) (resp *Response, err error)', capture: [url, err]}\n")
+    spec_from(
+        "    - {symbol: 'net/http.(*Client).Get', signature: 'func(c *Client, url string) \
+        (resp *Response, err error)', capture: [url, err]}\n",
+    )
 }
 
 fn list_of(items: &[ProbeAttachment]) -> Value {
@@ -199,7 +204,8 @@ async fn valid_spec_without_attachments_is_valid_not_ready_and_announced() {
 async fn invalid_spec_is_not_valid_and_never_ready() {
     let (ctx, api) = context();
     let spec = spec_from(
-        "    - {symbol: main.computeE, signature: 'func(iterations int64) float64', capture: [iters]}\n    - {symbol: main.g, signature: 'func(n int'}\n",
+        "    - {symbol: main.computeE, signature: 'func(iterations int64) float64', capture: \
+        [iters]}\n    - {symbol: main.g, signature: 'func(n int'}\n",
     );
     let server = api.run(vec![list_step(&[]), patch_step(&spec), event_step()]);
     reconcile(Arc::new(spec), ctx.clone()).await.unwrap();

@@ -98,9 +98,15 @@ fn is_dns_subdomain(s: &str) -> bool {
 pub enum LabelError {
     #[error("label key {key:?}: prefix {prefix:?} is not a DNS subdomain (e.g. example.com)")]
     KeyPrefix { key: String, prefix: String },
-    #[error("label key {key:?}: name {name:?} must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric")]
+    #[error(
+        "label key {key:?}: name {name:?} must be 1-63 characters of [A-Za-z0-9-_.], starting \
+        and ending with an alphanumeric"
+    )]
     KeyName { key: String, name: String },
-    #[error("label value {value:?} must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric")]
+    #[error(
+        "label value {value:?} must be at most 63 characters of [A-Za-z0-9-_.], starting and \
+        ending with an alphanumeric"
+    )]
     Value { value: String },
 }
 
@@ -142,19 +148,27 @@ mod tests {
     use gprobe_crds::load_specs;
 
     fn spec(selector: &str) -> ProbeSpec {
-        let text = format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: a, namespace: ns}}\nspec:\n  selector: {selector}\n  probes: [{{symbol: main.f}}]\n");
+        let text = format!(
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: \
+            a, namespace: ns}}\nspec:\n  selector: {selector}\n  probes: [{{symbol: main.f}}]\n"
+        );
         load_specs(&text, "a.yaml").unwrap().remove(0)
     }
 
     #[test]
     fn a_good_pod_selector_has_no_issue() {
-        let s = spec("{podSelector: {matchLabels: {app: shop, example.com/tier: web}, matchExpressions: [{key: env, operator: In, values: [prod]}, {key: canary, operator: DoesNotExist}]}}");
+        let s = spec("{podSelector: {matchLabels: {app: shop, example.com/tier: web}, \
+            matchExpressions: [{key: env, operator: In, values: [prod]}, {key: canary, operator: DoesNotExist}]}}");
         assert_eq!(validate(&s), vec![]);
     }
 
     #[test]
     fn bad_pod_selectors_are_reported_with_their_field() {
-        let s = spec("{podSelector: {matchLabels: {'-app': 'shop!'}, matchExpressions: [{key: env, operator: Equals, values: [a]}, {key: tier, operator: In}, {key: x, operator: Exists, values: [y]}]}}");
+        let s = spec(
+            "{podSelector: {matchLabels: {'-app': 'shop!'}, matchExpressions: [{key: \
+            env, operator: Equals, values: [a]}, {key: tier, operator: In}, {key: x, operator: \
+                Exists, values: [y]}]}}",
+        );
         let issues = validate(&s);
         let fields: Vec<_> = issues.iter().map(|i| i.field.as_str()).collect();
         assert_eq!(
@@ -170,11 +184,13 @@ mod tests {
         assert!(issues[2].message.contains("\"Equals\" is not an operator"));
         assert_eq!(
             issues[0].message,
-            "label key \"-app\": name \"-app\" must be 1-63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric"
+            "label key \"-app\": name \"-app\" must be 1-63 characters of [A-Za-z0-9-_.], \
+            starting and ending with an alphanumeric"
         );
         assert_eq!(
             issues[1].message,
-            "label value \"shop!\" must be at most 63 characters of [A-Za-z0-9-_.], starting and ending with an alphanumeric"
+            "label value \"shop!\" must be at most 63 characters of [A-Za-z0-9-_.], starting and \
+            ending with an alphanumeric"
         );
     }
 

@@ -221,7 +221,8 @@ fn soak(a: Args) -> bool {
             last_print = now;
             let s = samples.last().unwrap();
             println!(
-                "  {:>5.0} s: {generation} spec versions, RssAnon {} KiB, fds {}, threads {}, uprobe links {}, {} records",
+                "  {:>5.0} s: {generation} spec versions, RssAnon {} KiB, fds {}, threads {}, \
+                uprobe links {}, {} records",
                 s.t,
                 s.rss_anon / 1024,
                 s.fds,

@@ -271,7 +271,12 @@ fn config_toml(dir: &Path, socket: &Path, snapshotter: &str) -> String {
         r#"version = 2
 root = "{d}/root"
 state = "{d}/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+]
 
 [grpc]
   address = "{s}"

@@ -54,7 +54,10 @@ const BYTES: &str = r#"
 #include <pthread.h>
 #include <stddef.h>
 /* noipa: a call the compiler cannot see through is made every time, not once. */
-__attribute__((noipa)) size_t a_function_whose_name_is_longer_than_the_column(const char *p, size_t n) { return n + (p[0] & 1); }
+__attribute__((noipa)) size_t a_function_whose_name_is_longer_than_the_column(const char *p, size_t n)
+{
+	return n + (p[0] & 1);
+}
 static const char bytes[] = "caf\xe9 \xff!";
 static void *work(void *arg) {
 	size_t s = 0;

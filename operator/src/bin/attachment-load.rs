@@ -338,7 +338,8 @@ async fn main() -> Result<()> {
     delays.sort();
     let n = written.len();
     println!(
-        "steady phase: {} status changes in {:.1} s ({:.1} changes/s = {:.1} requests/s of the agents; planned {:.1}/s), {} failed writes, writes behind schedule by at most {:.1} s",
+        "steady phase: {} status changes in {:.1} s ({:.1} changes/s = {:.1} requests/s of the \
+        agents; planned {:.1}/s), {} failed writes, writes behind schedule by at most {:.1} s",
         n,
         steady.as_secs_f64(),
         n as f64 / steady.as_secs_f64(),
@@ -348,7 +349,8 @@ async fn main() -> Result<()> {
         late.lock().unwrap_or_else(|e| e.into_inner()).as_secs_f64()
     );
     println!(
-        "roll-up latency (change written -> ProbeSpec status shows it): p50 {:.3} s, p90 {:.3} s, p99 {:.3} s, max {:.3} s over {} changes; {} not rolled up within 15 s of the end",
+        "roll-up latency (change written -> ProbeSpec status shows it): p50 {:.3} s, p90 {:.3} s, \
+        p99 {:.3} s, max {:.3} s over {} changes; {} not rolled up within 15 s of the end",
         percentile(&delays, 0.5).as_secs_f64(),
         percentile(&delays, 0.9).as_secs_f64(),
         percentile(&delays, 0.99).as_secs_f64(),
