@@ -1,7 +1,7 @@
 //! The kernel side of overhead budgets (engine/budget.rs): what each (process, spec) pair's
 //! probes have cost, by budget slot, and the slots whose return probes were taken off.
 
-use super::{take, LoadError};
+use super::object::{take, LoadError};
 use aya::maps::{Array, MapData, PerCpuArray, PerCpuValues};
 use aya::Ebpf;
 

@@ -4,7 +4,8 @@
 //! probe's. Kept apart from the attaching in mod.rs: this is the bookkeeping of the maps.
 
 use super::encode::{configs, entry_config};
-use super::{trace_map_err, BpfTracer};
+use super::object::trace_map_err;
+use super::BpfTracer;
 use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use crate::engine::{CfgId, ProbeConfig, TraceError};
 use crate::plan::ProbePlan;

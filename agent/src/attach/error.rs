@@ -41,3 +41,17 @@ pub enum PerfError {
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
 pub struct MapError(pub(super) Box<aya::maps::MapError>);
+
+/// Why the kernel refused the header writer (gprobe_propagate). Clone: the first answer is
+/// kept for the tracer's life.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "this kernel does not let BPF programs write to a process's memory \
+     (bpf_probe_write_user){}: kernels in lockdown mode (e.g. with Secure Boot) forbid it",
+    lockdown.as_ref().map(|on| format!(" (lockdown: {on})")).unwrap_or_default()
+)]
+pub struct WriterRefused {
+    /// The lockdown mode in force (`[integrity]`, `[confidentiality]`), when
+    /// /sys/kernel/security/lockdown names one.
+    pub lockdown: Option<String>,
+}

@@ -3,7 +3,8 @@
 //! is held, the traced processes whose children are held at fork, the hooks' counters and
 //! the lease that keeps holds valid while this agent lives.
 
-use super::{pins, take, trace_map_err, LoadError};
+use super::object::{take, trace_map_err, LoadError};
+use super::pins;
 use crate::abi::{self, GpControl, GpHold, GpProcStats, GP_COMM_LEN};
 use crate::engine::tracer::{Held, Hold, HoldKind, ProcCounts};
 use crate::engine::TraceError;

@@ -14,6 +14,7 @@ mod forget;
 mod holdmaps;
 pub mod hooks;
 pub mod multi;
+pub mod object;
 pub mod perf;
 pub mod pins;
 mod pod;
@@ -34,50 +35,19 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use detach::DetachPool;
 pub use error::MapError;
 use multi::MultiProgram;
+pub use object::LoadError;
+use object::{take, trace_map_err, BPF_OBJECT, PROCS_OBJECT, UPROBE_PROG};
+use object::{PROPAGATE_DRY_PROG, PROPAGATE_PROG};
 pub use slots::Link;
 use slots::Slots;
 use std::collections::BTreeSet;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::Instant;
-use thiserror::Error;
-
-static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
-/// The process hooks (exec, fork, exit), loaded by [`hooks`].
-static PROCS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs.bpf.o"));
-
-const UPROBE_PROG: &str = "gprobe_uprobe";
 
 /// A site's BPF cookie: its configuration in the low half, its budget slot in the high one.
 fn cookie(s: &Site) -> u64 {
     s.cfg as u64 | (s.slot as u64) << 32
-}
-
-const PROPAGATE_PROG: &str = "gprobe_propagate";
-const PROPAGATE_DRY_PROG: &str = "gprobe_propagate_dry";
-
-#[derive(Debug, Error)]
-pub enum LoadError {
-    #[error("loading gprobe's BPF programs failed: {0}. gprobe needs root (CAP_BPF and CAP_PERFMON) and a kernel with BPF ring buffers (5.8+) and BTF")]
-    Load(#[source] Box<aya::EbpfError>),
-    #[error("loading BPF program {program} failed: {source}")]
-    Program {
-        program: &'static str,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    #[error("reading kernel BTF from /sys/kernel/btf/vmlinux failed: {0}; gprobe needs a kernel built with CONFIG_DEBUG_INFO_BTF")]
-    Btf(#[source] Box<aya::BtfError>),
-    #[error("BPF map {map} is missing or has another type: {source}")]
-    Map {
-        map: &'static str,
-        #[source]
-        source: Box<aya::maps::MapError>,
-    },
-    #[error("counting possible CPUs failed: {0}")]
-    Cpus(#[source] std::io::Error),
-    #[error(transparent)]
-    Hooks(#[from] hooks::HookError),
 }
 
 /// Options fixed when the BPF object is loaded.
@@ -131,37 +101,10 @@ pub struct BpfTracer {
     /// The dynamic loader hook's configuration, once one process needed it.
     loader_cfg: Option<CfgId>,
     /// Whether gprobe_propagate loaded (tried on first use), and the configurations it runs.
-    propagate_loaded: Option<Result<(), propagate::WriterRefused>>,
+    propagate_loaded: Option<Result<(), error::WriterRefused>>,
     propagate_cfgs: BTreeSet<CfgId>,
     /// The header writer's program: gprobe_propagate, or its dry run.
     propagate_prog: &'static str,
-}
-
-fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
-    move |e| LoadError::Map {
-        map,
-        source: Box::new(e),
-    }
-}
-
-fn trace_map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> TraceError {
-    move |e| TraceError::Map {
-        map,
-        source: MapError(Box::new(e)),
-    }
-}
-
-fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
-where
-    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let map = ebpf.take_map(name).ok_or(LoadError::Map {
-        map: name,
-        source: Box::new(aya::maps::MapError::InvalidName {
-            name: name.to_string(),
-        }),
-    })?;
-    T::try_from(map).map_err(map_err(name))
 }
 
 impl BpfTracer {

@@ -3,25 +3,12 @@
 //! refuses it, and the configurations of its probes (outgoing request, its end, the
 //! header write and the connection).
 
+use super::error::WriterRefused;
 use super::BpfTracer;
 use crate::abi::{self, GpProbeCfg};
 use crate::engine::{ProbeConfig, TraceError};
 use crate::resolve::propagate::PropagatePlan;
 use aya::programs::UProbe;
-
-/// Why the kernel refused the header writer (gprobe_propagate). Clone: the first answer is
-/// kept for the tracer's life.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "this kernel does not let BPF programs write to a process's memory \
-     (bpf_probe_write_user){}: kernels in lockdown mode (e.g. with Secure Boot) forbid it",
-    lockdown.as_ref().map(|on| format!(" (lockdown: {on})")).unwrap_or_default()
-)]
-pub struct WriterRefused {
-    /// The lockdown mode in force (`[integrity]`, `[confidentiality]`), when
-    /// /sys/kernel/security/lockdown names one.
-    pub lockdown: Option<String>,
-}
 
 impl WriterRefused {
     /// The reason, with the lockdown mode this kernel is in, if any.

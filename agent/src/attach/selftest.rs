@@ -11,8 +11,9 @@
 //! when a hit costs under a third of the `cmp`'s: the two differ about fivefold to tenfold.
 
 use super::multi::MultiProgram;
+use super::object::{BPF_OBJECT, UPROBE_PROG};
 use super::perf::{self, ProbePoint};
-use super::{Link, BPF_OBJECT, UPROBE_PROG};
+use super::slots::Link;
 use crate::resolve::sites::KernelSites;
 use aya::programs::UProbe;
 use aya::EbpfLoader;

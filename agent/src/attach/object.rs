@@ -1,0 +1,71 @@
+//! gprobe's BPF objects and their programs' names, and how their maps are taken when
+//! they are loaded: what the tracer (mod.rs) and the kernel self-test (selftest.rs) both
+//! load, apart from the tracer that holds them.
+
+use super::error::MapError;
+use super::hooks;
+use crate::engine::TraceError;
+use aya::Ebpf;
+use thiserror::Error;
+
+/// The uprobe object: gprobe_uprobe and the header writer (gprobe.bpf.c).
+pub(super) static BPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
+/// The process hooks (exec, fork, exit), loaded by [`hooks`].
+pub(super) static PROCS_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs.bpf.o"));
+
+pub(super) const UPROBE_PROG: &str = "gprobe_uprobe";
+pub(super) const PROPAGATE_PROG: &str = "gprobe_propagate";
+pub(super) const PROPAGATE_DRY_PROG: &str = "gprobe_propagate_dry";
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("loading gprobe's BPF programs failed: {0}. gprobe needs root (CAP_BPF and CAP_PERFMON) and a kernel with BPF ring buffers (5.8+) and BTF")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("loading BPF program {program} failed: {source}")]
+    Program {
+        program: &'static str,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    #[error("reading kernel BTF from /sys/kernel/btf/vmlinux failed: {0}; gprobe needs a kernel built with CONFIG_DEBUG_INFO_BTF")]
+    Btf(#[source] Box<aya::BtfError>),
+    #[error("BPF map {map} is missing or has another type: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error("counting possible CPUs failed: {0}")]
+    Cpus(#[source] std::io::Error),
+    #[error(transparent)]
+    Hooks(#[from] hooks::HookError),
+}
+
+fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
+    move |e| LoadError::Map {
+        map,
+        source: Box::new(e),
+    }
+}
+
+pub(super) fn trace_map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> TraceError {
+    move |e| TraceError::Map {
+        map,
+        source: MapError(Box::new(e)),
+    }
+}
+
+pub(super) fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
+where
+    T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(LoadError::Map {
+        map: name,
+        source: Box::new(aya::maps::MapError::InvalidName {
+            name: name.to_string(),
+        }),
+    })?;
+    T::try_from(map).map_err(map_err(name))
+}
