@@ -366,8 +366,8 @@ for comp, np in nps.items():
     (otlp, *extra) = rest
     if name == "all-features":
         assert otlp["ports"] == tcp(4318), otlp
-        assert len(otlp["to"]) == 2, otlp
-        assert otlp["to"][1] == {"ipBlock": {"cidr": "192.0.2.0/24", "except": ["192.0.2.128/25"]}}, otlp
+        assert len(otlp["to"]) == 2 and otlp["to"][1] == {
+            "ipBlock": {"cidr": "192.0.2.0/24", "except": ["192.0.2.128/25"]}}, otlp
         assert extra == [{"to": [{"ipBlock": {"cidr": "198.51.100.7/32"}}], "ports": tcp(3128)}], extra
     else:
         # The port comes from otlp.endpoint.

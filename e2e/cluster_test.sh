@@ -61,9 +61,10 @@ for line in open(sys.argv[1]):
     uri = urllib.parse.urlsplit(e["requestURI"])
     q = urllib.parse.parse_qs(uri.query)
     shown = {k: v[0] for k, v in q.items() if k in ("watch", "fieldSelector", "labelSelector", "fieldManager")}
-    res = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
-    code = e.get("responseStatus", {}).get("code")
-    seen[(e["verb"], res, json.dumps(shown, sort_keys=True), code)] += 1
+    seen[(e["verb"],
+          ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else ""),
+          json.dumps(shown, sort_keys=True),
+          e.get("responseStatus", {}).get("code"))] += 1
     if ref.get("resource") == "pods":
         pods += 1
         fs = q.get("fieldSelector", [""])[0]
@@ -77,6 +78,6 @@ for (verb, res, query, code), n in sorted(seen.items()):
     print(f"  {n:5d}  {verb:6s} {res:28s} {query}  -> {code}")
 if bad:
     sys.exit("cluster_test: the agent listed or watched pods beyond its node: " + ", ".join(bad[:5]))
-how = "all with fieldSelector=spec.nodeName=<its node>" if pods else "none: pods come from the node CRI"
-print(f"pod requests of the agent: {pods} ({how})")
+print(f"pod requests of the agent: {pods} "
+      f"({'all with fieldSelector=spec.nodeName=<its node>' if pods else 'none: pods come from the node CRI'})")
 PY

@@ -20,5 +20,5 @@ def panels(ps):
 for p in panels(d.get("panels", [])):
     for t in p.get("targets", []):
         if t.get("expr"):
-            what = f"panel {p.get('title')!r} {t.get('refId')}"
-            out.write(json.dumps({"what": what, "query": fill(t["expr"])}) + "\n")
+            out.write(json.dumps({"what": f"panel {p.get('title')!r} {t.get('refId')}",
+                                  "query": fill(t["expr"])}) + "\n")
