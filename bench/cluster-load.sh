@@ -43,7 +43,8 @@ if [[ -n "${OPERATOR_BINARY:-}" ]]; then
   # Another build of the operator (e.g. an older commit's, to compare).
   python3 "$root/scripts/oci-image.py" --ref gprobe.local/gprobe-operator:load --out "$tmp/operator-other.tar" \
     --file "$OPERATOR_BINARY:/usr/local/bin/gprobe-operator" --libs-of /usr/local/bin/gprobe-operator \
-    --entrypoint /usr/local/bin/gprobe-operator --user 65532:65532 --label "org.opencontainers.image.version=$(sha256sum "$OPERATOR_BINARY" | cut -c1-12)" >"$tmp/other.txt"
+    --entrypoint /usr/local/bin/gprobe-operator --user 65532:65532 \
+    --label "org.opencontainers.image.version=$(sha256sum "$OPERATOR_BINARY" | cut -c1-12)" >"$tmp/other.txt"
   grep -v gprobe-operator "$tmp/images.txt" >"$tmp/agent.txt"
   cat "$tmp/agent.txt" "$tmp/other.txt" >"$tmp/images.txt"
 fi
@@ -56,7 +57,8 @@ while read -r archive _; do "$cluster" load "$archive"; done <"$tmp/images.txt"
   --set-string agent.nodeSelector.gprobe-load-no-agent=true --wait --timeout 180s >/dev/null
 
 # The operator's process on the node, from its container's id.
-cid="$("$kubectl" get pods -n "$ns" -l app.kubernetes.io/component=operator -o jsonpath='{.items[0].status.containerStatuses[0].containerID}')"
+cid="$("$kubectl" get pods -n "$ns" -l app.kubernetes.io/component=operator \
+  -o jsonpath='{.items[0].status.containerStatuses[0].containerID}')"
 cid="${cid#containerd://}"
 pid="$(ctr -a "$("$cluster" cri-socket)" -n k8s.io tasks ls | awk -v id="$cid" '$1 == id {print $2}')"
 [[ -n "$pid" && -d "/proc/$pid" ]] || { echo "cluster-load: no process for the operator's container $cid" >&2; exit 1; }
@@ -99,9 +101,11 @@ for line in open(audit):
     n_all += 1
     if e["user"]["username"] == op:
         n_op += 1
-        k = e["verb"] + " " + e.get("objectRef", {}).get("resource", "") + ("/" + e["objectRef"]["subresource"] if e.get("objectRef", {}).get("subresource") else "")
+        k = (e["verb"] + " " + e.get("objectRef", {}).get("resource", "")
+             + ("/" + e["objectRef"]["subresource"] if e.get("objectRef", {}).get("subresource") else ""))
         by[k] = by.get(k, 0) + 1
 print(f"window {wall:.0f} s: operator CPU {($c1 - $c0) / $hz / wall:.3f} cores, RSS max {$max_rss / 1024:.0f} MiB; "
       f"kube-apiserver CPU {($a1 - $a0) / $hz / wall:.3f} cores, etcd CPU {($e1 - $e0) / $hz / wall:.3f} cores")
-print(f"API requests (audit log): {n_all / wall:.1f}/s in all, {n_op / wall:.2f}/s by the operator: " + ", ".join(f"{k} {v / wall:.2f}/s" for k, v in sorted(by.items())))
+print(f"API requests (audit log): {n_all / wall:.1f}/s in all, {n_op / wall:.2f}/s by the operator: "
+      + ", ".join(f"{k} {v / wall:.2f}/s" for k, v in sorted(by.items())))
 PY

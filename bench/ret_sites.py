@@ -467,7 +467,8 @@ def table_row(label, version, results):
     shared = sum(1 for r in w if r.get("shared"))
     epi = sum(1 for r in w if r.get("epi_jmp"))
     print(f"| {label} | {version} | {len(w)} | {100.0 * multi / n:.1f}% | {shared} "
-          f"({100.0 * shared / n:.1f}%) ({epi}, {100.0 * epi / n:.1f}%) | {pc('straight')} | {pc('E-res')} | {pc('E-lat')} | {pc('J-res')} | "
+          f"({100.0 * shared / n:.1f}%) ({epi}, {100.0 * epi / n:.1f}%) | {pc('straight')} | "
+          f"{pc('E-res')} | {pc('E-lat')} | {pc('J-res')} | "
           f"{pc('J-lat')} ({loop['J-lat'] + loop['J-res']}) | {pc('jmp-partial')} | "
           f"{pc('other-partial')} | {pc('none')} | {pc('indirect-jmp')} |")
     sys.stdout.flush()

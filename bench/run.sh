@@ -119,13 +119,14 @@ if ((quiet_wait > 0)); then
 fi
 
 mkdir -p "$(dirname "$out")"
+dirty="$(git -C "$repo" diff --quiet HEAD -- agent agent-ebpf crds || echo ', with uncommitted changes')"
 python3 -B "$here/lib/bench.py" \
   --gprobe "$gprobe" --loop "$work/loop" --many "$work/many" \
   --userspace "$userspace_bin" --resolve "$resolve_bin" \
   --resolve-targets "${resolve_targets[@]}" \
   --work "$work" --out "$out" --only "$only" \
   --command "$command_line" \
-  --gprobe-version "$("$gprobe" --version) ($(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- agent agent-ebpf crds || echo ', with uncommitted changes'))" \
+  --gprobe-version "$("$gprobe" --version) ($(git -C "$repo" rev-parse --short HEAD)$dirty)" \
   --bpftrace-version "$(bpftrace --version)" \
   --go-version "$("$go" version | cut -d' ' -f3)" \
   "${extra[@]}" &

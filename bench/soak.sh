@@ -43,5 +43,6 @@ fi
 [[ -x "$gprobe" ]] || { echo "no gprobe at $gprobe" >&2; exit 1; }
 cargo build "${flags[@]}" -p gprobe-e2e --example soak
 soak="$target/examples/soak"
-echo "bench/soak.sh: $gprobe ($profile build), ${minutes} min of churn, commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "bench/soak.sh: $gprobe ($profile build), ${minutes} min of churn," \
+  "commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
 exec "$soak" --gprobe "$gprobe" --duration "${minutes}m" "${pass[@]}"

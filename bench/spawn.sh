@@ -19,7 +19,13 @@ fi
 [[ -x "$gprobe" ]] || { echo "no gprobe at $gprobe: cargo build --release -p gprobe-agent" >&2; exit 1; }
 tmp="$(mktemp -d)"
 gp=""
-stop_gprobe() { if [[ -n "$gp" ]]; then kill -INT "$gp" 2>/dev/null || true; wait "$gp" 2>/dev/null || true; gp=""; fi; }
+stop_gprobe() {
+  if [[ -n "$gp" ]]; then
+    kill -INT "$gp" 2>/dev/null || true
+    wait "$gp" 2>/dev/null || true
+    gp=""
+  fi
+}
 trap 'stop_gprobe; rm -rf "$tmp"' EXIT
 (cd "$here/go/spawn" && GOTOOLCHAIN=local GO111MODULE=off GOFLAGS='' CGO_ENABLED=0 \
   GOCACHE="$tmp/go/cache" GOPATH="$tmp/go/path" "$go" build -o "$tmp/spawn" .)
@@ -41,4 +47,5 @@ YAML
 }
 echo "alone: $("$tmp/spawn" -n "$n")"
 run_with "flat (work, no latency)" "[{symbol: main.work}]"
-run_with "nested (handle with latency, work; newproc1 probe)" "[{symbol: main.handle, latency: true}, {symbol: main.work}]"
+run_with "nested (handle with latency, work; newproc1 probe)" \
+  "[{symbol: main.handle, latency: true}, {symbol: main.work}]"

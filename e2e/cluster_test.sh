@@ -35,7 +35,8 @@ kubeconfig="$("$cluster" up | tail -n 1)"
 # This machine's root lacks CAP_SYS_RESOURCE, so no container may have it; its kernel
 # (>= 5.11) charges BPF maps to the memory cgroup and does not need it.
 helm_extra=""
-if ! grep -q '^CapBnd:' /proc/self/status || (($((0x$(awk '/^CapBnd/ {print $2}' /proc/self/status) >> 24 & 1)) == 0)); then
+if ! grep -q '^CapBnd:' /proc/self/status ||
+  (($((0x$(awk '/^CapBnd/ {print $2}' /proc/self/status) >> 24 & 1)) == 0)); then
   helm_extra="--set agent.raiseMemlock=false"
 fi
 echo "cluster_test: cluster up in $((SECONDS - t0)) s ($kubeconfig)"
@@ -60,7 +61,10 @@ for line in open(sys.argv[1]):
     uri = urllib.parse.urlsplit(e["requestURI"])
     q = urllib.parse.parse_qs(uri.query)
     shown = {k: v[0] for k, v in q.items() if k in ("watch", "fieldSelector", "labelSelector", "fieldManager")}
-    seen[(e["verb"], ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else ""), json.dumps(shown, sort_keys=True), e.get("responseStatus", {}).get("code"))] += 1
+    seen[(e["verb"],
+          ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else ""),
+          json.dumps(shown, sort_keys=True),
+          e.get("responseStatus", {}).get("code"))] += 1
     if ref.get("resource") == "pods":
         pods += 1
         fs = q.get("fieldSelector", [""])[0]
@@ -74,5 +78,6 @@ for (verb, res, query, code), n in sorted(seen.items()):
     print(f"  {n:5d}  {verb:6s} {res:28s} {query}  -> {code}")
 if bad:
     sys.exit("cluster_test: the agent listed or watched pods beyond its node: " + ", ".join(bad[:5]))
-print(f"pod requests of the agent: {pods} ({'all with fieldSelector=spec.nodeName=<its node>' if pods else 'none: pods come from the node CRI'})")
+print(f"pod requests of the agent: {pods} "
+      f"({'all with fieldSelector=spec.nodeName=<its node>' if pods else 'none: pods come from the node CRI'})")
 PY

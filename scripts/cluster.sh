@@ -213,7 +213,12 @@ start_containerd() {
 version = 2
 root = "$state/containerd/root"
 state = "$state/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+]
 
 [grpc]
   address = "$sock"
@@ -438,7 +443,8 @@ status() {
   for c in "${components[@]}"; do
     if pid="$(pid_of "$c")"; then
       any=true
-      printf '%-24s running  pid %-8s rss %s MiB\n' "$c" "$pid" "$(($(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") / 1024))"
+      printf '%-24s running  pid %-8s rss %s MiB\n' "$c" "$pid" \
+        "$(($(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") / 1024))"
     else
       printf '%-24s stopped\n' "$c"
     fi

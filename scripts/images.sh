@@ -40,7 +40,8 @@ if [[ -z "$tag" ]]; then
 fi
 release="${CARGO_TARGET_DIR:-$root/target}/release"
 if $build; then
-  (cd "$root" && cargo build --release --locked -p gprobe-agent --bin gprobe -p gprobe-operator --bin gprobe-operator >&2)
+  (cd "$root" &&
+    cargo build --release --locked -p gprobe-agent --bin gprobe -p gprobe-operator --bin gprobe-operator >&2)
 fi
 for b in gprobe gprobe-operator; do
   [[ -x "$release/$b" ]] || { echo "images.sh: $release/$b is missing: run without --no-build" >&2; exit 1; }

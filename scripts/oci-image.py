@@ -157,11 +157,17 @@ def main():
                     "digest": man_digest,
                     "size": man_size,
                     "platform": {"architecture": "amd64", "os": "linux"},
-                    "annotations": {"io.containerd.image.name": a.ref, "org.opencontainers.image.ref.name": a.ref.rsplit(":", 1)[-1]},
+                    "annotations": {
+                        "io.containerd.image.name": a.ref,
+                        "org.opencontainers.image.ref.name": a.ref.rsplit(":", 1)[-1],
+                    },
                 }
             ],
         }
-        for name, data in (("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", json.dumps(index).encode())):
+        for name, data in (
+            ("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'),
+            ("index.json", json.dumps(index).encode()),
+        ):
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, EPOCH
             tar.addfile(info, io.BytesIO(data))

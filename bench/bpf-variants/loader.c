@@ -152,7 +152,8 @@ int main(int argc, char **argv)
 	}
 	if (argc - optind != 5) {
 usage:
-		fprintf(stderr, "usage: loader [-w WAKEUP] [-r RATE] [-s MAXSTR] [-L STRLEN] [-R RETOFF]... [-v] OBJ BINARY OFFSET PID int|str64|lat\n");
+		fprintf(stderr, "usage: loader [-w WAKEUP] [-r RATE] [-s MAXSTR] [-L STRLEN] [-R RETOFF]... [-v]"
+				" OBJ BINARY OFFSET PID int|str64|lat\n");
 		return 2;
 	}
 	argv += optind;

@@ -36,6 +36,7 @@ bpf_cost() {
   trap "rm -rf '$work'" EXIT
   (cd "$here/go/$target" && GOTOOLCHAIN=local GO111MODULE=off GOFLAGS='' CGO_ENABLED=0 \
     GOCACHE="$work/go/cache" GOPATH="$work/go/path" "$go" build -o "$work/$target" .)
-  echo "gprobe $("$gprobe" --version) ($(git -C "$repo" rev-parse --short HEAD)), $("$go" version | cut -d' ' -f3), kernel $(uname -r)"
+  echo "gprobe $("$gprobe" --version) ($(git -C "$repo" rev-parse --short HEAD))," \
+    "$("$go" version | cut -d' ' -f3), kernel $(uname -r)"
   python3 -B "$here/lib/$driver" --gprobe "$gprobe" "$flag" "$work/$target" "${extra[@]}"
 }

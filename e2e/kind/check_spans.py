@@ -56,4 +56,6 @@ for n in range(lo, hi + 1):
     if failed != (err not in (None, "", "null", "nil")):
         wrong(f"item {n}: the pod's GET {'failed' if failed else 'succeeded'}, the span's err is {err!r}")
 errs = sum(1 for n in range(lo, hi + 1) if logged[n][1])
-print(f"exact: items {lo}..{hi} of pod {pod}: {hi - lo + 1} calls, {hi - lo + 1} spans ({errs} failed GETs with their error), resource k8s.namespace.name={ns} k8s.pod.name={pod} k8s.container.name=http-client k8s.node.name={node}")
+print(f"exact: items {lo}..{hi} of pod {pod}: {hi - lo + 1} calls, {hi - lo + 1} spans"
+      f" ({errs} failed GETs with their error), resource k8s.namespace.name={ns} k8s.pod.name={pod}"
+      f" k8s.container.name=http-client k8s.node.name={node}")

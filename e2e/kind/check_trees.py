@@ -92,5 +92,7 @@ for n in range(lo, hi + 1):
         wrong(f"request {n} (between whole ones {lo} and {hi}): {problem}")
 joined = sum(1 for n in range(lo, hi + 1) if sent[n] is not None)
 shape = ("one tree of 7 spans across services front and back" if mode == "written"
-         else "a tree of 3 spans in service front and two of 2 in service back (the kernel refused the traceparent write)")
-print(f"exact: requests {lo}..{hi} of pod {pod}: {hi - lo + 1} requests, each {shape}; {joined} in the client's own trace")
+         else "a tree of 3 spans in service front and two of 2 in service back"
+              " (the kernel refused the traceparent write)")
+print(f"exact: requests {lo}..{hi} of pod {pod}: {hi - lo + 1} requests, each {shape};"
+      f" {joined} in the client's own trace")

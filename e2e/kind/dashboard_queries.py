@@ -20,4 +20,5 @@ def panels(ps):
 for p in panels(d.get("panels", [])):
     for t in p.get("targets", []):
         if t.get("expr"):
-            out.write(json.dumps({"what": f"panel {p.get('title')!r} {t.get('refId')}", "query": fill(t["expr"])}) + "\n")
+            out.write(json.dumps({"what": f"panel {p.get('title')!r} {t.get('refId')}",
+                                  "query": fill(t["expr"])}) + "\n")

@@ -77,14 +77,17 @@ tmp="$(mktemp -d)"
 created_cluster=false
 installed_crds=false
 if [[ -n "${KUBECONFIG:-}" ]]; then
-  [[ -n "${LOAD:-}" ]] || die "KUBECONFIG is set: set LOAD too, the command that imports an OCI archive into the nodes (e.g. LOAD='scripts/cluster.sh load')"
+  [[ -n "${LOAD:-}" ]] ||
+    die "KUBECONFIG is set: set LOAD too, the command that imports an OCI archive into the nodes" \
+      "(e.g. LOAD='scripts/cluster.sh load')"
   export KUBECONFIG
   k() { "$kubectl" "$@"; }
   h() { "$helm" "$@"; }
   load() { $LOAD "$@"; }
 else
   for tool in docker kind; do
-    command -v "$tool" >/dev/null || die "$tool is not installed; without KUBECONFIG this test runs on kind (see e2e/kind/README.md)"
+    command -v "$tool" >/dev/null ||
+      die "$tool is not installed; without KUBECONFIG this test runs on kind (see e2e/kind/README.md)"
   done
   docker info >/dev/null 2>&1 || die "the Docker engine does not answer (docker info failed)"
   if [[ -n "${KIND_CLUSTER:-}" ]]; then
@@ -164,11 +167,13 @@ until_ok() {
 log "building the images (OCI archives, no container engine)"
 "$root/scripts/images.sh" --tag e2e --out "$tmp/images" | tee "$tmp/images.txt"
 "$root/scripts/images.sh" --tag e2e-upgrade --out "$tmp/images" --no-build | tee -a "$tmp/images.txt"
-(cd "$root/examples/http-client" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -o "$tmp/http-client" main.go)
+(cd "$root/examples/http-client" &&
+  CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -o "$tmp/http-client" main.go)
 oci() { python3 "$root/scripts/oci-image.py" "$@" | tee -a "$tmp/images.txt"; }
 oci --ref gprobe.local/http-client:e2e --out "$tmp/images/http-client.tar" \
   --file "$tmp/http-client:/app/http-client" --entrypoint /app/http-client
-(cd "$root/e2e/testdata/services" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -o "$tmp/services" main.go)
+(cd "$root/e2e/testdata/services" &&
+  CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -o "$tmp/services" main.go)
 oci --ref gprobe.local/services:e2e --out "$tmp/images/services.tar" \
   --file "$tmp/services:/app/services" --entrypoint /app/services
 jaeger="$("$root/scripts/cluster.sh" tool jaeger)"
@@ -218,7 +223,10 @@ k get pods -n "$system_ns" -o wide
 log "the http-client example as a Deployment"
 k apply -f "$here/http-client.yaml"
 k rollout status -n "$app_ns" deploy/http-client --timeout="${timeout}s"
-app_pod() { k get pods -n "$app_ns" -l app=http-client --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}'; }
+app_pod() {
+  k get pods -n "$app_ns" -l app=http-client --field-selector=status.phase=Running \
+    -o jsonpath='{.items[0].metadata.name}'
+}
 pod="$(app_pod)"
 
 log "kubectl apply -f examples/http-client/probespec.yaml"
@@ -240,16 +248,20 @@ until_ok "30 exact spans of pod $pod in Jaeger" spans_exact "$pod" 30
 log "kubectl get probespecs, probeattachments"
 k get -n "$app_ns" probespecs -o wide | tee "$tmp/specs.txt"
 k get -n "$app_ns" probeattachments -o wide | tee "$tmp/attachments.txt"
-read -r nodes attached < <(k get -n "$app_ns" probespec "$probespec" -o jsonpath='{.status.nodes} {.status.probesAttached}{"\n"}')
-[[ "$nodes" == 1 && "$attached" -ge 1 ]] || die "the ProbeSpec's roll-up says nodes=$nodes probesAttached=$attached (want 1 node, >= 1 probe)"
-grep -q "$probespec .*$node" "$tmp/attachments.txt" || die "kubectl get probeattachments shows no attachment of $probespec on node $node"
+read -r nodes attached < <(k get -n "$app_ns" probespec "$probespec" \
+  -o jsonpath='{.status.nodes} {.status.probesAttached}{"\n"}')
+[[ "$nodes" == 1 && "$attached" -ge 1 ]] ||
+  die "the ProbeSpec's roll-up says nodes=$nodes probesAttached=$attached (want 1 node, >= 1 probe)"
+grep -q "$probespec .*$node" "$tmp/attachments.txt" ||
+  die "kubectl get probeattachments shows no attachment of $probespec on node $node"
 
 # --- 3b. one trace across two services -----------------------------------------------------------
 log "two services in one pod (e2e/kind/services.yaml): their traces in Jaeger, whole"
 k apply -f "$here/services.yaml"
 k rollout status -n "$app_ns" deploy/services --timeout="${timeout}s"
 k wait -n "$app_ns" probespec/services --for=condition=Ready --timeout="${timeout}s"
-services_pod="$(k get pods -n "$app_ns" -l app=services --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}')"
+services_pod="$(k get pods -n "$app_ns" -l app=services --field-selector=status.phase=Running \
+  -o jsonpath='{.items[0].metadata.name}')"
 # Where the kernel forbids BPF programs to write to a process's memory, the agent says so
 # once per process, and the front span cannot travel with the requests.
 propagation_mode() {
@@ -265,7 +277,8 @@ trees_exact() {
   proxy query "/api/traces?service=front&limit=100000&lookback=2h" >"$tmp/front-traces.json" || return 1
   proxy query "/api/traces?service=back&limit=100000&lookback=2h" >"$tmp/back-traces.json" || return 1
   k logs -n "$app_ns" "$services_pod" -c client >"$tmp/client.log" || return 1
-  python3 "$here/check_trees.py" "$tmp/front-traces.json,$tmp/back-traces.json" "$tmp/client.log" "$services_pod" "$1" "$(propagation_mode)"
+  python3 "$here/check_trees.py" "$tmp/front-traces.json,$tmp/back-traces.json" "$tmp/client.log" \
+    "$services_pod" "$1" "$(propagation_mode)"
   local rc=$?
   ((rc == 2)) && die "a trace in Jaeger is wrong (above)"
   return "$rc"
@@ -288,7 +301,9 @@ spec:
   probes:
     - symbol: main.noSuchFunction
 EOF
-spec_error() { k get -n "$app_ns" probespec no-such-symbol -o jsonpath='{.status.errors}' | grep -q 'main.noSuchFunction'; }
+spec_error() {
+  k get -n "$app_ns" probespec no-such-symbol -o jsonpath='{.status.errors}' | grep -q 'main.noSuchFunction'
+}
 until_ok "the reason of no-such-symbol in its status" spec_error
 k get -n "$app_ns" probespec no-such-symbol -o jsonpath='{.status.errors}{"\n"}'
 spec_event() {
@@ -304,16 +319,20 @@ k delete -n "$app_ns" probespec no-such-symbol
 log "RBAC and admission, with the agent pod's own kind of token"
 agent_pod="$(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].metadata.name}')"
 # A token bound to the agent's pod: what the kubelet mounts into it, node claim included.
-token="$(k create token "$release-agent" -n "$system_ns" --bound-object-kind Pod --bound-object-name "$agent_pod" --duration 10m)"
+token="$(k create token "$release-agent" -n "$system_ns" --bound-object-kind Pod --bound-object-name "$agent_pod" \
+  --duration 10m)"
 server="$(k config view --minify --raw -o jsonpath='{.clusters[0].cluster.server}')"
 k config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d >"$tmp/ca.crt"
-[[ -s "$tmp/ca.crt" ]] || cp "$(k config view --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')" "$tmp/ca.crt"
+[[ -s "$tmp/ca.crt" ]] ||
+  cp "$(k config view --minify -o jsonpath='{.clusters[0].cluster.certificate-authority}')" "$tmp/ca.crt"
 as_agent() { # as_agent METHOD PATH [BODY] [CONTENT-TYPE]: prints the HTTP status
   curl -sS -o "$tmp/answer.json" -w '%{http_code}' --cacert "$tmp/ca.crt" -H "Authorization: Bearer $token" \
     -X "$1" ${3:+-H "Content-Type: ${4:-application/json}"} ${3:+--data-binary "$3"} "$server$2"
 }
 attachment_json() { # attachment_json NAME NODE
-  printf '{"apiVersion":"gprobe.dev/v1alpha1","kind":"ProbeAttachment","metadata":{"name":"%s","namespace":"%s"},"spec":{"probeSpec":"%s","nodeName":"%s"}}' "$1" "$app_ns" "$probespec" "$2"
+  printf '{"apiVersion":"gprobe.dev/v1alpha1","kind":"ProbeAttachment",'
+  printf '"metadata":{"name":"%s","namespace":"%s"},' "$1" "$app_ns"
+  printf '"spec":{"probeSpec":"%s","nodeName":"%s"}}' "$probespec" "$2"
 }
 pa="/apis/gprobe.dev/v1alpha1/namespaces/$app_ns/probeattachments"
 # Another node's ProbeAttachment, made by the admin, that the agent will try to change.
@@ -322,17 +341,25 @@ expect() { # expect WANT WHAT METHOD PATH [BODY] [CONTENT-TYPE]
   local want="$1" what="$2" got
   shift 2
   got="$(as_agent "$@")"
-  printf '  %-58s HTTP %s %s\n' "$what" "$got" "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("reason",""), "-", d.get("message","")[:150])' "$tmp/answer.json" 2>/dev/null)"
+  printf '  %-58s HTTP %s %s\n' "$what" "$got" "$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(d.get("reason", ""), "-", d.get("message", "")[:150])' "$tmp/answer.json" 2>/dev/null)"
   [[ "$got" == "$want" ]] || die "$what: HTTP $got, expected $want"
 }
 expect 403 "create a ProbeAttachment of node other-node" POST "$pa" "$(attachment_json rbac-forged other-node)"
 # (spec.nodeName itself is immutable: the CRD's rule would answer 422 before admission.)
-expect 403 "patch node other-node's ProbeAttachment" PATCH "$pa/rbac-other-node" '{"metadata":{"labels":{"forged":"yes"}}}' application/merge-patch+json
-expect 403 "patch node other-node's ProbeAttachment status" PATCH "$pa/rbac-other-node/status" '{"status":{"processesMatched":7}}' application/merge-patch+json
+expect 403 "patch node other-node's ProbeAttachment" PATCH "$pa/rbac-other-node" \
+  '{"metadata":{"labels":{"forged":"yes"}}}' application/merge-patch+json
+expect 403 "patch node other-node's ProbeAttachment status" PATCH "$pa/rbac-other-node/status" \
+  '{"status":{"processesMatched":7}}' application/merge-patch+json
 expect 403 "list Secrets in $system_ns" GET "/api/v1/namespaces/$system_ns/secrets"
 expect 403 "get a Secret in kube-system" GET "/api/v1/namespaces/kube-system/secrets/anything"
-expect 403 "create a ProbeSpec" POST "/apis/gprobe.dev/v1alpha1/namespaces/$app_ns/probespecs" '{"apiVersion":"gprobe.dev/v1alpha1","kind":"ProbeSpec","metadata":{"name":"forged"},"spec":{"selector":{"executable":"/x"},"probes":[{"symbol":"main.main"}]}}'
-expect 403 "patch a ProbeSpec" PATCH "/apis/gprobe.dev/v1alpha1/namespaces/$app_ns/probespecs/$probespec" '{"spec":{"probes":[{"symbol":"main.main"}]}}' application/merge-patch+json
+forged_spec='{"apiVersion":"gprobe.dev/v1alpha1","kind":"ProbeSpec","metadata":{"name":"forged"},'
+forged_spec+='"spec":{"selector":{"executable":"/x"},"probes":[{"symbol":"main.main"}]}}'
+expect 403 "create a ProbeSpec" POST "/apis/gprobe.dev/v1alpha1/namespaces/$app_ns/probespecs" "$forged_spec"
+expect 403 "patch a ProbeSpec" PATCH "/apis/gprobe.dev/v1alpha1/namespaces/$app_ns/probespecs/$probespec" \
+  '{"spec":{"probes":[{"symbol":"main.main"}]}}' application/merge-patch+json
 expect 403 "delete a ProbeSpec" DELETE "/apis/gprobe.dev/v1alpha1/namespaces/$app_ns/probespecs/$probespec"
 expect 201 "create a ProbeAttachment of its own node ($node)" POST "$pa" "$(attachment_json rbac-own-node "$node")"
 k delete -n "$app_ns" probeattachment rbac-other-node rbac-own-node >/dev/null
@@ -343,7 +370,11 @@ python3 "$here/dashboard_queries.py" "$root/charts/gprobe/dashboards/gprobe.json
 # query_has_data JSON_LINE: 0 when the query (or label_values(METRIC, LABEL)) returns data.
 query_has_data() {
   proxy prometheus "$(python3 "$here/promql_url.py" "$1")" >"$tmp/prom.json" 2>"$tmp/prom.err" || return 1
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["data"]; r = d["result"] if isinstance(d, dict) else d; sys.exit(0 if r else 1)' "$tmp/prom.json"
+  python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))["data"]
+r = d["result"] if isinstance(d, dict) else d
+sys.exit(0 if r else 1)' "$tmp/prom.json"
 }
 # The error panel needs failed calls with their err as a metric label, and latency panels need
 # a window of calls: this spec labels http-client's calls by err (it makes every 5th GET fail).
@@ -366,20 +397,29 @@ k wait -n "$app_ns" probespec/http-client-errors --for=condition=Ready --timeout
 while IFS= read -r line; do
   what="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["what"])' "$line")"
   until_ok "data for the dashboard's $what" query_has_data "$line"
-  printf '  %-70s %s series\n' "$what" "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["data"]; print(len(d["result"] if isinstance(d, dict) else d))' "$tmp/prom.json")"
+  printf '  %-70s %s series\n' "$what" "$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))["data"]
+print(len(d["result"] if isinstance(d, dict) else d))' "$tmp/prom.json")"
 done <"$tmp/queries.jsonl"
 k delete -n "$app_ns" probespec http-client-errors
 
 # --- 7. pod and ProbeSpec deletion ------------------------------------------------------------------------
 gprobe_progs() { # the number of BPF programs of gprobe loaded in this machine's kernel
-  bpftool -j prog show 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for p in json.load(sys.stdin) if p.get("name","").startswith("gprobe")))'
+  bpftool -j prog show 2>/dev/null | python3 -c '
+import json, sys
+print(sum(1 for p in json.load(sys.stdin) if p.get("name", "").startswith("gprobe")))'
 }
 same_kernel=false
-if [[ $EUID -eq 0 ]] && command -v bpftool >/dev/null && [[ "$(k get node "$node" -o jsonpath='{.status.nodeInfo.kernelVersion}')" == "$(uname -r)" ]] &&
+if [[ $EUID -eq 0 ]] && command -v bpftool >/dev/null &&
+  [[ "$(k get node "$node" -o jsonpath='{.status.nodeInfo.kernelVersion}')" == "$(uname -r)" ]] &&
   [[ "$(gprobe_progs)" -gt 0 ]]; then
   same_kernel=true
 fi
-attachment_pods() { k get -n "$app_ns" probeattachments -o jsonpath='{range .items[*]}{range .status.containers[*]}{.pod}{"\n"}{end}{end}'; }
+attachment_pods() {
+  k get -n "$app_ns" probeattachments \
+    -o jsonpath='{range .items[*]}{range .status.containers[*]}{.pod}{"\n"}{end}{end}'
+}
 log "deleting the workload's pod $pod"
 k delete -n "$app_ns" pod "$pod" --wait=true
 old_gone() { ! attachment_pods | grep -qx "$pod"; }
@@ -396,7 +436,11 @@ no_attachments() { [[ -z "$(k get -n "$app_ns" probeattachments -o name)" ]]; }
 until_ok "the ProbeAttachments of the deleted ProbeSpec gone" no_attachments
 if $same_kernel; then
   # The agent keeps its exec/exit programs; its uprobes (perf_event links) go with the spec.
-  uprobes() { bpftool -j link show 2>/dev/null | python3 -c 'import json,sys; print(sum(1 for l in json.load(sys.stdin) if l.get("type")=="perf_event" and "uprobe" in json.dumps(l)))'; }
+  uprobes() {
+    bpftool -j link show 2>/dev/null | python3 -c '
+import json, sys
+print(sum(1 for l in json.load(sys.stdin) if l.get("type") == "perf_event" and "uprobe" in json.dumps(l)))'
+  }
   no_uprobes() { [[ "$(uprobes)" == 0 ]]; }
   until_ok "no uprobe link left after the ProbeSpec's deletion" no_uprobes
   echo "uprobe links in the kernel: $(uprobes)"
@@ -408,8 +452,10 @@ old_agent="$(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o 
 h upgrade "$release" "$root/charts/gprobe" --namespace "$system_ns" "${helm_values[@]}" \
   --set images.agent.tag=e2e-upgrade --wait --timeout "${timeout}s"
 k rollout status -n "$system_ns" "daemonset/$release-agent" --timeout="${timeout}s"
-read -r new_agent image < <(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].metadata.uid} {.items[0].spec.containers[0].image}{"\n"}')
-[[ "$new_agent" != "$old_agent" && "$image" == "$agent_repo:e2e-upgrade" ]] || die "the DaemonSet did not roll: pod $new_agent runs $image"
+read -r new_agent image < <(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent \
+  -o jsonpath='{.items[0].metadata.uid} {.items[0].spec.containers[0].image}{"\n"}')
+[[ "$new_agent" != "$old_agent" && "$image" == "$agent_repo:e2e-upgrade" ]] ||
+  die "the DaemonSet did not roll: pod $new_agent runs $image"
 k apply -n "$app_ns" -f "$root/examples/http-client/probespec.yaml"
 k wait -n "$app_ns" "probespec/$probespec" --for=condition=Ready --timeout="${timeout}s"
 since_us=$(($(date +%s) * 1000000))

@@ -20,15 +20,18 @@ go_build() {
   if [[ -z "$go" ]]; then
     if [[ -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go; else go="$(command -v go)" || true; fi
   fi
-  v="$("$go" env GOVERSION 2>/dev/null)" || die "no Go toolchain (set GO=/path/to/go): Go 1.26 is needed to build the cluster's components"
-  [[ "$(printf '%s\ngo1.26\n' "$v" | sort -V | head -n1)" == go1.26 ]] || die "$go is $v: Go 1.26 or later is needed (set GO=/path/to/go)"
+  v="$("$go" env GOVERSION 2>/dev/null)" ||
+    die "no Go toolchain (set GO=/path/to/go): Go 1.26 is needed to build the cluster's components"
+  [[ "$(printf '%s\ngo1.26\n' "$v" | sort -V | head -n1)" == go1.26 ]] ||
+    die "$go is $v: Go 1.26 or later is needed (set GO=/path/to/go)"
   local work="$cache/go"
   rm -rf "$out.tmp"
   mkdir -p "$work" "$out.tmp"
   log "building $(basename "$(dirname "$out")") (once; cached in $(dirname "$out"))"
   local t0=$SECONDS
   (cd "$mod" && GOMODCACHE="$work/mod" GOCACHE="$work/cache" GOFLAGS="-modcacherw -p=2" GOTOOLCHAIN=local \
-    CGO_ENABLED=0 nice -n 10 "$go" build -trimpath -tags "${go_tags:-}" -ldflags "-s -w $ldflags" -o "$out.tmp/" "$@") ||
+    CGO_ENABLED=0 nice -n 10 "$go" build -trimpath -tags "${go_tags:-}" -ldflags "-s -w $ldflags" \
+      -o "$out.tmp/" "$@") ||
     die "building $* failed (module $mod)"
   rm -rf "$out"
   mv "$out.tmp" "$out"
@@ -72,7 +75,8 @@ build_pause() {
 # are on by default since 3.8) and query API are all there.
 build_prometheus() {
   local out="$cache/prometheus-$prometheus_version-lean/bin"
-  [[ -x "$out/prometheus" ]] || go_tags=remove_all_sd go_build "$here/cluster/prometheus" "$out" "" github.com/prometheus/prometheus/cmd/prometheus
+  [[ -x "$out/prometheus" ]] ||
+    go_tags=remove_all_sd go_build "$here/cluster/prometheus" "$out" "" github.com/prometheus/prometheus/cmd/prometheus
   echo "$out/prometheus"
 }
 

@@ -61,7 +61,9 @@ make_pki() {
   fi
   [[ -f "$pki/sa.key" ]] || openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   [[ -f "$pki/sa.pub" ]] || openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
-  cert apiserver kube-apiserver "" "IP:$node_ip,IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost"
+  local apiserver_sans="IP:$node_ip,IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default"
+  apiserver_sans+=",DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost"
+  cert apiserver kube-apiserver "" "$apiserver_sans"
   cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
   cert admin gprobe-admin system:masters
   cert controller-manager system:kube-controller-manager ""
