@@ -208,7 +208,10 @@ fn main() -> Result<()> {
     let clang = clang()?;
 
     if !Path::new("/usr/include/bpf/bpf_helpers.h").exists() {
-        bail!("bpf/bpf_helpers.h was not found: install it with `apt-get install libbpf-dev` (or run scripts/setup.sh)");
+        bail!(
+            "bpf/bpf_helpers.h was not found: install it with `apt-get install libbpf-dev` (or \
+            run scripts/setup.sh)"
+        );
     }
     // The uprobe programs (loaded by aya), the process hooks (loaded by attach/hooks.rs), and
     // the filter evaluator's test program (attach/filter_run.rs).

@@ -106,7 +106,8 @@ fn read_specs(files: &[PathBuf], report: &mut Report) -> Vec<ProbeSpec> {
                 for s in list {
                     if specs.iter().any(|o| o.display_name() == s.display_name()) {
                         report.problem(format!(
-                            "{}: a ProbeSpec of this name is already loaded; names must be unique (is the same file given twice?)",
+                            "{}: a ProbeSpec of this name is already loaded; names must be unique \
+                            (is the same file given twice?)",
                             s.display_name()
                         ));
                     } else {
@@ -197,7 +198,8 @@ fn check_spec(spec: &ProbeSpec, resolved: Option<&Resolved>, report: &mut Report
                     !gl.matches(&r.shown.to_string_lossy()) && !gl.matches(&path.to_string_lossy())
                 }) {
                     report.note(format!(
-                        "{name}: selector.executable {g:?} does not match {shown}: `gprobe run` would not select a process running it from there"
+                        "{name}: selector.executable {g:?} does not match {shown}: `gprobe run` \
+                        would not select a process running it from there"
                     ));
                 }
             }
@@ -258,7 +260,8 @@ fn check_library(
         }
         None => {
             report.note(format!(
-                "{key}: not checked: library {lib:?} is found among a process's mapped libraries (give --pid PID, or an absolute library path)"
+                "{key}: not checked: library {lib:?} is found among a process's mapped libraries \
+                (give --pid PID, or an absolute library path)"
             ));
             return;
         }
@@ -307,12 +310,16 @@ mod tests {
         let good = write(
             &dir,
             "good.yaml",
-            &format!("{HEAD}metadata: {{name: a}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes: [{{symbol: main.f, capture: [n]}}]\n"),
+            &format!(
+                "{HEAD}metadata: {{name: a}}\nspec:\n  selector: {{executable: /bin/x}}\n  \
+                probes: [{{symbol: main.f, capture: [n]}}]\n"
+            ),
         );
         let bad = write(
             &dir,
             "bad.yaml",
-            &format!("{HEAD}metadata: {{name: b}}\nspec:\n  selector: {{executable: /bin/x}}\n  probes:\n    - {{usdt: \"p:q\", latency: true}}\n    - {{symbol: main.g, capture: [x, x]}}\n"),
+            &format!("{HEAD}metadata: {{name: b}}\nspec:\n  selector: {{executable: /bin/x}}\n  \
+                probes:\n    - {{usdt: \"p:q\", latency: true}}\n    - {{symbol: main.g, capture: [x, x]}}\n"),
         );
         let files = vec![
             good.clone(),

@@ -345,7 +345,8 @@ async fn start_command(
         ),
         Ok(None) => tracing::error!("the engine stopped before attaching to the command"),
         Err(_) => tracing::warn!(
-            "the command {shown} was held {} s without its probes attached: it runs on, and its first calls may be missed",
+            "the command {shown} was held {} s without its probes attached: it runs on, and its \
+            first calls may be missed",
             command::HOLD_LIMIT.as_secs()
         ),
     }
@@ -363,7 +364,8 @@ mod tests {
 
     #[test]
     fn container_selectors_select_nothing_here() {
-        let head = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: s}\nspec:\n  probes: [{symbol: main.f}]\n";
+        let head = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: \
+            s}\nspec:\n  probes: [{symbol: main.f}]\n";
         let images = spec(&format!(
             "{head}  selector: {{images: [\"registry.example/shop:*\"]}}\n"
         ));

@@ -187,7 +187,10 @@ fn run(command: Command) -> Result<ExitCode> {
             let node_name = node_name
                 .or_else(|| std::env::var("NODE_NAME").ok())
                 .filter(|n| !n.is_empty())
-                .context("the node name is needed: pass --node-name or set NODE_NAME (the chart sets it from spec.nodeName)")?;
+                .context(
+                    "the node name is needed: pass --node-name or set NODE_NAME (the chart \
+                    sets it from spec.nodeName)",
+                )?;
             let otlp = OtlpConfig::from_flags_and_env(
                 otlp.otlp_endpoint,
                 otlp.otlp_protocol,

@@ -70,7 +70,9 @@ impl Pipeline {
         match tracer.measure_sites() {
             Ok(k) => crate::resolve::sites::set_kernel(k),
             Err(e) => tracing::warn!(
-                "{e}: which instructions this kernel emulates under a uprobe is unknown, so every probe stays on its usual site (after Go's stack check, a C function's first byte), and sites show as unmeasured"
+                "{e}: which instructions this kernel emulates under a uprobe is unknown, so every \
+                probe stays on its usual site (after Go's stack check, a C function's first \
+                    byte), and sites show as unmeasured"
             ),
         }
         let registry = Arc::new(Registry::default());
@@ -165,7 +167,10 @@ impl Pipeline {
         if detached {
             tracing::info!("every uprobe detached in {} ms", t0.elapsed().as_millis());
         } else {
-            tracing::warn!("some uprobes were still being detached when gprobe stopped waiting; the kernel removes them when gprobe exits");
+            tracing::warn!(
+                "some uprobes were still being detached when gprobe stopped waiting; \
+                the kernel removes them when gprobe exits"
+            );
         }
         self.watcher_task.abort();
         let _ = self.stop_tx.send(true);
@@ -249,7 +254,8 @@ pub fn warn_new_losses(stats: &Stats, last: &mut LastCounts) {
         }
         if c.returns_lost > prev.returns_lost {
             tracing::warn!(
-                "{k}: {} returns lost (ring buffer full; raise --ring-buffer-size): those calls will be reported unfinished",
+                "{k}: {} returns lost (ring buffer full; raise --ring-buffer-size): those calls \
+                will be reported unfinished",
                 new(c.returns_lost, prev.returns_lost)
             );
         }
@@ -291,7 +297,9 @@ impl RunSummary {
             );
         }
         if self.stats.processes().matched == 0 {
-            return "no process matched the selectors while gprobe ran (check selector.executable against the program's path)".into();
+            return "no process matched the selectors while gprobe ran (check selector.executable \
+                against the program's path)"
+                .into();
         }
         "the matched processes exited before gprobe could attach".into()
     }

@@ -86,7 +86,8 @@ mod tests {
 
     fn spec() -> ProbeSpec {
         let mut s = gprobe_crds::load_specs(
-            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: urls, namespace: shop, uid: 1111-2222}\nspec:\n  selector: {images: [\"*/http-client:*\"]}\n  probes: [{symbol: main.f}]\n",
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: urls, namespace: \
+            shop, uid: 1111-2222}\nspec:\n  selector: {images: [\"*/http-client:*\"]}\n  probes: [{symbol: main.f}]\n",
             "t",
         )
         .unwrap()

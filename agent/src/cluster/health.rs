@@ -41,7 +41,10 @@ impl Handler for State {
                 code: 200,
                 content_type: METRICS,
                 body: format!(
-                    "# HELP gprobe_agent_links_attached Probe links attached on this node.\n# TYPE gprobe_agent_links_attached gauge\ngprobe_agent_links_attached {}\n# HELP gprobe_agent_ready Whether the container runtime answers.\n# TYPE gprobe_agent_ready gauge\ngprobe_agent_ready {}\n",
+                    "# HELP gprobe_agent_links_attached Probe links attached on this node.\n# \
+                    TYPE gprobe_agent_links_attached gauge\ngprobe_agent_links_attached {}\n# \
+                        HELP gprobe_agent_ready Whether the container runtime answers.\n# TYPE \
+                            gprobe_agent_ready gauge\ngprobe_agent_ready {}\n",
                     self.attached.load(Ordering::Relaxed),
                     u8::from(ready)
                 ),

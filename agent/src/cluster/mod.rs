@@ -43,7 +43,10 @@ pub enum AgentError {
     Pipeline(#[from] PipelineError),
     #[error(transparent)]
     Cri(#[from] CriError),
-    #[error("connecting to the Kubernetes API server: {0}; in a pod, check the ServiceAccount; elsewhere give --spec-dir")]
+    #[error(
+        "connecting to the Kubernetes API server: {0}; in a pod, check the ServiceAccount; \
+        elsewhere give --spec-dir"
+    )]
     Kube(#[source] kube::Error),
     #[error("{0}")]
     Io(#[from] std::io::Error),

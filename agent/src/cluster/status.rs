@@ -64,7 +64,9 @@ pub fn attachment_statuses(
                     })
                     .map(|((_, pid), e)| {
                         let what = match e.taken_off {
-                            Some(crate::stats::TakenOff::Returns) => format!("return probes taken off pid {pid} for their cost (its calls are still recorded, without a duration or results)"),
+                            Some(crate::stats::TakenOff::Returns) => format!("return probes taken off \
+                                pid {pid} for their cost (its calls are still recorded, without a \
+                                    duration or results)"),
                             _ => format!("taken off pid {pid} for their cost"),
                         };
                         format!(

@@ -35,12 +35,19 @@ mod tests {
     #[test]
     fn cgroup_v2_systemd_layouts() {
         for path in [
-            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice/cri-containerd-{ID}.scope"),
+            format!(
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice/\
+                cri-containerd-{ID}.scope"
+            ),
             format!("/kubepods.slice/kubepods-pod12_34.slice/crio-{ID}.scope"),
             format!("/system.slice/docker-{ID}.scope"),
             format!("/kubepods/burstable/pod12/{ID}"),
         ] {
-            assert_eq!(container_id(&format!("0::{path}\n")).as_deref(), Some(ID), "{path}");
+            assert_eq!(
+                container_id(&format!("0::{path}\n")).as_deref(),
+                Some(ID),
+                "{path}"
+            );
         }
     }
 

@@ -14,7 +14,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 #[derive(Debug, Error)]
 pub enum CriError {
-    #[error("connecting to the container runtime at {path}: {source}; check --cri-socket (containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock) and that the socket is mounted")]
+    #[error("connecting to the container runtime at {path}: {source}; check --cri-socket \
+        (containerd: /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock) and that the socket is mounted")]
     Connect {
         path: PathBuf,
         #[source]

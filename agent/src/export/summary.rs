@@ -410,11 +410,17 @@ mod tests {
         has("    90 calls not recorded: over the spec's limits.eventsPerSecond (raise it)\n");
         has("    3 calls not recorded: nested deeper in one goroutine");
         has("    4 calls abandoned: more calls in flight at once");
-        has("    2 of the delivered calls lost their return (ring buffer full; raise --ring-buffer-size) and are reported unfinished\n");
+        has(
+            "    2 of the delivered calls lost their return (ring buffer full; raise \
+            --ring-buffer-size) and are reported unfinished\n",
+        );
         has("    2 calls had not returned when their process exited or gprobe stopped");
         has("    5 requests' headers could not be searched to the end for an incoming traceparent");
         has("  http-client-urls / net/http.(*Client).Get: 812 calls delivered, 0 lost, 0 throttled\n");
-        has("  shop / main.handleOrder: 0 calls delivered, 0 lost, 0 throttled\n    failed: not attached: symbol main.handleOrder not found in /app/shop\n");
+        has(
+            "  shop / main.handleOrder: 0 calls delivered, 0 lost, 0 throttled\n    failed: not \
+            attached: symbol main.handleOrder not found in /app/shop\n",
+        );
         has("  processes: 31 matched, 24 traced, 7 missed\n");
         has("    3 process events lost: the process ring buffer was full");
         has("    missed pid 4711 (/app/shop): exited before attach\n");

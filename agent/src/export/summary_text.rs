@@ -120,7 +120,8 @@ impl Summary {
             if pr.events_lost > 0 {
                 let _ = writeln!(
                     s,
-                    "    {} lost: the process ring buffer was full (processes that started meanwhile were looked for in /proc)",
+                    "    {} lost: the process ring buffer was full (processes that started \
+                    meanwhile were looked for in /proc)",
                     count(pr.events_lost, "process event", "process events")
                 );
             }
@@ -146,7 +147,8 @@ impl Summary {
         for b in self.budget.iter().filter(|b| b.taken_off != "none") {
             let _ = writeln!(
                 s,
-                "  over budget: {} in pid {} ({}): about {}% of a CPU, its return probes taken off {}, all its probes {} (attached again {}; latest back-off {} s)",
+                "  over budget: {} in pid {} ({}): about {}% of a CPU, its return probes taken \
+                off {}, all its probes {} (attached again {}; latest back-off {} s)",
                 b.spec,
                 b.pid,
                 crate::util::printable(&b.executable),

@@ -134,7 +134,8 @@ pub(crate) fn observe(meter: &Meter, stats: &Stats) {
     meter
         .u64_observable_counter("gprobe.budget.detached")
         .with_description(
-            "Times a spec's probes were taken off a process for their cost (limits.maxOverheadPercent); gprobe.probes: returns (the return probes alone) or all",
+            "Times a spec's probes were taken off a process for their cost \
+            (limits.maxOverheadPercent); gprobe.probes: returns (the return probes alone) or all",
         )
         .with_unit("{detach}")
         .with_callback(move |obs| {
