@@ -42,12 +42,18 @@ for k in ("hostNetwork", "hostIPC"):
 sc = c.get("securityContext", {})
 caps = sc.get("capabilities", {})
 want = {"BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "SYS_RESOURCE", "KILL", "SYS_NICE"}
+# all-features sets agent.traceparentWrites: SYS_ADMIN (bpf_probe_write_user) and, as
+# Kubernetes requires with it, allowPrivilegeEscalation; no other render has either.
+writes = name == "all-features"
+if writes:
+    want.add("SYS_ADMIN")
 if caps.get("drop") != ["ALL"]: err(f"agent: capabilities.drop is {caps.get('drop')}, not [ALL]")
 added = caps.get("add", [])
 if sorted(added) != sorted(want):
     err(f"agent: capabilities.add is {sorted(added)}, not exactly {sorted(want)}")
 if sc.get("readOnlyRootFilesystem") is not True: err("agent: readOnlyRootFilesystem is not true")
-if sc.get("allowPrivilegeEscalation") is not False: err("agent: allowPrivilegeEscalation is not false")
+if sc.get("allowPrivilegeEscalation") is not writes:
+    err(f"agent: allowPrivilegeEscalation is {sc.get('allowPrivilegeEscalation')}, not {writes}")
 if sc.get("runAsUser") != 0: err(f"agent: runAsUser is {sc.get('runAsUser')}, not 0")
 if sc.get("privileged") is not False: err("agent: privileged is not explicitly false")
 if "seccompProfile" not in sc: err("agent: no seccompProfile")
