@@ -45,13 +45,24 @@ pub struct MapError(pub(super) Box<aya::maps::MapError>);
 /// Why the kernel refused the header writer (gprobe_propagate). Clone: the first answer is
 /// kept for the tracer's life.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "this kernel does not let BPF programs write to a process's memory \
-     (bpf_probe_write_user){}: kernels in lockdown mode (e.g. with Secure Boot) forbid it",
-    lockdown.as_ref().map(|on| format!(" (lockdown: {on})")).unwrap_or_default()
-)]
-pub struct WriterRefused {
-    /// The lockdown mode in force (`[integrity]`, `[confidentiality]`), when
-    /// /sys/kernel/security/lockdown names one.
-    pub lockdown: Option<String>,
+pub enum WriterRefused {
+    /// The kernel gives bpf_probe_write_user only to programs loaded with CAP_SYS_ADMIN
+    /// (kernel/trace/bpf_trace.c), which gprobe's effective set lacks.
+    #[error(
+        "the kernel lets only programs loaded with CAP_SYS_ADMIN write to a process's memory \
+         (bpf_probe_write_user), and gprobe runs without it: give gprobe CAP_SYS_ADMIN (the \
+         Helm chart's agent.traceparentWrites: true)"
+    )]
+    NoSysAdmin,
+    /// Refused although gprobe has CAP_SYS_ADMIN: the kernel forbids the write itself.
+    #[error(
+        "this kernel does not let BPF programs write to a process's memory \
+         (bpf_probe_write_user){}: kernels in lockdown mode (e.g. with Secure Boot) forbid it",
+        lockdown.as_ref().map(|on| format!(" (lockdown: {on})")).unwrap_or_default()
+    )]
+    Kernel {
+        /// The lockdown mode in force (`[integrity]`, `[confidentiality]`), when
+        /// /sys/kernel/security/lockdown names one.
+        lockdown: Option<String>,
+    },
 }

@@ -11,13 +11,29 @@ use crate::resolve::propagate::PropagatePlan;
 use aya::programs::UProbe;
 
 impl WriterRefused {
-    /// The reason, with the lockdown mode this kernel is in, if any.
+    /// The reason: the capability gprobe lacks, or the lockdown mode this kernel is in.
     fn now() -> Self {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        if has_sys_admin(&status) == Some(false) {
+            return WriterRefused::NoSysAdmin;
+        }
         let lockdown = std::fs::read_to_string("/sys/kernel/security/lockdown")
             .ok()
             .and_then(|l| lockdown_mode(&l));
-        WriterRefused { lockdown }
+        WriterRefused::Kernel { lockdown }
     }
+}
+
+/// Whether the effective capabilities in the text of /proc/self/status (`CapEff:` in hex)
+/// hold CAP_SYS_ADMIN (bit 21); `None` when the line is missing or unreadable.
+fn has_sys_admin(status: &str) -> Option<bool> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
+    let caps = u64::from_str_radix(hex, 16).ok()?;
+    Some(caps >> CAP_SYS_ADMIN & 1 == 1)
 }
 
 /// The mode in force in the text of /sys/kernel/security/lockdown (`none [integrity]
@@ -116,7 +132,7 @@ mod tests {
             Some("[integrity]")
         );
         assert_eq!(lockdown_mode(""), None);
-        let refused = |lockdown: Option<&str>| WriterRefused {
+        let refused = |lockdown: Option<&str>| WriterRefused::Kernel {
             lockdown: lockdown.map(str::to_string),
         };
         assert_eq!(
@@ -129,6 +145,25 @@ mod tests {
             refused(None).to_string(),
             "this kernel does not let BPF programs write to a process's memory \
              (bpf_probe_write_user): kernels in lockdown mode (e.g. with Secure Boot) forbid it"
+        );
+    }
+
+    #[test]
+    fn a_gprobe_without_cap_sys_admin_is_told_so_not_blamed_on_the_kernel() {
+        // The chart's agent (BPF, PERFMON, SYS_PTRACE, DAC_READ_SEARCH, KILL, SYS_NICE,
+        // SYS_RESOURCE) and root.
+        assert_eq!(
+            has_sys_admin("Name:\tgprobe\nCapEff:\t000000c001880024\n"),
+            Some(false)
+        );
+        assert_eq!(has_sys_admin("CapEff:\t000001ffffffffff\n"), Some(true));
+        assert_eq!(has_sys_admin("CapEff:\t0000000000200000\n"), Some(true));
+        assert_eq!(has_sys_admin("Name:\tgprobe\n"), None);
+        assert_eq!(
+            WriterRefused::NoSysAdmin.to_string(),
+            "the kernel lets only programs loaded with CAP_SYS_ADMIN write to a process's memory \
+             (bpf_probe_write_user), and gprobe runs without it: give gprobe CAP_SYS_ADMIN (the \
+             Helm chart's agent.traceparentWrites: true)"
         );
     }
 }
