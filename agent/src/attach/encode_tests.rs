@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::abi::GpCapture;
-use crate::plan::{Decode, EntrySite, Pairing, Role, SignatureSource};
+use crate::plan::{Decode, EntrySite, OutsideGoCode, Pairing, Returns, Role, SignatureSource};
 
 fn capture(name: &str, kind: u8) -> CapturePlan {
     CapturePlan {
@@ -28,13 +28,16 @@ fn plan(entry: Vec<CapturePlan>, ret: Vec<CapturePlan>, latency: bool) -> ProbeP
     ProbePlan {
         symbol: "main.f".into(),
         entry_offset: 0x1000,
-        ret_offsets: if latency { vec![0x1010] } else { vec![] },
+        returns: if latency {
+            Returns::RetSites(vec![0x1010])
+        } else {
+            Returns::None
+        },
         entry_captures: entry,
         return_captures: ret,
         signature_source: SignatureSource::Signature,
         warnings: vec![],
         extra_entry_sites: vec![],
-        uretprobe: false,
         ref_ctr_offset: 0,
         pairing: Pairing::Goroutine,
         type_names: None,
@@ -168,7 +171,7 @@ fn encoded_configurations_are_pinned() {
         vec![at_reg("r", abi::CAP_WORD, 0)],
         true,
     );
-    go.ret_offsets = vec![0x1010, 0x1020];
+    go.returns = Returns::RetSites(vec![0x1010, 0x1020]);
     go.entry_jcc = Some(6);
     let (e, r) = configs(&go, 9, 100);
     assert_eq!(
@@ -204,8 +207,7 @@ fn encoded_configurations_are_pinned() {
         vec![at_reg("ret", abi::CAP_WORD, 0)],
         true,
     );
-    c.ret_offsets = vec![c.entry_offset];
-    c.uretprobe = true;
+    c.returns = Returns::Uretprobe(OutsideGoCode::assumed());
     c.pairing = Pairing::Thread;
     let (e, r) = configs(&c, 9, 50);
     let flags = abi::CFG_ONE_BYTES | abi::CFG_PAIR_BY_THREAD;

@@ -6,14 +6,11 @@
 use crate::abi::filter::{GpFilter, GpFvals, TRUTH_FALSE, TRUTH_TRUE, TRUTH_UNKNOWN};
 use crate::filter::{compile, fval, TermType};
 use aya::maps::Array;
-use aya::programs::{RawTracePoint, Xdp};
+use aya::programs::{RawTracePoint, RawTracePointRunOptions, TestRun, TestRunOptions, Xdp};
 use aya::Ebpf;
 use gprobe_crds::when::{CmpOp, Expr, Operand, StrOp, Term, Test, Truth, Value, When};
-use std::os::fd::{AsFd, AsRawFd};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/filter_test.bpf.o"));
-
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
 
 struct Evaluator {
     ebpf: Ebpf,
@@ -54,14 +51,16 @@ impl Evaluator {
             Array::try_from(self.ebpf.map_mut("test_values").unwrap()).unwrap();
         values.set(0, vals, 0).unwrap();
         // The raw tracepoint runs once; the XDP copy can be repeated and timed.
-        let fd = if repeat == 0 {
+        let ns = if repeat == 0 {
             let prog: &RawTracePoint = self
                 .ebpf
                 .program("filter_test")
                 .unwrap()
                 .try_into()
                 .unwrap();
-            prog.fd().unwrap().as_fd().as_raw_fd()
+            prog.test_run(RawTracePointRunOptions::new())
+                .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN: {e}"));
+            0
         } else {
             let prog: &Xdp = self
                 .ebpf
@@ -69,38 +68,19 @@ impl Evaluator {
                 .unwrap()
                 .try_into()
                 .unwrap();
-            prog.fd().unwrap().as_fd().as_raw_fd()
+            // A packet for the XDP copy, which ignores it.
+            let packet = [0u8; 64];
+            let run = prog
+                .test_run(TestRunOptions {
+                    data_in: Some(&packet),
+                    repeat,
+                    ..TestRunOptions::new()
+                })
+                .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN: {e}"));
+            // The mean run time.
+            run.duration.as_nanos() as u32
         };
-        // A packet for the XDP copy, which ignores it.
-        let packet = [0u8; 64];
-        // union bpf_attr, test: prog_fd at 0; every other field 0 (no context, no data)
-        // unless timed.
-        let mut attr = [0u8; 80];
-        attr[0..4].copy_from_slice(&(fd as u32).to_ne_bytes());
-        if repeat > 0 {
-            attr[8..12].copy_from_slice(&(packet.len() as u32).to_ne_bytes());
-            attr[16..24].copy_from_slice(&(packet.as_ptr() as u64).to_ne_bytes());
-            attr[32..36].copy_from_slice(&repeat.to_ne_bytes());
-        }
-        // SAFETY: a zero-initialized bpf_attr of the size passed, naming a program we own
-        // and a packet that outlives the call.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_TEST_RUN,
-                attr.as_mut_ptr(),
-                attr.len() as u32,
-            )
-        };
-        assert_eq!(
-            rc,
-            0,
-            "BPF_PROG_TEST_RUN: {}",
-            std::io::Error::last_os_error()
-        );
         let out: Array<_, u32> = Array::try_from(self.ebpf.map("test_result").unwrap()).unwrap();
-        // test.duration: the mean run time.
-        let ns = u32::from_ne_bytes(attr[36..40].try_into().unwrap());
         (out.get(&0, 0).unwrap(), ns)
     }
 }

@@ -7,13 +7,12 @@
 //! maps are the ones aya created for the uprobe object (procmaps.h defines them in both).
 
 use super::multi::{btf_fd, map_fd};
+use super::sys::{self, Cmd};
 use aya::Ebpf;
 use aya_obj::btf::{Btf, BtfKind};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_PROG_TYPE_TRACING: u32 = 26;
 const BPF_TRACE_RAW_TP: u32 = 23;
 const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
@@ -240,7 +239,7 @@ fn load_tracing(
     let mut pname = [0u8; 16];
     let short = &name.as_bytes()[..name.len().min(15)];
     pname[..short.len()].copy_from_slice(short);
-    let load = |log: Option<&mut Vec<u8>>| -> i64 {
+    let load = |log: Option<&mut Vec<u8>>| {
         // union bpf_attr, prog_load, up to attach_btf_id (offset 108).
         let mut attr = [0u8; 144];
         attr[0..4].copy_from_slice(&BPF_PROG_TYPE_TRACING.to_ne_bytes());
@@ -272,34 +271,25 @@ fn load_tracing(
         attr[108..112].copy_from_slice(&target.to_ne_bytes());
         // SAFETY: a zero-initialized bpf_attr of the size passed; the instructions, license,
         // BTF records and log buffer it points to outlive the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_LOAD,
-                attr.as_ptr(),
-                attr.len() as u32,
-            )
-        }
+        unsafe { sys::bpf_fd(Cmd::ProgLoad, &mut attr) }
     };
-    let fd = load(None);
-    if fd < 0 {
-        let err = std::io::Error::last_os_error();
-        // Again with the verifier's log, for the message.
-        let mut log = vec![0u8; 4 << 20];
-        let _ = load(Some(&mut log));
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let text = String::from_utf8_lossy(&log[..end]);
-        let tail: Vec<&str> = text.lines().rev().take(5).collect();
-        return Err(std::io::Error::new(
-            err.kind(),
-            format!(
-                "{err}; verifier: {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ),
-        ));
-    }
-    // SAFETY: a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let err = match load(None) {
+        Ok(fd) => return Ok(fd),
+        Err(err) => err,
+    };
+    // Again with the verifier's log, for the message.
+    let mut log = vec![0u8; 4 << 20];
+    let _ = load(Some(&mut log));
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    let text = String::from_utf8_lossy(&log[..end]);
+    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+    Err(std::io::Error::new(
+        err.kind(),
+        format!(
+            "{err}; verifier: {}",
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ),
+    ))
 }
 
 /// Attaches a BTF tracepoint program; the returned link detaches it when closed.
@@ -307,20 +297,8 @@ fn attach_raw_tp(prog: &OwnedFd) -> std::io::Result<OwnedFd> {
     // union bpf_attr, raw_tracepoint: name (NULL: the program's BTF target), prog_fd.
     let mut attr = [0u8; 16];
     attr[8..12].copy_from_slice(&(prog.as_raw_fd() as u32).to_ne_bytes());
-    // SAFETY: a zero-initialized bpf_attr of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_RAW_TRACEPOINT_OPEN,
-            attr.as_ptr(),
-            attr.len() as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a new fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    // SAFETY: a zero-initialized bpf_attr of the size passed, naming a program we own.
+    unsafe { sys::bpf_fd(Cmd::RawTracepointOpen, &mut attr) }
 }
 
 #[cfg(test)]

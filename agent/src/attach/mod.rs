@@ -22,6 +22,7 @@ mod propagate;
 pub mod ring;
 pub mod selftest;
 mod slots;
+mod sys;
 
 use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use crate::engine::tracer::{Held, Hold, ProcCounts};

@@ -5,16 +5,14 @@
 //! another). aya 0.14 cannot load a program for these links, so the uprobe program is
 //! loaded a second time here, from the same object, against the maps aya created.
 
+use super::sys::{self, Cmd};
 use aya::maps::Map;
 use aya::Ebpf;
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_BTF_LOAD: libc::c_long = 18;
-const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
 const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
@@ -64,16 +62,7 @@ pub(super) fn btf_fd(obj: &mut aya_obj::Object) -> Option<OwnedFd> {
     attr[0..8].copy_from_slice(&(bytes.as_ptr() as u64).to_ne_bytes());
     attr[16..20].copy_from_slice(&(bytes.len() as u32).to_ne_bytes());
     // SAFETY: a zero-initialized bpf_attr of the size passed; `bytes` outlives the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_BTF_LOAD,
-            attr.as_ptr(),
-            attr.len() as u32,
-        )
-    };
-    // SAFETY: a new fd we own.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    unsafe { sys::bpf_fd(Cmd::BtfLoad, &mut attr) }.ok()
 }
 
 impl MultiProgram {
@@ -117,7 +106,7 @@ impl MultiProgram {
         let mut pname = [0u8; 16];
         let short = &name.as_bytes()[..name.len().min(15)];
         pname[..short.len()].copy_from_slice(short);
-        let load = |log: Option<&mut Vec<u8>>, btf: Option<BorrowedFd<'_>>| -> i64 {
+        let load = |log: Option<&mut Vec<u8>>, btf: Option<BorrowedFd<'_>>| {
             // union bpf_attr, prog_load: prog_type, insn_cnt, insns, license, log_level,
             // log_size, log_buf, kern_version, prog_flags, prog_name[16], prog_ifindex,
             // expected_attach_type.
@@ -142,41 +131,31 @@ impl MultiProgram {
             }
             // SAFETY: a zero-initialized bpf_attr of the size passed; the instructions,
             // license and log buffer it points to outlive the call.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_bpf,
-                    BPF_PROG_LOAD,
-                    attr.as_ptr(),
-                    attr.len() as u32,
-                )
-            }
+            unsafe { sys::bpf_fd(Cmd::ProgLoad, &mut attr) }
         };
         let btf = btf.as_ref().map(|f| f.as_fd());
-        let mut fd = load(None, btf);
-        if fd < 0 && btf.is_some() {
+        let mut loaded = load(None, btf);
+        if loaded.is_err() && btf.is_some() {
             // Without BTF the same program verifies too, only more slowly.
-            fd = load(None, None);
+            loaded = load(None, None);
         }
-        if fd < 0 {
-            let err = std::io::Error::last_os_error();
-            // Again with the verifier's log, for the message.
-            let mut log = vec![0u8; 4 << 20];
-            let _ = load(Some(&mut log), None);
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            let text = String::from_utf8_lossy(&log[..end]);
-            let tail: Vec<&str> = text.lines().rev().take(5).collect();
-            return Err(MultiError::Load(std::io::Error::new(
-                err.kind(),
-                format!(
-                    "{err}; verifier: {}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-                ),
-            )));
-        }
-        // SAFETY: a new fd we own.
-        Ok(MultiProgram {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
-        })
+        let err = match loaded {
+            Ok(fd) => return Ok(MultiProgram { fd }),
+            Err(err) => err,
+        };
+        // Again with the verifier's log, for the message.
+        let mut log = vec![0u8; 4 << 20];
+        let _ = load(Some(&mut log), None);
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        let text = String::from_utf8_lossy(&log[..end]);
+        let tail: Vec<&str> = text.lines().rev().take(5).collect();
+        Err(MultiError::Load(std::io::Error::new(
+            err.kind(),
+            format!(
+                "{err}; verifier: {}",
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ),
+        )))
     }
 
     /// Attaches the program to `sites` (file offset, cookie, semaphore offset or 0) of
@@ -212,18 +191,6 @@ impl MultiProgram {
         attr[56..60].copy_from_slice(&pid.to_ne_bytes());
         // SAFETY: a zero-initialized bpf_attr of the size passed; the arrays and path it
         // points to outlive the call.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_LINK_CREATE,
-                attr.as_ptr(),
-                attr.len() as u32,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a new fd we own.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        unsafe { sys::bpf_fd(Cmd::LinkCreate, &mut attr) }
     }
 }

@@ -3,6 +3,7 @@
 //! (USDT semaphores) and keeps links inside the program object (so they could not be closed
 //! from other threads); the kernel interface itself is small.
 
+use super::sys::{self, Cmd};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -15,7 +16,6 @@ pub use crate::engine::ProbePoint;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `perf_event_attr` up to `config2` (PERF_ATTR_SIZE_VER1).
 const PERF_ATTR_SIZE_VER1: u32 = 72;
-const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PERF_EVENT: u32 = 41;
 
 /// The uprobe PMU as this kernel describes it in sysfs.
@@ -124,20 +124,8 @@ pub fn attach(
     battr[4..8].copy_from_slice(&(event.as_raw_fd() as u32).to_ne_bytes());
     battr[8..12].copy_from_slice(&BPF_PERF_EVENT.to_ne_bytes());
     battr[16..24].copy_from_slice(&cookie.to_ne_bytes());
-    // SAFETY: a zero-initialized bpf_attr of the size passed.
-    let lfd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            battr.as_ptr(),
-            battr.len() as libc::c_uint,
-        )
-    };
-    if lfd < 0 {
-        return Err(PerfError::Link(std::io::Error::last_os_error()));
-    }
-    // SAFETY: a new fd we own.
-    let link = unsafe { OwnedFd::from_raw_fd(lfd as i32) };
+    // SAFETY: a zero-initialized bpf_attr of the size passed, naming fds we hold.
+    let link = unsafe { sys::bpf_fd(Cmd::LinkCreate, &mut battr) }.map_err(PerfError::Link)?;
     Ok(PerfLink {
         _link: link,
         _event: event,

@@ -33,10 +33,10 @@ pub(super) fn sites(plan: &ProbePlan, cfg: &super::ProbeConfig) -> Vec<Site> {
     // its returns could open a call that no return closes, left for a later return without
     // its entry to take.
     if let Some(r) = cfg.ret {
-        v.extend(plan.ret_offsets.iter().map(|&offset| Site {
+        v.extend(plan.ret_offsets().iter().map(|&offset| Site {
             point: ProbePoint {
                 offset,
-                ret: plan.uretprobe,
+                ret: plan.uretprobe(),
                 ref_ctr_offset: 0,
             },
             cfg: r,
@@ -456,19 +456,18 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{EntrySite, SignatureSource};
+    use crate::plan::{EntrySite, Returns, SignatureSource};
 
     fn plan() -> ProbePlan {
         ProbePlan {
             symbol: "x".into(),
             entry_offset: 0x100,
-            ret_offsets: vec![],
+            returns: Returns::None,
             entry_captures: vec![],
             return_captures: vec![],
             signature_source: SignatureSource::None,
             warnings: vec![],
             extra_entry_sites: vec![],
-            uretprobe: false,
             ref_ctr_offset: 0,
             pairing: crate::plan::Pairing::Goroutine,
             type_names: None,
@@ -480,8 +479,7 @@ mod tests {
     #[test]
     fn c_returns_are_uretprobes_at_the_entry() {
         let p = ProbePlan {
-            ret_offsets: vec![0x100],
-            uretprobe: true,
+            returns: Returns::Uretprobe(crate::plan::OutsideGoCode::assumed()),
             pairing: crate::plan::Pairing::Thread,
             ..plan()
         };

@@ -8,6 +8,7 @@ use super::tracer::ProbePoint;
 use super::tracer::{ProbeConfig, Site};
 use super::{Engine, Resolver, TraceError, Tracer};
 use crate::discover::FileKey;
+use crate::plan::Returns;
 use crate::resolve::propagate::PropagateError;
 use crate::stats::PropagationCounts;
 use std::path::Path;
@@ -65,8 +66,12 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                         slot: 0,
                     }];
                     // The round trip's returns (uprobes on its RET instructions).
+                    let rets = match &plan.out.returns {
+                        Returns::RetSites(rets) => rets.as_slice(),
+                        _ => &[],
+                    };
                     sites.extend(cfg.ret.iter().flat_map(|&done| {
-                        plan.out.ret_offsets.iter().map(move |&o| Site {
+                        rets.iter().map(move |&o| Site {
                             point: point(o),
                             cfg: done,
                             slot: 0,

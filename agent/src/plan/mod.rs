@@ -9,9 +9,14 @@
 //!
 //! | target | entry sites | return sites | semaphore | pairing |
 //! |---|---|---|---|---|
-//! | Go function | `entry_offset` (after the stack check) | uprobes on every RET (`ret_offsets`) | none | by goroutine (R14) |
-//! | C function | `entry_offset` (first byte) | one uretprobe at the entry (`ret_offsets == [entry_offset]`, `uretprobe`) | none | by thread |
-//! | USDT probe | `entry_offset` + `extra_entry_sites` | none (a point, not a call) | `ref_ctr_offset` | none needed |
+//! | Go function | `entry_offset` (after the stack check) | uprobes on every RET (`Returns::RetSites`) | none | by goroutine (R14) |
+//! | C function | `entry_offset` (first byte) | one uretprobe at `entry_offset` (`Returns::Uretprobe`) | none | by thread |
+//! | USDT probe | `entry_offset` + `extra_entry_sites` | none (a point, not a call: `Returns::None`) | `ref_ctr_offset` | none needed |
+//!
+//! A function probed without latency or results has no return sites either
+//! (`Returns::None`). A `Returns::Uretprobe` holds the proof that its function lies outside
+//! Go code ([`OutsideGoCode`], which only `Binary::check_uretprobe` gives), so that no plan
+//! puts a uretprobe into Go code.
 //!
 //! Capture kinds (`GpCapture.kind`) the BPF program must read:
 //! - `CAP_WORD`: `size` bytes (1..8) of the value at `loc[0]`: a register's low bytes, the
@@ -43,6 +48,7 @@ mod warnings;
 use std::fmt;
 
 use crate::abi::GpCapture;
+pub use crate::resolve::c::OutsideGoCode;
 use crate::resolve::go::types::TypeNames;
 
 pub use costs::{KernelSites, SiteClass, SiteCosts};
@@ -155,9 +161,8 @@ pub struct ProbePlan {
     pub entry_jcc: Option<u8>,
     /// How the kernel runs the entry and return sites (what a call costs the program).
     pub costs: SiteCosts,
-    /// The return sites; empty when no return probe is needed. Go: every RET instruction
-    /// (uprobes). C: `[entry_offset]`, where a uretprobe goes (`uretprobe`).
-    pub ret_offsets: Vec<u64>,
+    /// Where the calls' returns are seen, if anywhere.
+    pub returns: Returns,
     /// The captures at `entry_offset`.
     pub entry_captures: Vec<CapturePlan>,
     pub return_captures: Vec<CapturePlan>,
@@ -171,10 +176,6 @@ pub struct ProbePlan {
     /// like `entry_offset` (the sites with equal captures can share one configuration:
     /// [`ProbePlan::entry_groups`]).
     pub extra_entry_sites: Vec<EntrySite>,
-    /// The return sites are uretprobes (attached at `ret_offsets`, i.e. the entry), not
-    /// uprobes: true for C functions; never for Go (uretprobes corrupt Go programs whose
-    /// stacks move), where `ret_offsets` are RET instructions.
-    pub uretprobe: bool,
     /// A USDT semaphore's file offset, to pass as the uprobe's reference counter offset
     /// (perf: the high bits of `config`; uprobe_multi: `ref_ctr_offsets`) on every entry
     /// site: the kernel then raises the 2-byte counter in each process the probe is
@@ -188,6 +189,34 @@ pub struct ProbePlan {
     pub type_names: Option<TypeNames>,
     /// A user's probe, one that propagates its spans, or gprobe's own runtime.newproc1.
     pub role: Role,
+}
+
+/// Where a probe sees its calls return: one choice, made by the target kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Returns {
+    /// No return probe: a USDT probe (a point, not a call), or a function whose probe needs
+    /// neither latency nor results.
+    #[default]
+    None,
+    /// Go functions: an uprobe on every RET instruction (file offsets; never empty: use
+    /// [`Returns::ret_sites`]). Never a uretprobe: it rewrites the return address on the
+    /// stack, which Go's stack growth and unwinder do not expect.
+    RetSites(Vec<u64>),
+    /// C functions: one uretprobe at `entry_offset` (the kernel swaps the return address
+    /// when the call enters, so it sees every return, tail calls included). Only for code
+    /// outside Go's: made from the proof that `Binary::check_uretprobe` gives.
+    Uretprobe(OutsideGoCode),
+}
+
+impl Returns {
+    /// Uprobes on the RET instructions at `offsets`; none when there are none.
+    pub fn ret_sites(offsets: Vec<u64>) -> Returns {
+        if offsets.is_empty() {
+            Returns::None
+        } else {
+            Returns::RetSites(offsets)
+        }
+    }
 }
 
 /// What a probe is for, beyond recording its calls.
@@ -244,7 +273,22 @@ impl fmt::Display for SignatureSource {
 
 impl ProbePlan {
     pub fn has_return(&self) -> bool {
-        !self.ret_offsets.is_empty()
+        self.returns != Returns::None
+    }
+
+    /// The file offsets of the return probes: the RET instructions (uprobes), or the entry
+    /// (a uretprobe: [`ProbePlan::uretprobe`]); empty when the probe has no return.
+    pub fn ret_offsets(&self) -> &[u64] {
+        match &self.returns {
+            Returns::None => &[],
+            Returns::RetSites(offsets) => offsets,
+            Returns::Uretprobe(_) => std::slice::from_ref(&self.entry_offset),
+        }
+    }
+
+    /// Whether the return probe is a uretprobe (at the entry), not uprobes on RETs.
+    pub fn uretprobe(&self) -> bool {
+        matches!(self.returns, Returns::Uretprobe(_))
     }
 
     /// Every entry site with its captures: `entry_offset` first, then `extra_entry_sites`.

@@ -455,14 +455,14 @@ impl Binary {
     /// address on the stack, which Go's stack growth and unwinder do not expect ("unexpected
     /// return pc", the program dies). Decided from the pclntab, which is looked for by its
     /// magic in every binary, whatever the detection of Go said.
-    pub(crate) fn check_uretprobe(&self, f: &FuncInfo) -> Result<(), PlanError> {
+    pub(crate) fn check_uretprobe(&self, f: &FuncInfo) -> Result<c::OutsideGoCode, PlanError> {
         let refuse = |reason: String| PlanError::UretprobeInGo {
             symbol: f.name.clone(),
             path: self.path().to_path_buf(),
             reason,
         };
         match self.go.code_at(&self.elf, f.addr) {
-            Ok(None) => Ok(()),
+            Ok(None) => Ok(c::OutsideGoCode(())),
             Ok(Some((name_off, entry))) => Err(refuse(format!(
                 "its address {:#x} is inside the Go function {} (at {entry:#x}) of the pclntab",
                 f.addr,

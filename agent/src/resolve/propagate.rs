@@ -11,7 +11,7 @@ use super::planner::plan_probe;
 use super::Binary;
 use super::PlanError;
 use crate::abi;
-use crate::plan::ProbePlan;
+use crate::plan::{ProbePlan, Returns};
 use gprobe_crds::Probe;
 
 /// The propagation probes planned in one executable.
@@ -109,7 +109,8 @@ pub fn plan(bin: &Binary) -> Result<PropagatePlan, PropagateError> {
             })
         }
     }
-    if out.ret_offsets.is_empty() {
+    // Uprobes on its RETs (engine/propagate.rs attaches them so): a Go function's returns.
+    if !matches!(out.returns, Returns::RetSites(_)) {
         return Err(PropagateError::NoReturnSites);
     }
     // The connection's writer, as the type data of this binary lays persistConn out; the

@@ -106,8 +106,8 @@ fn symbols_and_entry_offsets_match_binutils() {
         );
         let entry = file_offset(&path, want["add"]);
         assert_eq!(p.entry_offset, entry);
-        assert_eq!(p.ret_offsets, vec![entry]);
-        assert!(p.uretprobe && p.pairing == Pairing::Thread);
+        assert_eq!(p.ret_offsets(), vec![entry]);
+        assert!(p.uretprobe() && p.pairing == Pairing::Thread);
         assert_eq!((p.ref_ctr_offset, p.extra_entry_sites.len()), (0, 0));
         let (e, r) = configs(&p, 5, 100);
         assert_eq!(
@@ -117,7 +117,7 @@ fn symbols_and_entry_offsets_match_binutils() {
         assert_eq!(e.flags & abi::CFG_PAIR_BY_THREAD, abi::CFG_PAIR_BY_THREAD);
         // Without latency or results: one CALL probe, no return site.
         let p = plan(&b, &probe("sub", None, &[], false));
-        assert!(p.ret_offsets.is_empty() && !p.has_return());
+        assert!(p.ret_offsets().is_empty() && !p.has_return());
         assert_eq!(configs(&p, 1, 0).0.kind, abi::PROBE_CALL);
     }
 }
@@ -445,7 +445,7 @@ fn redis_create_string_object() {
     );
     let entry = file_offset(&path, f.addr);
     assert_eq!(
-        (p.entry_offset, p.ret_offsets.clone(), p.uretprobe),
+        (p.entry_offset, p.ret_offsets().to_vec(), p.uretprobe()),
         (entry, vec![entry], true)
     );
     let c = &p.entry_captures[0];
@@ -485,13 +485,13 @@ fn cgo_c_functions_of_a_go_binary_are_planned_as_c() {
     assert!(b.find_function("x_cgo_init").is_err(), "not a Go function");
     let sig = "void x_cgo_init(void *g, void (*setg)(void *), void **tlsg, void **tlsbase)";
     let p = plan(&b, &probe("x_cgo_init", Some(sig), &["g", "tlsg"], true));
-    assert!(p.uretprobe && p.pairing == Pairing::Thread);
-    assert_eq!(p.ret_offsets, vec![p.entry_offset]);
+    assert!(p.uretprobe() && p.pairing == Pairing::Thread);
+    assert_eq!(p.ret_offsets(), vec![p.entry_offset]);
     assert_eq!(caps(&p)[1].3, reg_at(reg::RDX));
     // Its Go functions keep Go's planning: RET uprobes, pairing by goroutine.
     let g = plan(&b, &probe("main.leaf", None, &[], true));
-    assert!(!g.uretprobe && g.pairing == Pairing::Goroutine);
-    assert!(!g.ret_offsets.is_empty() && !g.ret_offsets.contains(&g.entry_offset));
+    assert!(!g.uretprobe() && g.pairing == Pairing::Goroutine);
+    assert!(!g.ret_offsets().is_empty() && !g.ret_offsets().contains(&g.entry_offset));
 }
 
 #[test]

@@ -67,9 +67,12 @@ fn has_section(path: &Path, name: &str) -> bool {
 /// the file), never a uretprobe.
 fn assert_ret_probes(what: &str, path: &Path, plan: &ProbePlan) {
     let data = std::fs::read(path).unwrap();
-    assert!(!plan.uretprobe, "{what}: a uretprobe on Go code: {plan:?}");
-    assert!(!plan.ret_offsets.is_empty(), "{what}: no RET sites");
-    for &r in &plan.ret_offsets {
+    assert!(
+        !plan.uretprobe(),
+        "{what}: a uretprobe on Go code: {plan:?}"
+    );
+    assert!(!plan.ret_offsets().is_empty(), "{what}: no RET sites");
+    for &r in plan.ret_offsets() {
         assert!(
             matches!(data[r as usize], 0xc3 | 0xc2),
             "{what}: return site {r:#x} holds {:#x}, not a RET",
@@ -182,7 +185,7 @@ fn no_uretprobe_is_planned_inside_go_code_whatever_the_detection_says() {
                 ] {
                     let plan = plan_probe(&b, &latency_probe("_start", None), 256)
                         .unwrap_or_else(|e| panic!("{what}: {e}"));
-                    assert!(plan.uretprobe, "{what}: {plan:?}");
+                    assert!(plan.uretprobe(), "{what}: {plan:?}");
                 }
             }
             refused += 1;
@@ -233,5 +236,5 @@ fn debians_age_is_go_and_gets_no_uretprobe_in_go_code() {
         "{e}"
     );
     let plan = plan_probe(&c, &latency_probe("x_cgo_mmap", None), 256).unwrap();
-    assert!(plan.uretprobe);
+    assert!(plan.uretprobe());
 }

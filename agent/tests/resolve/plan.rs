@@ -263,8 +263,8 @@ fn refusals_are_typed() {
             .unwrap()
             .entry_offset
     );
-    assert_eq!(p.ret_offsets, vec![p.entry_offset]);
-    assert!(p.uretprobe && p.pairing == Pairing::Thread);
+    assert_eq!(p.ret_offsets(), vec![p.entry_offset]);
+    assert!(p.uretprobe() && p.pairing == Pairing::Thread);
     assert!(matches!(
         plan_probe(
             &exe,

@@ -100,7 +100,7 @@ fn the_test_programs_notes() {
     );
     assert_eq!(p.symbol, "usdt:cprog:twice");
     assert_eq!(p.extra_entry_sites.len(), 1);
-    assert!(p.ret_offsets.is_empty() && !p.uretprobe && p.pairing == Pairing::Thread);
+    assert!(p.ret_offsets().is_empty() && !p.uretprobe() && p.pairing == Pairing::Thread);
     assert_eq!(p.ref_ctr_offset, 0);
     assert_eq!(p.signature_source, SignatureSource::Signature);
     let groups = p.entry_groups();

@@ -68,7 +68,7 @@ impl Tracer for FakeTracer {
             id
         };
         let entry = id();
-        let ret = (!plan.ret_offsets.is_empty()).then(id);
+        let ret = plan.has_return().then(id);
         k.ret_cfgs.extend(ret);
         Ok(ProbeConfig {
             entry,
@@ -259,7 +259,7 @@ fn plan(symbol: &str, rets: usize) -> ProbePlan {
     ProbePlan {
         symbol: symbol.into(),
         entry_offset: 0x1000,
-        ret_offsets: (0..rets as u64).map(|i| 0x1010 + i).collect(),
+        returns: crate::plan::Returns::ret_sites((0..rets as u64).map(|i| 0x1010 + i).collect()),
         entry_captures: vec![],
         return_captures: vec![],
         signature_source: crate::plan::SignatureSource::Signature,

@@ -27,6 +27,20 @@ use dwarf::CDwarf;
 /// The folder where Debian (and most distributions) install separate debug files.
 pub const DEBUG_ROOT: &str = "/usr/lib/debug";
 
+/// The proof that a function lies outside Go code, so that a uretprobe may go on it
+/// ([`crate::plan::Returns::Uretprobe`]): only [`Binary::check_uretprobe`] makes one
+/// (its field is private to `resolve/`), after the binary's pclntab said so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutsideGoCode(pub(in crate::resolve) ());
+
+#[cfg(test)]
+impl OutsideGoCode {
+    /// For unit tests of what is made of a plan (no binary is read).
+    pub(crate) fn assumed() -> OutsideGoCode {
+        OutsideGoCode(())
+    }
+}
+
 /// A C function's entry: its first byte, where the probe goes, and how the kernel runs
 /// it (file offsets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

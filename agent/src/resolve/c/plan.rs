@@ -11,7 +11,7 @@ use super::abi::{layout, Place};
 use super::capture::{self, mem_loc, reg_loc, Width};
 use crate::abi::{reg, GpLoc};
 use crate::plan::{
-    Captures, Pairing, PlanWarning, ProbePlan, Role, SignatureDifference, SignatureSource,
+    Captures, Pairing, PlanWarning, ProbePlan, Returns, Role, SignatureDifference, SignatureSource,
     SiteClass, SiteCosts,
 };
 use crate::resolve::error::{CProblem, PlanError};
@@ -56,9 +56,11 @@ pub(crate) fn plan(
     let caps = plan_captures(bin, &func, probe, max_string_bytes, &mut warnings)?;
     let needs_return = probe.latency || !caps.ret.is_empty();
     // Never a uretprobe in Go code, whatever the binary was taken for.
-    if needs_return {
-        bin.check_uretprobe(&func)?;
-    }
+    let returns = if needs_return {
+        Returns::Uretprobe(bin.check_uretprobe(&func)?)
+    } else {
+        Returns::None
+    };
     Ok(ProbePlan {
         symbol: probe.symbol.clone(),
         entry_offset: entry,
@@ -68,17 +70,12 @@ pub(crate) fn plan(
             // A uretprobe's return: not measured.
             ret: needs_return.then_some(SiteClass::Unmeasured),
         },
-        ret_offsets: if needs_return {
-            vec![entry]
-        } else {
-            Vec::new()
-        },
+        returns,
         entry_captures: caps.entry,
         return_captures: caps.ret,
         signature_source: caps.source.unwrap_or(SignatureSource::None),
         warnings,
         extra_entry_sites: Vec::new(),
-        uretprobe: true,
         ref_ctr_offset: 0,
         pairing: Pairing::Thread,
         role: Role::Traced,

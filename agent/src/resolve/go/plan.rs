@@ -13,7 +13,7 @@ use super::types::{path, TypeNames, TypeRef, TypeStore};
 use crate::abi::{self, GP_MAX_CAPTURES};
 use crate::gosym::go_package;
 use crate::plan::{
-    CapturePlan, Captures, Decode, Pairing, PlanWarning, ProbePlan, Role, SignatureSource,
+    CapturePlan, Captures, Decode, Pairing, PlanWarning, ProbePlan, Returns, Role, SignatureSource,
     SiteCosts,
 };
 use crate::resolve::error::PlanError;
@@ -72,17 +72,16 @@ pub(crate) fn plan(
             entry: sites.entry.class,
             ret: needs_return.then_some(sites.ret_class),
         },
-        ret_offsets: if needs_return {
-            sites.ret_offsets
+        returns: if needs_return {
+            Returns::ret_sites(sites.ret_offsets)
         } else {
-            Vec::new()
+            Returns::None
         },
         entry_captures: caps.entry,
         return_captures: caps.ret,
         signature_source: caps.source.unwrap_or(SignatureSource::None),
         warnings,
         extra_entry_sites: Vec::new(),
-        uretprobe: false,
         ref_ctr_offset: 0,
         pairing: Pairing::Goroutine,
         type_names,

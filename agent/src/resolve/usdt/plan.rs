@@ -10,7 +10,9 @@ use gprobe_crds::Probe;
 use super::args::{parse_args, ArgLoc, UsdtArg};
 use super::{UsdtProbe, UsdtSite};
 use crate::abi::GpLoc;
-use crate::plan::{CapturePlan, EntrySite, Pairing, PlanWarning, ProbePlan, Role, SignatureSource};
+use crate::plan::{
+    CapturePlan, EntrySite, Pairing, PlanWarning, ProbePlan, Returns, Role, SignatureSource,
+};
 use crate::resolve::c::capture::{self, const_loc, mem_loc, reg_loc, Width};
 use crate::resolve::c::edit_distance;
 use crate::resolve::c::plan::slice_types;
@@ -92,7 +94,7 @@ pub(crate) fn plan(
             },
             ret: None,
         },
-        ret_offsets: Vec::new(),
+        returns: Returns::None,
         entry_captures: first.captures,
         return_captures: Vec::new(),
         signature_source: if probe.capture.is_empty() {
@@ -104,7 +106,6 @@ pub(crate) fn plan(
         },
         warnings,
         extra_entry_sites: planned,
-        uretprobe: false,
         ref_ctr_offset: semaphores.first().copied().unwrap_or(0),
         pairing: Pairing::Thread,
         role: Role::Traced,
