@@ -144,12 +144,16 @@ fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
 /// are for its includers.
 fn check_headers(clang: &Path, ebpf: &Path, out: &Path) -> Result<()> {
     let mut headers = Vec::new();
-    for dir in [ebpf.join("include"), ebpf.join("src")] {
+    // src/ and its folders (the auxiliary probes' own code: src/propagate/, src/loader/).
+    let mut dirs = vec![ebpf.join("include"), ebpf.join("src")];
+    while let Some(dir) = dirs.pop() {
         for entry in
             std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
         {
             let path = entry?.path();
-            if path.extension().is_some_and(|e| e == "h") {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "h") {
                 headers.push(path);
             }
         }
@@ -168,6 +172,8 @@ fn check_headers(clang: &Path, ebpf: &Path, out: &Path) -> Result<()> {
             .args(["-Wno-unused-function", "-fsyntax-only"])
             .arg("-I")
             .arg(ebpf.join("include"))
+            .arg("-I")
+            .arg(ebpf.join("src"))
             .arg(&file)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -221,6 +227,9 @@ fn main() -> Result<()> {
                 .args(BPF_FLAGS)
                 .arg("-I")
                 .arg(&include)
+                // A header in a folder of src/ includes the shared ones by name ("maps.h").
+                .arg("-I")
+                .arg(ebpf.join("src"))
                 .arg("-c")
                 .arg(ebpf.join(format!("src/{name}.bpf.c")))
                 .arg("-o")

@@ -43,7 +43,7 @@ enum gp_probe_kind {
 	GP_PROBE_RETURN = 2, /* a RET of a latency probe: RETURN event paired to its entry */
 	GP_PROBE_LOADER = 3, /* the dynamic loader's _dl_debug_state: the process is held and a
 			      * GP_EV_LOADER event tells the agent to look at its libraries */
-	/* In processes with a `propagate` probe (spans.h, propagate.h): */
+	/* In processes with a `propagate` probe (propagate/spans.h, propagate/propagate.h): */
 	GP_PROBE_HTTP_OUT = 4,   /* net/http.(*Transport).roundTrip's entry: a request made in a
 				  * propagating span, remembered for its goroutine until the round
 				  * trip returns; caps[0], a GP_CAP_HEADER, finds its header map */

@@ -316,7 +316,7 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 	struct gp_value *v = (struct gp_value *)(s->buf + off);
 	__u32 o = off + sizeof(*v); /* the value's bytes */
 	if (c->kind == GP_CAP_SPAN) {
-		/* Made by span_enter (spans.h) before the record. */
+		/* Made by span_enter (propagate/spans.h) before the record. */
 		*(__u64 *)at(s, o) = s->span[0];
 		*(__u64 *)at(s, o + 8) = s->span[1];
 		*(__u64 *)at(s, o + 16) = s->span[2];
@@ -414,7 +414,7 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 		len = error_value(s, c, o, w[0], w[1], &nodes);
 		v->full_len = nodes;
 	} else if (kind == GP_CAP_HEADER) {
-		/* A propagating entry searched this map already in this hit (spans.h). */
+		/* A propagating entry searched this map already in this hit (propagate/spans.h). */
 		int r = s->hdr_map && s->hdr_map == w[0] ? (int)s->hdr_res
 							 : gp_header_lookup(s, w[0], c->size);
 		s->hdr_map = 0;

@@ -89,7 +89,7 @@ static __always_inline void inflight_skip(const struct gp_inflight_key *ik)
 
 #include "captures.h"
 
-#include "spans.h"
+#include "propagate/spans.h"
 
 /* Records with string/bytes captures, whose size depends on the values: assembled in the
  * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
@@ -171,23 +171,7 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 	return bpf_ringbuf_output(&events, s->buf, off, wake_flag(s, off)) ? -1 : 0;
 }
 
-/* The dynamic loader is about to change, or has changed, the process's list of objects
- * (dlopen, dlclose, and the libraries of its start): stop the process until the agent has
- * attached the probes of any library that came, so their first calls are seen. A process
- * whose event is lost is found in the `held` map by the agent. */
-static __always_inline int loader_hit(void)
-{
-	struct gp_proc_event ev = {
-		.kind = GP_EV_LOADER,
-		.pid = bpf_get_current_pid_tgid() >> 32,
-	};
-	__u64 now = bpf_ktime_get_ns();
-	struct gp_control *ctl = control_of();
-	if (ctl && lease_fresh(ctl, now))
-		ev.hold = hold_current(ctl, ev.pid, GP_HOLD_LOADER, now);
-	proc_output(&ev, sizeof(ev));
-	return 0;
-}
+#include "loader/loader.h"
 
 /* Whether a Jcc of condition `cc` (the opcode's low nibble) jumps with these EFLAGS: the
  * even conditions as listed, the odd ones their negation. resolve/sites.rs decides the same
@@ -354,4 +338,4 @@ int gprobe_uprobe(struct x86_regs *r)
 	return 0;
 }
 
-#include "propagate.h"
+#include "propagate/propagate.h"

@@ -88,15 +88,15 @@ struct scratch {
 	__u64 walk[14]; /* gomap.h: the search in progress (struct gp_walk), in map memory
 			 * whose contents the verifier does not track: its counters then do
 			 * not make each visit of bpf_loop's callback a state of its own */
-	/* spans.h: the header map a propagating entry searched in this hit, and the outcome,
+	/* propagate/spans.h: the header map a propagating entry searched in this hit, and the outcome,
 	 * for its record's header capture (0: none) */
 	__u64 hdr_map;
 	__s64 hdr_res;
 	__u64 incomplete; /* captures.h: header maps this hit could not search to the end */
 	__u8 grp[512 + 16]; /* gomap.h: a map bucket or group being searched (up to 336 bytes;
 			     * offsets masked below 512, a word read past them stays inside) */
-	__u64 span[4]; /* spans.h: the span this hit opened (trace high, low, span, parent) */
-	struct gp_span_ctx fresh; /* spans.h: a goroutine's first, zeroed */
+	__u64 span[4]; /* propagate/spans.h: the span this hit opened (trace high, low, span, parent) */
+	struct gp_span_ctx fresh; /* propagate/spans.h: a goroutine's first, zeroed */
 	__u64 eq[8][2]; /* captures.h: the interfaces of an error capture still to read */
 	__u32 enq;      /* how many eq holds */
 	__u32 estrs;    /* strings of the error capture read */

@@ -2,6 +2,7 @@
 
 pub mod abi;
 pub mod attach;
+pub mod auxiliary;
 pub mod check;
 pub mod cli;
 pub mod cluster;

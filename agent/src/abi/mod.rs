@@ -321,7 +321,7 @@ pub struct GpErrType {
     pub _pad: [u8; 5],
 }
 
-/// `spanctx`'s key: a goroutine of a process (gprobe.bpf.c's spans.h).
+/// `spanctx`'s key: a goroutine of a process (gprobe.bpf.c's propagate/spans.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpSpanKey {
@@ -350,7 +350,7 @@ pub struct GpInflight {
     pub call_id: [u64; GP_MAX_DEPTH],
 }
 
-/// `requests`' value: a request made inside a propagating span (`gp_out`, spans.h).
+/// `requests`' value: a request made inside a propagating span (`gp_out`, propagate/spans.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpOut {
@@ -361,7 +361,7 @@ pub struct GpOut {
     pub ts: u64,
 }
 
-/// `conns`' key: a connection's writer in a process (`gp_out_key`, spans.h).
+/// `conns`' key: a connection's writer in a process (`gp_out_key`, propagate/spans.h).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GpOutKey {

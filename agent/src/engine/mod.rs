@@ -8,17 +8,22 @@
 //! the exec/exit tracepoints, the spec source and (in cluster mode) the container runtime.
 
 mod attaching;
+mod aux_state;
 mod budget;
 pub mod driver;
 pub mod error;
 mod holds;
+// The engine's part of gprobe's auxiliary probes, in their folders (`crate::auxiliary`).
+#[path = "../auxiliary/loader/engine.rs"]
 mod loader;
+#[path = "../auxiliary/newproc/engine.rs"]
 mod newproc;
 mod plancache;
+#[path = "../auxiliary/propagate/engine.rs"]
 mod propagate;
 mod respec;
 mod specs;
-pub use loader::LibraryGlob;
+pub use crate::auxiliary::loader::LibraryGlob;
 pub use tracer::monotonic_ns;
 mod procs;
 pub mod resource;
@@ -184,11 +189,11 @@ struct ProcState<L> {
     links: Vec<Attachment<L>>,
     /// The files it has probes planned in (its executable, libraries).
     files: BTreeSet<FileKey>,
-    /// The uprobe on its dynamic loader (processes with library probes: `loader.rs`).
+    /// The uprobe on its dynamic loader (processes with library probes: `auxiliary/loader/`).
     loader: Option<L>,
-    /// The probe on runtime.newproc1 (Go processes with latency probes: `newproc.rs`).
+    /// The probe on runtime.newproc1 (Go processes with latency probes: `auxiliary/newproc/`).
     newproc: Option<L>,
-    /// The outgoing-request probes (processes with `propagate` probes: `propagate.rs`).
+    /// The outgoing-request probes (processes with `propagate` probes: `auxiliary/propagate/`).
     propagate: Option<L>,
 }
 
@@ -230,11 +235,11 @@ pub struct Engine<T: Tracer, R: Resolver> {
     exits: Option<std::sync::mpsc::Sender<u32>>,
     /// `_dl_debug_state`'s file offset in each dynamic loader seen (None: it has none).
     loader_hooks: HashMap<FileKey, Option<u64>>,
-    /// Library probes said to wait for their library (`loader.rs`: once each).
+    /// Library probes said to wait for their library (`auxiliary/loader/`: once each).
     libraries_missing_said: std::collections::HashSet<(SpecId, usize)>,
     /// runtime.newproc1's probe per executable (None: it has none, or it is not Go).
-    newproc: HashMap<FileKey, Option<newproc::NewprocPlan>>,
-    propagate: HashMap<FileKey, Option<propagate::PropagateProbes>>,
+    newproc: HashMap<FileKey, Option<aux_state::NewprocPlan>>,
+    propagate: HashMap<FileKey, Option<aux_state::PropagateProbes>>,
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// Holds, their deadlines and lost process events (`holds.rs`).

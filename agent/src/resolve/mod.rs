@@ -16,6 +16,8 @@
 pub mod c;
 pub mod go;
 pub mod planner;
+// Where gprobe's own request probes go, in their folder (`crate::auxiliary::propagate`).
+#[path = "../auxiliary/propagate/plan.rs"]
 pub mod propagate;
 pub mod resolver;
 pub mod sites;

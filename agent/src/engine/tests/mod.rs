@@ -53,6 +53,12 @@ struct Kernel {
 #[derive(Debug, Clone, Default)]
 struct FakeTracer(Rc<RefCell<Kernel>>);
 
+/// The fake loader hook's configuration and file offset.
+const LOADER_CFG: CfgId = 1 << 20;
+const LOADER_OFFSET: u64 = 0x2060;
+/// The pids whose executable has runtime.newproc1 (the newproc tests').
+const NEWPROC_PIDS: [u32; 2] = [80, 81];
+
 #[derive(Debug)]
 struct FakeLinks(u64);
 
@@ -79,8 +85,8 @@ impl Tracer for FakeTracer {
 
     fn loader_config(&mut self) -> Result<CfgId, TraceError> {
         let mut k = self.0.borrow_mut();
-        k.configs.insert(loader::LOADER_CFG);
-        Ok(loader::LOADER_CFG)
+        k.configs.insert(LOADER_CFG);
+        Ok(LOADER_CFG)
     }
 
     fn propagate_config(
@@ -296,8 +302,12 @@ impl Resolver for FakeResolver {
             .collect()
     }
 
-    fn newproc_plan(&mut self, _path: &Path) -> Option<ProbePlan> {
-        None
+    fn newproc_plan(&mut self, path: &Path) -> Option<ProbePlan> {
+        // Only the pids of the newproc tests run a Go runtime with runtime.newproc1.
+        NEWPROC_PIDS
+            .iter()
+            .any(|pid| path.starts_with(format!("/proc/{pid}/")))
+            .then(|| plan("runtime.newproc1", 2))
     }
 
     fn through_gone_process(&self, path: &Path) -> bool {
@@ -324,7 +334,7 @@ impl Resolver for FakeResolver {
     fn loader_hook(&mut self, path: &Path) -> Option<u64> {
         path.to_string_lossy()
             .contains("ld-linux")
-            .then_some(loader::LOADER_OFFSET)
+            .then_some(LOADER_OFFSET)
     }
 }
 
@@ -357,8 +367,13 @@ mod attach;
 mod budget;
 mod cluster;
 mod holds;
+// The tests of gprobe's auxiliary probes, in their folders (`crate::auxiliary`).
+#[path = "../../auxiliary/loader/tests.rs"]
 mod loader;
 mod missed;
+#[path = "../../auxiliary/newproc/tests.rs"]
+mod newproc;
+#[path = "../../auxiliary/propagate/tests.rs"]
 mod propagate;
 mod respec;
 

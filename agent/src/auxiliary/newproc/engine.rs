@@ -6,18 +6,12 @@
 //! first calls. Its records are never output.
 
 use super::attaching::sites;
-use super::tracer::{ProbeConfig, Site};
+use super::aux_state::NewprocPlan;
 use super::{Engine, Resolver, Tracer};
 use crate::discover::FileKey;
 use crate::events::{InternalProbe, ProbeMeta};
 use crate::stats::ProbeKey;
 use std::sync::Arc;
-
-/// The newproc probe planned in one executable.
-pub(super) struct NewprocPlan {
-    cfg: ProbeConfig,
-    sites: Vec<Site>,
-}
 
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Whether a spec selecting `pid` has a latency probe on its executable (where calls

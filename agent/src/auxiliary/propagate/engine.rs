@@ -1,9 +1,10 @@
 //! Outgoing requests carry the spans of `propagate: true` probes: in a process with such a
-//! probe, gprobe places its own probes (`resolve/propagate.rs`): where net/http starts a
+//! probe, gprobe places its own probes (`plan.rs`): where net/http starts a
 //! request (and at its returns, where the request is forgotten), where it hands the
 //! request to a connection, and where it writes the request's headers (BPF's
 //! gprobe_propagate). They are removed with the last propagating probe of the process.
 
+use super::aux_state::PropagateProbes;
 use super::tracer::ProbePoint;
 use super::tracer::{ProbeConfig, Site};
 use super::{Engine, Resolver, TraceError, Tracer};
@@ -12,14 +13,6 @@ use crate::plan::Returns;
 use crate::resolve::propagate::PropagateError;
 use crate::stats::PropagationCounts;
 use std::path::Path;
-
-/// The propagation probes of one executable: configured once, placed per process.
-pub(super) struct PropagateProbes {
-    cfg: ProbeConfig,
-    sites: Vec<Site>,
-    /// Why there is no header writer, if so.
-    why: Option<String>,
-}
 
 /// Why no propagation probes are placed in an executable (said in the agent's log).
 #[derive(Debug, thiserror::Error)]

@@ -3,10 +3,6 @@
 
 use super::*;
 
-/// The fake loader hook's configuration and file offset.
-pub(super) const LOADER_CFG: CfgId = 1 << 20;
-pub(super) const LOADER_OFFSET: u64 = 0x2060;
-
 fn lib(path: &str, ino: u64) -> crate::discover::MappedFile {
     crate::discover::MappedFile {
         path: path.into(),
