@@ -16,7 +16,10 @@ pub enum SymbolsError {
     Resolve(#[from] ResolveError),
     #[error("invalid --filter regular expression: {0}")]
     Filter(#[from] regex_lite::Error),
-    #[error("cannot read the memory map of process {pid} ({path}): {source}; check that the process exists and that this user may trace it")]
+    #[error(
+        "cannot read the memory map of process {pid} ({path}): {source}; check that the \
+        process exists and that this user may trace it"
+    )]
     Maps {
         pid: u32,
         path: String,

@@ -29,7 +29,10 @@ pub enum PmuError {
 pub enum PerfError {
     #[error("the kernel's uprobe PMU is not available ({0}); gprobe needs CONFIG_UPROBE_EVENTS")]
     Pmu(#[source] PmuError),
-    #[error("USDT semaphores need the kernel's uprobe reference counters (Linux 4.20+), which this kernel does not describe in sysfs")]
+    #[error(
+        "USDT semaphores need the kernel's uprobe reference counters (Linux 4.20+), which \
+        this kernel does not describe in sysfs"
+    )]
     NoRefCtr,
     #[error("perf_event_open of a uprobe failed: {0}")]
     Open(#[source] std::io::Error),

@@ -125,7 +125,10 @@ impl BpfTracer {
         let (pin, orphans) = match ebpf.map("held").map(pins::HeldPin::pin) {
             Some(Ok((pin, orphans))) => (Some(pin), orphans),
             Some(Err(e)) => {
-                tracing::warn!("{e}; if gprobe is killed, a later gprobe cannot find the processes it held (the kernel still resumes them)");
+                tracing::warn!(
+                    "{e}; if gprobe is killed, a later gprobe cannot find the \
+                    processes it held (the kernel still resumes them)"
+                );
                 (None, Vec::new())
             }
             None => (None, Vec::new()),
@@ -141,7 +144,10 @@ impl BpfTracer {
         let multi = match MultiProgram::load(BPF_OBJECT, &ebpf, UPROBE_PROG) {
             Ok(m) => Some(m),
             Err(e) => {
-                tracing::info!("uprobe_multi links are not available ({e}); using a perf event per uprobe (slower to attach and to detach)");
+                tracing::info!(
+                    "uprobe_multi links are not available ({e}); using a perf event \
+                    per uprobe (slower to attach and to detach)"
+                );
                 None
             }
         };

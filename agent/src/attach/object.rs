@@ -21,7 +21,10 @@ pub(super) const PROPAGATE_DRY_PROG: &str = "gprobe_propagate_dry";
 
 #[derive(Debug, Error)]
 pub enum LoadError {
-    #[error("loading gprobe's BPF programs failed: {0}. gprobe needs root (CAP_BPF and CAP_PERFMON) and a kernel with BPF ring buffers (5.8+) and BTF")]
+    #[error(
+        "loading gprobe's BPF programs failed: {0}. gprobe needs root (CAP_BPF and \
+        CAP_PERFMON) and a kernel with BPF ring buffers (5.8+) and BTF"
+    )]
     Load(#[source] Box<aya::EbpfError>),
     #[error("loading BPF program {program} failed: {source}")]
     Program {
@@ -29,7 +32,10 @@ pub enum LoadError {
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
-    #[error("reading kernel BTF from /sys/kernel/btf/vmlinux failed: {0}; gprobe needs a kernel built with CONFIG_DEBUG_INFO_BTF")]
+    #[error(
+        "reading kernel BTF from /sys/kernel/btf/vmlinux failed: {0}; gprobe needs a kernel \
+        built with CONFIG_DEBUG_INFO_BTF"
+    )]
     Btf(#[source] Box<aya::BtfError>),
     #[error("BPF map {map} is missing or has another type: {source}")]
     Map {

@@ -170,7 +170,8 @@ pub fn measure<G>(
         single_step_ns,
     };
     tracing::info!(
-        "uprobe sites on this kernel: a single-stepped instruction costs {single_step_ns} ns per call, a conditional jump {jcc_ns} ns ({}), push {push_ns} ns ({}), nop {nop_ns} ns ({}); measured in {} ms",
+        "uprobe sites on this kernel: a single-stepped instruction costs {single_step_ns} ns per \
+        call, a conditional jump {jcc_ns} ns ({}), push {push_ns} ns ({}), nop {nop_ns} ns ({}); measured in {} ms",
         class(k.jcc),
         class(k.push),
         class(k.nop),

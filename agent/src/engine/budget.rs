@@ -95,7 +95,10 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         if !measured {
             if !self.budgets.unmeasured_said {
                 self.budgets.unmeasured_said = true;
-                tracing::warn!("what a probe costs is unknown on this kernel (its uprobe sites could not be measured): limits.maxOverheadPercent is not enforced");
+                tracing::warn!(
+                    "what a probe costs is unknown on this kernel (its uprobe sites \
+                    could not be measured): limits.maxOverheadPercent is not enforced"
+                );
             }
             return 0;
         }
@@ -250,11 +253,15 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .unwrap_or_default();
         let left = until.saturating_duration_since(now).as_secs();
         let taken = match what {
-            TakenOff::Returns => "its return probes detached from that process (its calls are still recorded, without a duration or results)",
+            TakenOff::Returns => {
+                "its return probes detached from that process (its calls are \
+                still recorded, without a duration or results)"
+            }
             TakenOff::All => "detached from that process",
         };
         tracing::warn!(
-            "{name}: its probes cost pid {pid} ({}) about {percent:.1}% of a CPU for {} s, over limits.maxOverheadPercent ({limit}%): {taken}, tried again in {left} s",
+            "{name}: its probes cost pid {pid} ({}) about {percent:.1}% of a CPU for {} s, over \
+            limits.maxOverheadPercent ({limit}%): {taken}, tried again in {left} s",
             printable(&exe),
             WINDOW.as_secs(),
         );
@@ -282,7 +289,10 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         slot.over_since = None;
         let id = slot.id;
         if let Err(e) = self.tracer.set_returns_off(id, true) {
-            tracing::warn!("pid {pid}: switching its return probes off failed ({e}): all of the spec's probes are taken off instead");
+            tracing::warn!(
+                "pid {pid}: switching its return probes off failed ({e}): all of the \
+                spec's probes are taken off instead"
+            );
             if let Some(b) = self.budgets.backoff.get_mut(&(pid, sid)) {
                 b.returns_only = false;
             }

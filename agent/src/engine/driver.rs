@@ -171,7 +171,8 @@ fn raise_priority() {
     };
     if rc != 0 {
         tracing::info!(
-            "the engine thread runs at the normal priority ({}): on a busy node, held processes may wait longer for their probes",
+            "the engine thread runs at the normal priority ({}): on a busy node, held processes \
+            may wait longer for their probes",
             std::io::Error::last_os_error()
         );
     }

@@ -32,7 +32,10 @@ impl ProbeError {
 pub enum TraceError {
     #[error("the process is gone")]
     ProcessGone,
-    #[error("too many probe configurations: at most {max} entry and return probes can be active at once; remove some ProbeSpecs")]
+    #[error(
+        "too many probe configurations: at most {max} entry and return probes can be active \
+        at once; remove some ProbeSpecs"
+    )]
     Full { max: usize },
     #[error("attaching a uprobe to {path} at file offset {offset:#x} failed: {source}")]
     Attach {

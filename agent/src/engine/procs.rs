@@ -147,7 +147,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 &names,
                 &info,
                 format!(
-                    "held {} ms, past the hold deadline ({} ms): it was resumed before its probes were attached, so its first calls may not have been seen",
+                    "held {} ms, past the hold deadline ({} ms): it was resumed before its probes \
+                    were attached, so its first calls may not have been seen",
                     overdue.unwrap_or_default(),
                     self.opts.hold_timeout.as_millis()
                 ),
@@ -156,7 +157,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 &names,
                 &info,
                 format!(
-                    "forked by a traced process and attached {} ms later: it was not held at fork, so its first calls may not have been seen",
+                    "forked by a traced process and attached {} ms later: it was not held at \
+                    fork, so its first calls may not have been seen",
                     ms(at)
                 ),
             ),
@@ -164,14 +166,17 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 &names,
                 &info,
                 format!(
-                    "attached {} ms after it started: it was not held at exec (its executable's name or file was not known yet), so its first calls may not have been seen",
+                    "attached {} ms after it started: it was not held at exec (its executable's \
+                    name or file was not known yet), so its first calls may not have been seen",
                     ms(at)
                 ),
             ),
             (Origin::Unseen, _, _) => self.missed(
                 &names,
                 &info,
-                "its start was not reported (process events were lost: the process ring buffer was full), so its first calls may not have been seen".into(),
+                "its start was not reported (process events were lost: the process ring buffer \
+                was full), so its first calls may not have been seen"
+                    .into(),
             ),
             _ => self.stats.process_traced(&names),
         }

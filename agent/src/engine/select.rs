@@ -235,7 +235,8 @@ mod tests {
 
     fn spec(sel: &str) -> ProbeSpec {
         let text = format!(
-            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: s, namespace: shop}}\nspec:\n  selector: {sel}\n  probes: [{{symbol: main.f}}]\n"
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: s, namespace: \
+            shop}}\nspec:\n  selector: {sel}\n  probes: [{{symbol: main.f}}]\n"
         );
         load_specs(&text, "t").unwrap().remove(0)
     }
@@ -262,7 +263,8 @@ mod tests {
     #[test]
     fn all_given_fields_must_match_and_only_in_the_specs_namespace() {
         let s = cluster(&spec(
-            r#"{images: ["registry.example/shop/*:v1.*"], podSelector: {matchLabels: {app: shop}}, containerNames: [app]}"#,
+            r#"{images: ["registry.example/shop/*:v1.*"], podSelector: {matchLabels: {app: shop}},
+                containerNames: [app]}"#,
         ));
         let p = proc("/app/shop", None);
         let good = container(

@@ -300,12 +300,14 @@ mod tests {
         );
         assert_eq!(
             r("https://b.s3/k?X-Amz-Credential=A%2F1&X-Amz-Signature=9&X-Amz-Security-Token=t&X-Amz-Date=2"),
-            "https://b.s3/k?X-Amz-Credential=REDACTED&X-Amz-Signature=REDACTED&X-Amz-Security-Token=REDACTED&X-Amz-Date=2"
+            "https://b.s3/k?X-Amz-Credential=REDACTED&X-Amz-Signature=REDACTED&\
+             X-Amz-Security-Token=REDACTED&X-Amz-Date=2"
         );
         // Case-insensitive, whole names and the listed endings only.
         assert_eq!(
             r("http://h/p?TOKEN=1&Password=2&api_key=3&ApiKey=4&refresh_token=5&client_secret=6&x-api-key=7"),
-            "http://h/p?TOKEN=REDACTED&Password=REDACTED&api_key=REDACTED&ApiKey=REDACTED&refresh_token=REDACTED&client_secret=REDACTED&x-api-key=REDACTED"
+            "http://h/p?TOKEN=REDACTED&Password=REDACTED&api_key=REDACTED&ApiKey=REDACTED&\
+             refresh_token=REDACTED&client_secret=REDACTED&x-api-key=REDACTED"
         );
         assert_eq!(
             r("http://h/p?tokens=1&monkey=2&keyboard=3&author=4&page=5"),
@@ -313,7 +315,8 @@ mod tests {
         );
         assert_eq!(
             r("http://h/?auth=a&credential=b&credentials=c&passwd=d&secret=e&key=f&access_token=g"),
-            "http://h/?auth=REDACTED&credential=REDACTED&credentials=REDACTED&passwd=REDACTED&secret=REDACTED&key=REDACTED&access_token=REDACTED"
+            "http://h/?auth=REDACTED&credential=REDACTED&credentials=REDACTED&passwd=REDACTED&\
+             secret=REDACTED&key=REDACTED&access_token=REDACTED"
         );
         // Repeated parameters are all redacted; empty values and bare names stay.
         assert_eq!(

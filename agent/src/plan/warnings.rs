@@ -121,7 +121,8 @@ impl fmt::Display for PlanWarning {
                 note_size,
             } => write!(
                 f,
-                "{point}: argument {name} is {type_name} ({type_size} bytes) in the signature but {note_size} bytes in the probe's note; {} bytes are read",
+                "{point}: argument {name} is {type_name} ({type_size} bytes) in the signature but \
+                {note_size} bytes in the probe's note; {} bytes are read",
                 type_size.min(note_size)
             ),
         }

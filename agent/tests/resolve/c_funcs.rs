@@ -140,7 +140,8 @@ fn dwarf_prototypes_of_c_functions() {
     );
     assert_eq!(
         proto("many"),
-        "long int many(int a1, long int a2, short int a3, unsigned char a4, uint64_t a5, int64_t a6, int a7, const char *a8)"
+        "long int many(int a1, long int a2, short int a3, unsigned char a4, uint64_t a5, int64_t \
+        a6, int a7, const char *a8)"
     );
     assert_eq!(proto("is_even"), "_Bool is_even(unsigned int n)");
     assert_eq!(proto("sum_pair"), "int sum_pair(pair p, int c)");
@@ -304,7 +305,10 @@ fn dwarf_wins_over_a_disagreeing_c_signature() {
     );
     assert_eq!(p.signature_source, SignatureSource::Dwarf);
     assert!(
-        matches!(&p.warnings[..], [PlanWarning::SignatureDisagreesWithDwarf { differences, .. }] if differences.len() == 2),
+        matches!(
+            &p.warnings[..],
+            [PlanWarning::SignatureDisagreesWithDwarf { differences, .. }] if differences.len() == 2
+        ),
         "{:?}",
         p.warnings
     );

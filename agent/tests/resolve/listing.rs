@@ -30,7 +30,8 @@ fn c_functions_and_usdt_probes_are_listed() {
         "hidden_helper  int hidden_helper(int x)",
         "usdt cprog:twice  [-4@%edi -8@$7] [-4@%edx -8@%rdi]  no semaphore  2 sites",
         "usdt cprog:constant  [-4@$42]  no semaphore  1 site",
-        "usdt cprog:sib  [-4@-8(%rsp,%rax,8) 8@%rdi 2@$-5]  no semaphore  1 site  (arg0 unsupported: scaled-index operands (base, index, scale) are not supported)",
+        "usdt cprog:sib  [-4@-8(%rsp,%rax,8) 8@%rdi 2@$-5]  no semaphore  1 site  (arg0 \
+        unsupported: scaled-index operands (base, index, scale) are not supported)",
     ] {
         assert!(lines.contains(&want), "{want}\n{text}");
     }

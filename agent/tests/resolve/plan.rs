@@ -32,7 +32,8 @@ fn decodes(plan: &ProbePlan) -> Vec<(&str, Decode)> {
         .collect()
 }
 
-const MIX: &str = "func(a int64, b string, c []byte, d error, e *int, f float64, g struct{ x int32; y bool }) (n int, err error)";
+const MIX: &str = "func(a int64, b string, c []byte, d error, e *int, f float64, g struct{ x \
+    int32; y bool }) (n int, err error)";
 
 #[test]
 fn signature_that_agrees_with_dwarf_is_used() {

@@ -45,7 +45,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 }
                 if o.is_none() {
                     tracing::warn!(
-                        "{}: no _dl_debug_state in this dynamic loader; libraries loaded later are found by a rescan every second, so their first calls may be missed",
+                        "{}: no _dl_debug_state in this dynamic loader; libraries loaded later \
+                        are found by a rescan every second, so their first calls may be missed",
                         crate::util::printable(&ld.path.to_string_lossy())
                     );
                 }
@@ -106,12 +107,17 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .take(12)
             .collect();
         tracing::warn!(
-            "{}: no library of pid {} matches library {:?} yet; it is attached when one is loaded (dlopen). Loaded now: {}{}",
+            "{}: no library of pid {} matches library {:?} yet; it is attached when one is loaded \
+            (dlopen). Loaded now: {}{}",
             sp.key,
             info.pid,
             crate::util::printable(glob),
             crate::util::printable(&mapped.join(", ")),
-            if info.libraries.len() > 12 { ", ..." } else { "" }
+            if info.libraries.len() > 12 {
+                ", ..."
+            } else {
+                ""
+            }
         );
     }
 

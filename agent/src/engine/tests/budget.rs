@@ -13,7 +13,11 @@ fn budgeted(percent: f64) -> ProbeSpec {
 
 fn budgeted_probe(percent: f64, probe: &str) -> ProbeSpec {
     gprobe_crds::load_specs(
-        &format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: b}}\nspec:\n  selector: {{executable: /app/shop}}\n  limits: {{maxOverheadPercent: {percent}}}\n  probes: [{probe}]\n"),
+        &format!(
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: \
+            b}}\nspec:\n  selector: {{executable: /app/shop}}\n  limits: {{maxOverheadPercent: \
+                {percent}}}\n  probes: [{probe}]\n"
+        ),
         "t",
     )
     .unwrap()

@@ -341,7 +341,10 @@ impl Resolver for FakeResolver {
 fn spec(name: &str, ns: Option<&str>, selector: &str, probes: &str) -> ProbeSpec {
     let ns = ns.map(|n| format!(", namespace: {n}")).unwrap_or_default();
     gprobe_crds::load_specs(
-        &format!("apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: {name}{ns}}}\nspec:\n  selector: {selector}\n  probes: {probes}\n"),
+        &format!(
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: \
+            {name}{ns}}}\nspec:\n  selector: {selector}\n  probes: {probes}\n"
+        ),
         "t",
     )
     .unwrap()
