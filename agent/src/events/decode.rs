@@ -1,5 +1,6 @@
 //! Captured bytes to typed values. The records of each capture kind are specified at
-//! `GpCapture` (abi/mod.rs); the values and the scalar readers are in `value.rs`, composite ones (interfaces, slices) are in `composite.rs`.
+//! `GpCapture` (abi/mod.rs); the values and the scalar readers are in `value.rs`, composite ones
+//! (interfaces, slices) are in `composite.rs`.
 
 use super::composite;
 use super::value::{float, int, text, word, DecodeCtx, Value, ValueKind};

@@ -7,11 +7,12 @@
 //!
 //! # The plan, as the kernel side must carry it out
 //!
-//! | target | entry sites | return sites | semaphore | pairing |
-//! |---|---|---|---|---|
-//! | Go function | `entry_offset` (after the stack check) | uprobes on every RET (`Returns::RetSites`) | none | by goroutine (R14) |
-//! | C function | `entry_offset` (first byte) | one uretprobe at `entry_offset` (`Returns::Uretprobe`) | none | by thread |
-//! | USDT probe | `entry_offset` + `extra_entry_sites` | none (a point, not a call: `Returns::None`) | `ref_ctr_offset` | none needed |
+//! - Go function: entry at `entry_offset` (after the stack check); returns by uprobes on
+//!   every RET (`Returns::RetSites`); no semaphore; paired by goroutine (R14).
+//! - C function: entry at `entry_offset` (first byte); one uretprobe at `entry_offset`
+//!   (`Returns::Uretprobe`); no semaphore; paired by thread.
+//! - USDT probe: `entry_offset` + `extra_entry_sites`; no returns (a point, not a call:
+//!   `Returns::None`); the semaphore at `ref_ctr_offset`; no pairing needed.
 //!
 //! A function probed without latency or results has no return sites either
 //! (`Returns::None`). A `Returns::Uretprobe` holds the proof that its function lies outside

@@ -119,7 +119,9 @@ impl fmt::Display for TypeDie {
 
 /// The DWARF of a file (for a symbol, where one was asked for) could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("cannot read the DWARF debug information of {}{}: {source}; give the probe an explicit `signature:` in the ProbeSpec, or rebuild without -ldflags=-w", path.display(), symbol.as_deref().map(|s| format!(" (for {s})")).unwrap_or_default())]
+#[error("cannot read the DWARF debug information of {}{}: {source}; give the probe an explicit \
+    `signature:` in the ProbeSpec, or rebuild without \
+        -ldflags=-w", path.display(), symbol.as_deref().map(|s| format!(" (for {s})")).unwrap_or_default())]
 pub struct UnreadableDwarf {
     /// The file the DWARF is in: the binary, or its separate debug file.
     pub path: PathBuf,

@@ -19,7 +19,10 @@ pub enum NoteError {
         namesz: usize,
         descsz: usize,
     },
-    #[error("note {index} at offset {offset:#x}: its name ({namesz} bytes) and descriptor ({descsz} bytes) run past the end of the section ({section} bytes)")]
+    #[error(
+        "note {index} at offset {offset:#x}: its name ({namesz} bytes) and descriptor \
+        ({descsz} bytes) run past the end of the section ({section} bytes)"
+    )]
     PastSection {
         index: usize,
         offset: usize,

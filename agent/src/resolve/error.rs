@@ -27,7 +27,8 @@ pub enum ResolveError {
         source: std::io::Error,
     },
 
-    #[error("{} is not an ELF file ({reason}); gprobe reads Linux executables: point it at the program's binary, not at a script or a wrapper", path.display())]
+    #[error("{} is not an ELF file ({reason}); gprobe reads Linux executables: point it at the \
+        program's binary, not at a script or a wrapper", path.display())]
     NotElf { path: PathBuf, reason: String },
 
     #[error("{}", malformed(path, reason))]
@@ -37,31 +38,41 @@ pub enum ResolveError {
     #[error("{}", malformed(path, format_args!("its .note.stapsdt section is malformed: {source}")))]
     MalformedStapsdt { path: PathBuf, source: StapsdtError },
 
-    #[error("{} is a {class} ELF file for machine {machine}; gprobe supports 64-bit little-endian x86-64 binaries only: trace an amd64 build of the program", path.display())]
+    #[error("{} is a {class} ELF file for machine {machine}; gprobe supports 64-bit little-endian \
+        x86-64 binaries only: trace an amd64 build of the program", path.display())]
     UnsupportedArch {
         path: PathBuf,
         class: &'static str,
         machine: u16,
     },
 
-    #[error("{} was built with {} whose function table (pclntab magic {magic:#010x}) gprobe cannot read; rebuild the program with Go 1.18 or newer", path.display(), go_version.as_deref().unwrap_or("a Go release older than 1.18"))]
+    #[error("{} was built with {} whose function table (pclntab magic {magic:#010x}) gprobe \
+        cannot read; rebuild the program with Go 1.18 or \
+            newer", path.display(), go_version.as_deref().unwrap_or("a Go release older than 1.18"))]
     UnsupportedGoVersion {
         path: PathBuf,
         go_version: Option<String>,
         magic: u32,
     },
 
-    #[error("the Go function table (.gopclntab) of {} is corrupt: {reason}; the file may be damaged or not produced by the Go linker: rebuild it or check that it was not modified", path.display())]
+    #[error("the Go function table (.gopclntab) of {} is corrupt: {reason}; the file may be \
+        damaged or not produced by the Go linker: rebuild it or check that it was not modified", path.display())]
     BadPclntab {
         path: PathBuf,
         #[source]
         reason: PclntabError,
     },
 
-    #[error("cannot tell where the Go code of {} starts: its module data (runtime.firstmoduledata) was not found or does not match the function table, the table's header has no text address (Go 1.27+ leaves it out), and the binary is not provably internally linked; gprobe refuses to guess function addresses: trace an unstripped build of the program", path.display())]
+    #[error("cannot tell where the Go code of {} starts: its module data \
+        (runtime.firstmoduledata) was not found or does not match the function table, the table's \
+            header has no text address (Go 1.27+ leaves it out), and the binary is not provably \
+                internally linked; gprobe refuses to guess function addresses: trace an \
+                    unstripped build of the program", path.display())]
     NoTextStart { path: PathBuf },
 
-    #[error("{symbol} is at {pclntab:#x} in the Go function table of {} but at {symtab:#x} in its ELF symbol table; refusing to probe an address the tables disagree on: the binary may have been rewritten after linking (rebuild it) or gprobe misreads it (report it)", path.display())]
+    #[error("{symbol} is at {pclntab:#x} in the Go function table of {} but at {symtab:#x} in its \
+        ELF symbol table; refusing to probe an address the tables disagree on: the binary may \
+            have been rewritten after linking (rebuild it) or gprobe misreads it (report it)", path.display())]
     AddressMismatch {
         path: PathBuf,
         symbol: String,
@@ -69,7 +80,9 @@ pub enum ResolveError {
         symtab: u64,
     },
 
-    #[error("refusing to place a breakpoint at {symbol}+{offset:#x} (address {:#x}) in {}: not an instruction boundary of the function decoded from its first byte; the function table may be wrong (a breakpoint inside an instruction would corrupt the program)", addr + offset, path.display())]
+    #[error("refusing to place a breakpoint at {symbol}+{offset:#x} (address {:#x}) in {}: not an \
+        instruction boundary of the function decoded from its first byte; the function table may \
+            be wrong (a breakpoint inside an instruction would corrupt the program)", addr + offset, path.display())]
     NotInstructionBoundary {
         path: PathBuf,
         symbol: String,
@@ -77,7 +90,9 @@ pub enum ResolveError {
         offset: u64,
     },
 
-    #[error("refusing to place a breakpoint at {symbol}+{offset:#x} (address {:#x}) in {}: no valid x86-64 instruction starts there (decoded from the function's first byte); the symbol tables may point at data", addr + offset, path.display())]
+    #[error("refusing to place a breakpoint at {symbol}+{offset:#x} (address {:#x}) in {}: no \
+        valid x86-64 instruction starts there (decoded from the function's first byte); the \
+            symbol tables may point at data", addr + offset, path.display())]
     InvalidInstruction {
         path: PathBuf,
         symbol: String,
@@ -85,7 +100,8 @@ pub enum ResolveError {
         offset: u64,
     },
 
-    #[error("refusing to probe {symbol} at {addr:#x} in {}: decoded from its first byte, its instructions run past its end (+{size:#x}) to +{end:#x}; the function table may be wrong", path.display())]
+    #[error("refusing to probe {symbol} at {addr:#x} in {}: decoded from its first byte, its \
+        instructions run past its end (+{size:#x}) to +{end:#x}; the function table may be wrong", path.display())]
     CodePastEnd {
         path: PathBuf,
         symbol: String,
@@ -94,14 +110,16 @@ pub enum ResolveError {
         end: u64,
     },
 
-    #[error("refusing to probe {symbol} at {addr:#x} in {}: the address is not in an executable section of the file, so it is not code; the symbol tables may be wrong (check the binary)", path.display())]
+    #[error("refusing to probe {symbol} at {addr:#x} in {}: the address is not in an executable \
+        section of the file, so it is not code; the symbol tables may be wrong (check the binary)", path.display())]
     NotCode {
         path: PathBuf,
         symbol: String,
         addr: u64,
     },
 
-    #[error("{} has no function table: it is not a Go binary and has no .symtab or .dynsym symbols; trace an unstripped build of the program", path.display())]
+    #[error("{} has no function table: it is not a Go binary and has no .symtab or .dynsym \
+        symbols; trace an unstripped build of the program", path.display())]
     NoFunctions { path: PathBuf },
 
     #[error("{}", not_found_message(path, symbol, *inlined, similar))]
@@ -112,7 +130,8 @@ pub enum ResolveError {
         similar: Vec<String>,
     },
 
-    #[error("function {symbol} at {addr:#x} in {} lies outside every loadable segment of the file (or past its end); the binary's tables are inconsistent: check that the file is complete", path.display())]
+    #[error("function {symbol} at {addr:#x} in {} lies outside every loadable segment of the file \
+        (or past its end); the binary's tables are inconsistent: check that the file is complete", path.display())]
     AddressNotMapped {
         path: PathBuf,
         symbol: String,
@@ -125,7 +144,11 @@ pub enum ResolveError {
 
 /// The message of an ELF file whose structure is broken.
 fn malformed(path: &Path, reason: impl std::fmt::Display) -> String {
-    format!("{} is a truncated or malformed ELF file: {reason}; check that the file was copied completely (compare its size and checksum with the original)", path.display())
+    format!(
+        "{} is a truncated or malformed ELF file: {reason}; check that the file was copied \
+        completely (compare its size and checksum with the original)",
+        path.display()
+    )
 }
 
 /// Why a probe could not be planned against a binary.
@@ -146,9 +169,12 @@ pub enum PlanError {
         #[source]
         source: TypeError,
     },
-    #[error("{symbol}: {} has no DWARF (stripped) and the probe has no signature: add `signature: \"func(...)\"` to the probe (copy it from the Go source or `go doc`), or probe an unstripped build", path.display())]
+    #[error("{symbol}: {} has no DWARF (stripped) and the probe has no signature: add `signature: \
+        \"func(...)\"` to the probe (copy it from the Go source or `go doc`), or probe an \
+            unstripped build", path.display())]
     NoSignature { symbol: String, path: PathBuf },
-    #[error("{symbol}: cannot capture {name:?}: no parameter or result has that name; known names: {}", if known.is_empty() { "(none)".to_string() } else { known.join(", ") })]
+    #[error("{symbol}: cannot capture {name:?}: no parameter or result has that name; known \
+        names: {}", if known.is_empty() { "(none)".to_string() } else { known.join(", ") })]
     UnknownCapture {
         symbol: String,
         name: String,
@@ -158,7 +184,11 @@ pub enum PlanError {
     /// capture never reads a value other than the one its author had in mind.
     #[error("{0}")]
     PositionalName(Box<PositionalName>),
-    #[error("{symbol}: cannot capture {name:?}: the {what} is passed in register X{reg}; uprobes see only the general-purpose registers (the kernel gives BPF no SSE state), so floats in registers cannot be read. Floats passed on the stack can")]
+    #[error(
+        "{symbol}: cannot capture {name:?}: the {what} is passed in register X{reg}; uprobes \
+        see only the general-purpose registers (the kernel gives BPF no SSE state), so floats in \
+            registers cannot be read. Floats passed on the stack can"
+    )]
     FloatInRegister {
         symbol: String,
         name: String,
@@ -178,17 +208,29 @@ pub enum PlanError {
         name: String,
         max: usize,
     },
-    #[error("{symbol}: propagate: true applies to Go functions (whose goroutines carry the spans); this is a C function: remove propagate")]
+    #[error(
+        "{symbol}: propagate: true applies to Go functions (whose goroutines carry the \
+        spans); this is a C function: remove propagate"
+    )]
     PropagateNotGo { symbol: String },
-    #[error("{symbol}: refusing a return probe (uretprobe) in {}: {reason}; a uretprobe in Go code kills the program when its goroutine's stack moves (\"unexpected return pc\"): probe the function as a Go function (by its Go name), or set latency: false and capture no results", path.display())]
+    #[error("{symbol}: refusing a return probe (uretprobe) in {}: {reason}; a uretprobe in Go \
+        code kills the program when its goroutine's stack moves (\"unexpected return pc\"): probe \
+            the function as a Go function (by its Go name), or set latency: false and capture no \
+                results", path.display())]
     UretprobeInGo {
         symbol: String,
         path: PathBuf,
         reason: String,
     },
-    #[error("{symbol}: latency needs RET instructions but the function has none (it ends in a tail call or never returns); set latency: false")]
+    #[error(
+        "{symbol}: latency needs RET instructions but the function has none (it ends in a \
+        tail call or never returns); set latency: false"
+    )]
     NoReturn { symbol: String },
-    #[error("{symbol}: the captures need up to {bytes} bytes per call; at most {limit} fit: capture fewer values or lower limits.maxStringBytes")]
+    #[error(
+        "{symbol}: the captures need up to {bytes} bytes per call; at most {limit} fit: \
+        capture fewer values or lower limits.maxStringBytes"
+    )]
     TooLarge {
         symbol: String,
         bytes: usize,
@@ -214,7 +256,8 @@ pub enum PlanError {
         #[source]
         source: CSignatureError,
     },
-    #[error("{symbol}: the signature {signature:?} is Go syntax, but {symbol} is a C function of {} (the System V C ABI, not Go's): write its C prototype, e.g. \"int add(int a, int b)\"", path.display())]
+    #[error("{symbol}: the signature {signature:?} is Go syntax, but {symbol} is a C function of \
+        {} (the System V C ABI, not Go's): write its C prototype, e.g. \"int add(int a, int b)\"", path.display())]
     GoSignatureForC {
         symbol: String,
         signature: String,
@@ -226,7 +269,11 @@ pub enum PlanError {
         signature: String,
         problem: &'static str,
     },
-    #[error("{symbol}: {} has no DWARF for this C function{} and the probe has no signature: add `signature:` with its C prototype (copy it from the header, e.g. \"int add(int a, int b)\"), or install the binary's debug symbols", path.display(), looked.as_ref().map(|p| format!(" (nor a debug file at {})", p.display())).unwrap_or_default())]
+    #[error("{symbol}: {} has no DWARF for this C function{} and the probe has no signature: add \
+        `signature:` with its C prototype (copy it from the header, e.g. \"int add(int a, int \
+            b)\"), or install the binary's debug \
+                symbols", path.display(), looked.as_ref().map(|p| format!(" (nor a debug file at \
+                    {})", p.display())).unwrap_or_default())]
     NoCSignature {
         symbol: String,
         path: PathBuf,
@@ -254,7 +301,16 @@ pub enum PlanError {
         stripped: bool,
         similar: Vec<String>,
     },
-    #[error("{symbol} in {} is an indirect function (IFUNC): its symbol is the resolver that picks an implementation once, when the library is loaded; probe the implementation instead{}", path.display(), if similar.is_empty() { String::new() } else { format!(" (similar: {})", similar.join(", ")) })]
+    #[error(
+        "{symbol} in {} is an indirect function (IFUNC): its symbol is the resolver that picks \
+         an implementation once, when the library is loaded; probe the implementation instead{}",
+        path.display(),
+        if similar.is_empty() {
+            String::new()
+        } else {
+            format!(" (similar: {})", similar.join(", "))
+        }
+    )]
     IndirectFunction {
         symbol: String,
         path: PathBuf,
@@ -268,7 +324,8 @@ pub enum PlanError {
         probes: usize,
         similar: Vec<String>,
     },
-    #[error("{point}: the signature {signature:?} names {given} argument(s) but the probe's note in {} has {note} ({args:?}): list exactly one `type name` per argument, in order", path.display())]
+    #[error("{point}: the signature {signature:?} names {given} argument(s) but the probe's note \
+        in {} has {note} ({args:?}): list exactly one `type name` per argument, in order", path.display())]
     UsdtArgCount {
         point: String,
         path: PathBuf,
@@ -279,9 +336,18 @@ pub enum PlanError {
     },
     #[error(transparent)]
     UsdtUnsupportedArg(Box<UnsupportedArg>),
-    #[error("{point}: a USDT probe marks a point in the code, not a call: it has no return for latency or results; set latency: false and capture its arguments only")]
+    #[error(
+        "{point}: a USDT probe marks a point in the code, not a call: it has no return for \
+        latency or results; set latency: false and capture its arguments only"
+    )]
     UsdtNoReturn { point: String },
-    #[error("{point}: its {} sites in {} use different semaphores ({}); a probe can raise one: report this binary", offsets.len(), path.display(), offsets.iter().map(|o| format!("{o:#x}")).collect::<Vec<_>>().join(", "))]
+    #[error(
+        "{point}: its {} sites in {} use different semaphores ({}); a probe can raise one: \
+         report this binary",
+        offsets.len(),
+        path.display(),
+        offsets.iter().map(|o| format!("{o:#x}")).collect::<Vec<_>>().join(", ")
+    )]
     UsdtSemaphores {
         point: String,
         path: PathBuf,
@@ -314,7 +380,9 @@ pub enum DecoderCheckError {
 
 /// A captured USDT argument whose spec gprobe cannot read (boxed: the largest error).
 #[derive(Debug, thiserror::Error)]
-#[error("{point}: cannot capture {name:?}: its argument spec {spec:?} (argument {index} at site {site:#x} of {}) is not supported: {reason}; gprobe reads N@%reg, N@off(%reg), N@(%reg) and N@$imm", path.display())]
+#[error("{point}: cannot capture {name:?}: its argument spec {spec:?} (argument {index} at site \
+    {site:#x} of {}) is not supported: {reason}; gprobe reads N@%reg, N@off(%reg), N@(%reg) and \
+        N@$imm", path.display())]
 pub struct UnsupportedArg {
     pub point: String,
     pub path: PathBuf,
@@ -345,9 +413,11 @@ pub enum CProblem {
 impl CProblem {
     fn explain(&self) -> String {
         match self {
-            CProblem::Aggregate => "structs and unions passed by value cannot be captured; capture a pointer to it, or a scalar parameter".into(),
+            CProblem::Aggregate => "structs and unions passed by value cannot be captured; \
+                capture a pointer to it, or a scalar parameter".into(),
             CProblem::TooWide => "values wider than 8 bytes (__int128, long double) cannot be captured".into(),
-            CProblem::UnknownType => "its size is unknown: write its underlying type (e.g. int, or a pointer) in the signature, or probe a binary with DWARF (or its debug symbols installed)".into(),
+            CProblem::UnknownType => "its size is unknown: write its underlying type (e.g. int, \
+                or a pointer) in the signature, or probe a binary with DWARF (or its debug symbols installed)".into(),
             CProblem::UnknownPlace(why) => why.clone(),
             CProblem::Void => "void has no value".into(),
         }
@@ -368,9 +438,18 @@ pub enum Uncapturable {
 impl Uncapturable {
     fn explain(self, type_name: &str) -> String {
         match self {
-            Uncapturable::Slice => format!("slices of integers, floats, bools, strings, pointers and interfaces can be captured, not {type_name}; capture len(...) of it"),
-            Uncapturable::Complex => format!("complex numbers ({type_name}) live in SSE registers, which uprobes cannot read"),
-            Uncapturable::Aggregate => format!("{type_name} values cannot be captured; capture a scalar, string, []byte, pointer or interface parameter"),
+            Uncapturable::Slice => format!(
+                "slices of integers, floats, bools, strings, pointers \
+                and interfaces can be captured, not {type_name}; capture len(...) of it"
+            ),
+            Uncapturable::Complex => format!(
+                "complex numbers ({type_name}) live in SSE \
+                registers, which uprobes cannot read"
+            ),
+            Uncapturable::Aggregate => format!(
+                "{type_name} values cannot be captured; capture a \
+                scalar, string, []byte, pointer or interface parameter"
+            ),
         }
     }
 }
@@ -385,7 +464,8 @@ fn not_found_message(
     if inlined {
         let _ = write!(
             s,
-            "{symbol} is inlined into its callers in {} (the compiler copied its body, so there is no function to probe); ",
+            "{symbol} is inlined into its callers in {} (the compiler copied its body, so there \
+            is no function to probe); ",
             path.display()
         );
         match similar.first() {
@@ -418,7 +498,10 @@ fn c_not_found_message(
 ) -> String {
     let mut s = format!("function {symbol} not found in {}", path.display());
     if stripped {
-        s.push_str(" (the binary is stripped: only its exported functions, in .dynsym, are visible; static functions need an unstripped build)");
+        s.push_str(
+            " (the binary is stripped: only its exported functions, in .dynsym, are \
+            visible; static functions need an unstripped build)",
+        );
     }
     if !similar.is_empty() {
         let _ = write!(s, "; similar: {}", similar.join(", "));
@@ -469,7 +552,8 @@ impl std::fmt::Display for PositionalName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: cannot capture {:?}: {:?} names {} by its position, but {} names it {:?}: write {} (positional names stand only for unnamed values); known names: {}",
+            "{}: cannot capture {:?}: {:?} names {} by its position, but {} names it {:?}: write \
+            {} (positional names stand only for unnamed values); known names: {}",
             self.symbol,
             self.capture,
             self.name,

@@ -3,7 +3,8 @@
 //! sites and signatures; [`planner::plan_probe`] turns one probe into a [`crate::plan::ProbePlan`].
 //!
 //! Layout: `elf.rs` (the file), `x86.rs` (instruction decoding), `planner.rs` (which
-//! planner plans a probe) and `sizes.rs` (what a plan must fit), `dwarf_sections.rs` (DWARF bytes for gimli), and one folder per
+//! planner plans a probe) and `sizes.rs` (what a plan must fit), `dwarf_sections.rs` (DWARF bytes
+//! for gimli), and one folder per
 //! target kind: `go/` (pclntab, module data, DWARF, register ABI, inline trees), `c/`
 //! (ELF symbols, C DWARF and separate debug files, the System V ABI), `usdt/`
 //! (`.note.stapsdt`, argument specs).

@@ -59,7 +59,10 @@ fn refusals_name_symbol_and_offset() {
     };
     let msg = e.to_string();
     assert!(
-        msg.starts_with("refusing to place a breakpoint at main.f+0x2 (address 0x401002) in /bin/x: not an instruction boundary"),
+        msg.starts_with(
+            "refusing to place a breakpoint at main.f+0x2 (address 0x401002) in \
+            /bin/x: not an instruction boundary"
+        ),
         "{msg}"
     );
     assert!(msg.contains("the function table may be wrong"), "{msg}");

@@ -45,7 +45,10 @@ pub enum PropagateError {
     NotGo,
     /// A position-independent executable's type descriptors move with its load address;
     /// BPF compares against one address.
-    #[error("a position-independent Go executable (-buildmode=pie) is not supported: build it as a plain executable (the default)")]
+    #[error(
+        "a position-independent Go executable (-buildmode=pie) is not supported: build it as \
+        a plain executable (the default)"
+    )]
     PositionIndependent,
     #[error("it makes no net/http client requests (no {ROUND_TRIP})")]
     NoClientRequests,

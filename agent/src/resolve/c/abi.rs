@@ -58,11 +58,10 @@ pub(crate) fn layout(params: &[CType], ret: Option<&CType>) -> CLayout {
         }
         CClass::Aggregate { size: None } | CClass::Unknown { .. } => {
             unknown = Some(format!(
-                "the result type {r} has an unknown size: it may be returned through a hidden pointer in RDI, which moves every parameter"
+                "the result type {r} has an unknown size: it may be returned through a hidden \
+                pointer in RDI, which moves every parameter"
             ));
-            Some(Place::Unknown(
-                unknown.clone().unwrap_or_default(),
-            ))
+            Some(Place::Unknown(unknown.clone().unwrap_or_default()))
         }
     });
     let mut placed = Vec::with_capacity(params.len());
@@ -97,7 +96,8 @@ pub(crate) fn layout(params: &[CType], ret: Option<&CType>) -> CLayout {
             CClass::Void => Place::Unknown("void parameter".into()),
             CClass::Aggregate { .. } | CClass::Float { .. } | CClass::Int { .. } => {
                 unknown = Some(format!(
-                    "its place is unknown: parameter {i} ({p}) is passed by value, split over registers by its fields (rules gprobe does not model)"
+                    "its place is unknown: parameter {i} ({p}) is passed by value, split over \
+                    registers by its fields (rules gprobe does not model)"
                 ));
                 Place::Aggregate
             }
@@ -106,7 +106,8 @@ pub(crate) fn layout(params: &[CType], ret: Option<&CType>) -> CLayout {
                     "its place is unknown: parameter {i} has type {name}, whose size is unknown"
                 ));
                 Place::Unknown(format!(
-                    "its type {name} is unknown: write its underlying type (e.g. int, or a pointer) in the signature, or install the binary's debug symbols"
+                    "its type {name} is unknown: write its underlying type (e.g. int, or a \
+                    pointer) in the signature, or install the binary's debug symbols"
                 ))
             }
         };
@@ -162,7 +163,8 @@ mod tests {
             ]
         );
         assert_eq!(l.result, Some(Place::Sse(0)));
-        let nine = "void f(double a, double b, double c, double d, double e, double g, double h, double i, double j, int k)";
+        let nine = "void f(double a, double b, double c, double d, double e, double g, double h, \
+            double i, double j, int k)";
         let l = lay(nine);
         assert_eq!(l.params[8], Place::Stack(8));
         assert_eq!(l.params[9], Place::Reg(reg::RDI));

@@ -265,7 +265,8 @@ fn types(
         return Err(PlanError::CSignatureForm {
             symbol: symbol.clone(),
             signature: text.clone(),
-            problem: "an argument list without the result type and the function's name; write the whole C prototype, e.g. \"int add(int a, int b)\"",
+            problem: "an argument list without the result type and the function's name; write the \
+                whole C prototype, e.g. \"int add(int a, int b)\"",
         });
     }
     // DWARF that cannot be read leaves the signature as the only description.

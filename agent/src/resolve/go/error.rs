@@ -8,7 +8,10 @@ use super::types::error::TypeError as BinaryTypeError;
 /// A signature type gprobe cannot lay out (`abi::type_of`).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TypeError {
-    #[error("unknown type {0}: write its underlying type (e.g. int64 for a named integer, *T or a map/chan/func as they are), or omit the signature where the binary has DWARF")]
+    #[error(
+        "unknown type {0}: write its underlying type (e.g. int64 for a named integer, *T or a \
+        map/chan/func as they are), or omit the signature where the binary has DWARF"
+    )]
     Unknown(String),
     /// A named type the binary does not describe (or describes ambiguously).
     #[error(transparent)]
@@ -32,7 +35,8 @@ pub enum PclntabError {
     UnknownMagic { magic: u32 },
     #[error("header truncated")]
     HeaderTruncated,
-    #[error("unexpected header (pad {} {}, minLC {min_lc}, ptrSize {ptr_size}); only 64-bit tables are supported", pad[0], pad[1])]
+    #[error("unexpected header (pad {} {}, minLC {min_lc}, ptrSize {ptr_size}); only 64-bit \
+        tables are supported", pad[0], pad[1])]
     UnexpectedHeader {
         pad: [u8; 2],
         min_lc: u8,
@@ -49,7 +53,8 @@ pub enum PclntabError {
     #[error("pc-value tables at {pctab:#x} start after the function table at {functab:#x}")]
     PcTablesAfterFunctions { pctab: u64, functab: u64 },
     /// The binary bears marks of Go (`marks`, as messages say them) but has no table.
-    #[error("the binary is Go ({}) but its function table was found nowhere (no .gopclntab section, and no pclntab header in .data.rel.ro or any other non-executable segment)", marks.join(", "))]
+    #[error("the binary is Go ({}) but its function table was found nowhere (no .gopclntab \
+        section, and no pclntab header in .data.rel.ro or any other non-executable segment)", marks.join(", "))]
     NotFound { marks: Vec<String> },
     #[error("function entries are not sorted at index {index} ({entry:#x} after {prev:#x}, next {next:#x})")]
     Unsorted {
@@ -82,7 +87,10 @@ pub enum PclntabError {
     FuncRecordCut,
     #[error("an inline tree at {addr:#x} is outside the file's segments")]
     InlineTreeOutside { addr: u64 },
-    #[error("an inline tree at {addr:#x} names offset {name_off:#x}, outside the {names_len}-byte name table (the module data's gofunc is wrong?)")]
+    #[error(
+        "an inline tree at {addr:#x} names offset {name_off:#x}, outside the {names_len}-byte \
+        name table (the module data's gofunc is wrong?)"
+    )]
     InlineNameOutside {
         addr: u64,
         name_off: u32,

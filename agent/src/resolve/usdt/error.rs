@@ -50,7 +50,10 @@ pub enum SiteProblem {
     NotX86,
     #[error("its pc {pc:#x} is not in an executable section of the file")]
     PcNotCode { pc: u64 },
-    #[error("no function symbol or unwind entry (.eh_frame) covers its pc {pc:#x}, so that an instruction starts there cannot be proven by decoding from a function's start")]
+    #[error(
+        "no function symbol or unwind entry (.eh_frame) covers its pc {pc:#x}, so that an \
+        instruction starts there cannot be proven by decoding from a function's start"
+    )]
     NoFunction { pc: u64 },
     /// `function`: what said where the function is (its symbol, or the unwind entry).
     #[error("the function holding its pc ({function}, [{start:#x}, {end:#x})) is not in the file")]
@@ -59,13 +62,21 @@ pub enum SiteProblem {
         start: u64,
         end: u64,
     },
-    #[error("its pc {pc:#x} is the instruction [{}] of {function}, not the `nop` that sys/sdt.h puts at a probe", hex(bytes))]
+    #[error(
+        "its pc {pc:#x} is the instruction [{}] of {function}, not the `nop` that sys/sdt.h \
+        puts at a probe",
+        hex(bytes)
+    )]
     NotNop {
         pc: u64,
         bytes: Vec<u8>,
         function: String,
     },
-    #[error("its pc {pc:#x} is inside the instruction [{}] at {start:#x} of {function} (decoded from its start {function_start:#x}): a breakpoint there would corrupt that instruction", hex(bytes))]
+    #[error(
+        "its pc {pc:#x} is inside the instruction [{}] at {start:#x} of {function} (decoded \
+        from its start {function_start:#x}): a breakpoint there would corrupt that instruction",
+        hex(bytes)
+    )]
     InsideInstruction {
         pc: u64,
         start: u64,

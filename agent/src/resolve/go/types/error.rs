@@ -29,14 +29,21 @@ pub enum TypeError {
         similar: Vec<String>,
     },
 
-    #[error("type name {name:?} is ambiguous in {}: it could be {}; write the import path (e.g. {})", path.display(), candidates.join(", "), candidates.first().map(String::as_str).unwrap_or("net/http.Request"))]
+    #[error(
+        "type name {name:?} is ambiguous in {}: it could be {}; write the import path (e.g. {})",
+        path.display(),
+        candidates.join(", "),
+        candidates.first().map(String::as_str).unwrap_or("net/http.Request")
+    )]
     Ambiguous {
         name: String,
         path: PathBuf,
         candidates: Vec<String>,
     },
 
-    #[error("the runtime type descriptor at {addr:#x} in {} cannot be read: {reason}; the binary may be damaged, or built by a Go release whose descriptor layout gprobe does not know (give the layout through DWARF: a build without -ldflags=-w)", path.display())]
+    #[error("the runtime type descriptor at {addr:#x} in {} cannot be read: {reason}; the binary \
+        may be damaged, or built by a Go release whose descriptor layout gprobe does not know \
+            (give the layout through DWARF: a build without -ldflags=-w)", path.display())]
     BadDescriptor {
         path: PathBuf,
         addr: u64,
@@ -56,14 +63,21 @@ pub enum TypeError {
     #[error("the DWARF type at 0x0 in {path} cannot be read: {0}", path = .0.path.display())]
     DwarfUnloadable(#[source] Box<UnreadableDwarf>),
 
-    #[error("the type parameter {name} cannot be bound: the probed function {symbol} is not an instantiation with that many shapes ({shapes}); probe an instantiation such as main.Sum[go.shape.int64] (see gprobe symbols)")]
+    #[error(
+        "the type parameter {name} cannot be bound: the probed function {symbol} is not an \
+        instantiation with that many shapes ({shapes}); probe an instantiation such as \
+            main.Sum[go.shape.int64] (see gprobe symbols)"
+    )]
     UnboundTypeParam {
         name: String,
         symbol: String,
         shapes: String,
     },
 
-    #[error("the type parameter {name} is bound to the shape {shape} of {symbol}, which gprobe cannot lay out; write the concrete type in the signature instead")]
+    #[error(
+        "the type parameter {name} is bound to the shape {shape} of {symbol}, which gprobe \
+        cannot lay out; write the concrete type in the signature instead"
+    )]
     UnknownShape {
         name: String,
         shape: String,
@@ -146,7 +160,14 @@ pub enum PathError {
     #[error(transparent)]
     Type(#[from] TypeError),
 
-    #[error("{type_name} has no field {field}{}", if fields.is_empty() { String::new() } else { format!("; its fields: {}", fields.join(", ")) })]
+    #[error(
+        "{type_name} has no field {field}{}",
+        if fields.is_empty() {
+            String::new()
+        } else {
+            format!("; its fields: {}", fields.join(", "))
+        }
+    )]
     NoField {
         type_name: String,
         field: String,
@@ -154,7 +175,9 @@ pub enum PathError {
         fields: Vec<String>,
     },
 
-    #[error("{field} is ambiguous in {type_name}: several embedded structs at the same depth promote it ({}); name the embedded field, e.g. {}", via.join(", "), via.first().map(|v| format!("{v}.{field}")).unwrap_or_default())]
+    #[error("{field} is ambiguous in {type_name}: several embedded structs at the same depth \
+        promote it ({}); name the embedded field, e.g. \
+            {}", via.join(", "), via.first().map(|v| format!("{v}.{field}")).unwrap_or_default())]
     AmbiguousField {
         type_name: String,
         field: String,
@@ -170,7 +193,10 @@ pub enum PathError {
     #[error("len() takes a string, slice, map, channel or array; {type_name} is none")]
     NoLength { type_name: String },
 
-    #[error("the value is in register X{reg} (a float or a struct of floats passed in registers); uprobes see only the general-purpose registers, so it cannot be read")]
+    #[error(
+        "the value is in register X{reg} (a float or a struct of floats passed in registers); \
+        uprobes see only the general-purpose registers, so it cannot be read"
+    )]
     FloatRegister { reg: u8 },
 
     #[error("{type_name} values cannot be captured ({why}); {hint}")]
