@@ -3,11 +3,10 @@
 //! sites and signatures; [`planner::plan_probe`] turns one probe into a [`crate::plan::ProbePlan`].
 //!
 //! Layout: `elf.rs` (the file), `x86.rs` (instruction decoding), `planner.rs` (which
-//! planner plans a probe) and `sizes.rs` (what a plan must fit), `dwarf_sections.rs` (DWARF bytes
-//! for gimli), and one folder per
-//! target kind: `go/` (pclntab, module data, DWARF, register ABI, inline trees), `c/`
-//! (ELF symbols, C DWARF and separate debug files, the System V ABI), `usdt/`
-//! (`.note.stapsdt`, argument specs).
+//! planner plans a probe) and `sizes.rs` (what a plan must fit), `dwarf_sections.rs` (DWARF
+//! bytes for gimli), and one folder per target kind: `go/` (pclntab, module data, DWARF,
+//! register ABI, inline trees), `c/` (ELF symbols, C DWARF and separate debug files, the
+//! System V ABI), `usdt/` (`.note.stapsdt`, argument specs).
 //!
 //! Errors: `error.rs` (what the stage reports) wraps the readers' errors, which sit at the
 //! bottom in files of their own that import only each other (`dwarf_error.rs`,
@@ -58,6 +57,7 @@ use funcs::RawFunc;
 use go::dwarf::DwarfCache;
 use go::inline::InlineIndex;
 use go::GoInfo;
+pub use sites::{EntryProbe, ProbeSites};
 pub use usdt::{UsdtProbe, UsdtSite};
 
 /// A function of the binary.
@@ -67,35 +67,6 @@ pub struct FuncInfo {
     /// ELF virtual address of the first instruction.
     pub addr: u64,
     pub size: u64,
-}
-
-/// Where uprobes go in one function. All offsets are file offsets (what a uprobe takes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeSites {
-    /// The first instruction.
-    pub entry_offset: u64,
-    /// The first instruction after Go's stack-growth check (`CMP ..., [R14+0x10]; Jcc`);
-    /// equal to `entry_offset` when the function has none. A probe here fires once per
-    /// call, where the entry fires again after the stack grows.
-    pub body_offset: u64,
-    /// Every RET (C3 / C2 iw) of the function.
-    pub ret_offsets: Vec<u64>,
-    /// Where the entry probe goes on this kernel ([`sites`]): the stack check's jump when
-    /// the kernel emulates branches, else `body_offset`.
-    pub entry: EntryProbe,
-    /// How the kernel runs a RET probe (the same for every RET).
-    pub ret_class: sites::SiteClass,
-}
-
-/// The site of an entry probe and what a hit there costs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryProbe {
-    /// File offset.
-    pub offset: u64,
-    /// The site is the stack check's conditional jump, of this condition (0-15): a hit
-    /// where it is taken is no call (the function restarts after `morestack`).
-    pub jcc: Option<u8>,
-    pub class: sites::SiteClass,
 }
 
 /// What kind of code a binary's functions are, which decides how probes are planned.

@@ -23,6 +23,35 @@
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind};
 use std::sync::OnceLock;
 
+/// Where uprobes go in one function. All offsets are file offsets (what a uprobe takes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeSites {
+    /// The first instruction.
+    pub entry_offset: u64,
+    /// The first instruction after Go's stack-growth check (`CMP ..., [R14+0x10]; Jcc`);
+    /// equal to `entry_offset` when the function has none. A probe here fires once per
+    /// call, where the entry fires again after the stack grows.
+    pub body_offset: u64,
+    /// Every RET (C3 / C2 iw) of the function.
+    pub ret_offsets: Vec<u64>,
+    /// Where the entry probe goes on this kernel (this module): the stack check's jump when
+    /// the kernel emulates branches, else `body_offset`.
+    pub entry: EntryProbe,
+    /// How the kernel runs a RET probe (the same for every RET).
+    pub ret_class: SiteClass,
+}
+
+/// The site of an entry probe and what a hit there costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryProbe {
+    /// File offset.
+    pub offset: u64,
+    /// The site is the stack check's conditional jump, of this condition (0-15): a hit
+    /// where it is taken is no call (the function restarts after `morestack`).
+    pub jcc: Option<u8>,
+    pub class: SiteClass,
+}
+
 // The classes and costs are part of the plan (`crate::plan`); classifying sites is done here.
 pub use crate::plan::costs::{KernelSites, SiteClass, SiteCosts};
 
