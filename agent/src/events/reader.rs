@@ -425,6 +425,10 @@ pub async fn run(
             _ = tick.tick() => false,
             _ = stop.changed() => true,
         };
+        // Only exits known before the drain starts: every record their processes wrote is
+        // in the ring by then. One that arrives during the drain may still have returns
+        // behind the drain's end, and waits for the next one.
+        let exited: Vec<u32> = exits.try_iter().collect();
         loop {
             let (more, batch) = drain(afd.get_mut(), &mut proc);
             if !batch.is_empty() && tx.send(batch).await.is_err() {
@@ -441,7 +445,7 @@ pub async fn run(
         // The ring holds nothing older than these exits now: their calls still in flight
         // will never return.
         let mut ended = Vec::new();
-        while let Ok(pid) = exits.try_recv() {
+        for pid in exited {
             ended.extend(proc.process_exited(pid));
         }
         ended.extend(proc.retire(read_from));
