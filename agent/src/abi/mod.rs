@@ -123,7 +123,7 @@ pub const CAPF_PATH: u8 = 1;
 pub const CAPF_ITAB: u8 = 2;
 /// IFACE, IFACES: also read the string header at the data pointer (`data + 0`) and up to
 /// `max_len` of its bytes, whatever the dynamic type (the decoder keeps it for error types
-/// whose first field is the message, [`crate::resolve::go::types::ERROR_TYPES_WITH_MESSAGE`]).
+/// whose first field is the message, [`crate::plan::ERROR_TYPES_WITH_MESSAGE`]).
 pub const CAPF_DATA_STR: u8 = 4;
 /// BYTES: the length (`size` bytes) is a signed integer (a C `int`/`ssize_t`, Go's `int`):
 /// BPF sign-extends it from its size, and a negative one reads nothing (`VAL_INVALID`).
@@ -274,7 +274,7 @@ pub struct GpCapture {
     /// PATH: the value's offset from the last pointer (or from the base).
     pub off: i32,
     /// `CAP_ERROR`: the table of its error types in the `errtypes` map
-    /// ([`crate::resolve::go::types::ErrTable`]'s id).
+    /// ([`crate::plan::ErrTable`]'s id).
     pub table: u32,
 }
 

@@ -13,10 +13,10 @@
 //! [`FIRST_BACKOFF`]. Other processes keep their probes. Where the kernel's sites were not
 //! measured, costs are unknown and no budget applies (said once).
 
+use super::budget_state::{Backoff, Slot};
 use super::{Engine, Resolver, Site, SpecId, Tracer};
 use crate::stats::TakenOff;
 use crate::util::printable;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How long a process must stay over budget before its probes go.
@@ -27,59 +27,6 @@ pub const FIRST_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The longest wait between tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
-
-#[derive(Debug)]
-struct Slot {
-    id: u32,
-    /// What the slot had cost at the last tick (ns).
-    last_ns: u64,
-    /// Since when it has been over budget, at every tick since.
-    over_since: Option<Instant>,
-    /// The highest share of a CPU estimated over one tick (percent).
-    peak: f64,
-}
-
-/// A (process, spec) pair whose probes were taken off: until when (`None` once they are
-/// back on), the wait of that time (doubled the next time), and whether only its returns
-/// are off.
-#[derive(Debug, Clone, Copy)]
-struct Backoff {
-    until: Option<Instant>,
-    wait: Duration,
-    returns_only: bool,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct Budgets {
-    slots: HashMap<(u32, SpecId), Slot>,
-    free: Vec<u32>,
-    next: u32,
-    backoff: HashMap<(u32, SpecId), Backoff>,
-    /// Processes whose returns were just switched off, and the entry configurations of
-    /// those probes: their calls in flight in BPF are forgotten at the next tick (by then
-    /// no program that read the switch still on is running).
-    forget: Vec<(u32, Vec<super::CfgId>)>,
-    last_tick: Option<Instant>,
-    unmeasured_said: bool,
-}
-
-impl Budgets {
-    /// Whether `(pid, sid)` waits out a back-off with all its probes off.
-    pub(super) fn waiting(&self, pid: u32, sid: SpecId, now: Instant) -> bool {
-        self.backoff
-            .get(&(pid, sid))
-            .filter(|b| !b.returns_only)
-            .and_then(|b| b.until)
-            .is_some_and(|until| now < until)
-    }
-
-    /// Whether `(pid, sid)` has its return probes off (until its back-off ends).
-    pub(super) fn returns_off(&self, pid: u32, sid: SpecId) -> bool {
-        self.backoff
-            .get(&(pid, sid))
-            .is_some_and(|b| b.returns_only && b.until.is_some())
-    }
-}
 
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// The budget slot of spec `sid`'s probes in process `pid` (given on first use); 0 when

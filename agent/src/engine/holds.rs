@@ -8,12 +8,8 @@
 
 use super::tracer::{Held, HoldKind, Resolver, Tracer};
 use super::{monotonic_ns, Engine};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::time::Duration;
-
-/// How long the lease of holds lasts: renewed every tick (1 s), so an agent that stops
-/// ticking holds nothing new after this.
-pub(super) const LEASE: Duration = Duration::from_secs(3);
 
 /// A hold not handled after this long is taken from the map: its event was lost, or
 /// waits behind many others.
@@ -24,22 +20,6 @@ const MAX_OVERDUE: usize = 4096;
 
 /// Most holds remembered as handled from the map before their event came.
 const MAX_HANDLED: usize = 16384;
-
-#[derive(Debug, Default)]
-pub(super) struct HoldState {
-    /// Processes resumed at the hold deadline before their probes were attached, with how
-    /// long they had been held (ms): counted missed when they are handled.
-    overdue: HashMap<u32, u64>,
-    /// Processes held by agents that died, until the first scan handles them.
-    adopted: HashMap<u32, Held>,
-    /// Holds (pid, id) handled from the map: their events, coming later, are old news.
-    handled: HashSet<(u32, u64)>,
-    handled_order: VecDeque<(u32, u64)>,
-    /// Process events lost (ring buffer full), as last read.
-    events_lost: u64,
-    /// Events were lost since the last rescan: processes may have started unseen.
-    rescan: bool,
-}
 
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// Ends a hold (see [`Tracer::resume`]).

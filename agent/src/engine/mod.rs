@@ -10,8 +10,10 @@
 mod attaching;
 mod aux_state;
 mod budget;
+mod budget_state;
 pub mod driver;
 pub mod error;
+mod hold_state;
 mod holds;
 // The engine's part of gprobe's auxiliary probes, in their folders (`crate::auxiliary`).
 #[path = "../auxiliary/loader/engine.rs"]
@@ -22,8 +24,10 @@ mod plancache;
 #[path = "../auxiliary/propagate/engine.rs"]
 mod propagate;
 mod respec;
+mod spec_id;
 mod specs;
 pub use crate::auxiliary::loader::LibraryGlob;
+pub use spec_id::SpecId;
 pub use tracer::monotonic_ns;
 mod procs;
 pub mod resource;
@@ -65,9 +69,6 @@ impl std::fmt::Display for SpecKey {
         }
     }
 }
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SpecId(u32);
 
 /// Local mode matches processes of this machine by executable; cluster mode matches
 /// containers the runtime reports, in the spec's namespace.
@@ -243,9 +244,9 @@ pub struct Engine<T: Tracer, R: Resolver> {
     watch_inos: BTreeSet<u64>,
     watch_comms: BTreeSet<String>,
     /// Holds, their deadlines and lost process events (`holds.rs`).
-    holds: holds::HoldState,
+    holds: hold_state::HoldState,
     /// What each spec's probes cost each process (`budget.rs`).
-    budgets: budget::Budgets,
+    budgets: budget_state::Budgets,
     /// What a snapshot would show changed since the last [`Engine::take_dirty`].
     dirty: bool,
     /// Shutting down: processes are let go, not gone (the summary still lists them).
@@ -284,8 +285,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             propagate: HashMap::new(),
             watch_inos: BTreeSet::new(),
             watch_comms: BTreeSet::new(),
-            holds: holds::HoldState::default(),
-            budgets: budget::Budgets::default(),
+            holds: hold_state::HoldState::default(),
+            budgets: budget_state::Budgets::default(),
             dirty: true,
             stopping: false,
         }
@@ -411,7 +412,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// binaries idle for too long, refreshes counters.
     pub fn tick(&mut self, now: Instant) {
         self.tracer
-            .keep_holding(monotonic_ns() + holds::LEASE.as_nanos() as u64);
+            .keep_holding(monotonic_ns() + hold_state::LEASE.as_nanos() as u64);
         self.enforce_hold_deadline();
         self.refresh_proc_counts();
         let ttl = self.opts.binary_ttl;

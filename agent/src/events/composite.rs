@@ -4,7 +4,7 @@
 use super::value::{float, int, text, word, DecodeCtx, ValueKind};
 use crate::abi::{VAL_FAULT, VAL_INVALID, VAL_TRUNCATED};
 use crate::plan::Elem;
-use crate::resolve::go::types::ERROR_TYPES_WITH_MESSAGE;
+use crate::plan::ERROR_TYPES_WITH_MESSAGE;
 
 /// The name of the dynamic type at `ty`, or an unnamed non-nil interface.
 fn type_name(ty: u64, ctx: &DecodeCtx<'_>) -> ValueKind {

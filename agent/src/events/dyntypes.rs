@@ -2,7 +2,7 @@
 //! its type descriptor, which is the binary's link-time address plus the process's load
 //! bias (0 for Go's default position-dependent executables, not for `-buildmode=pie`).
 
-use crate::resolve::go::types::TypeNames;
+use crate::plan::TypeNames;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -52,7 +52,7 @@ impl TypeLookup<'_> {
     }
 
     /// The binary's error types whose text is built from their fields.
-    pub fn errors(&self) -> &crate::resolve::go::types::ErrTable {
+    pub fn errors(&self) -> &crate::plan::ErrTable {
         self.names.errors()
     }
 }

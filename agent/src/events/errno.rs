@@ -3,7 +3,7 @@
 //! whose text Go 1.26 changed and the binary's [`ErrTable`] gives), and `errno N` for a
 //! number the table has no text for, as `Error()` says.
 
-use crate::resolve::go::types::ErrTable;
+use crate::plan::ErrTable;
 
 /// Go's table: index = errno; "" where Go has no entry.
 const TEXTS: [&str; 133] = [

@@ -12,7 +12,7 @@
 use super::errno::errno_text;
 use super::value::{word, DecodeCtx, ValueKind};
 use crate::abi::{self, VAL_FAULT, VAL_INVALID, VAL_NIL, VAL_TRUNCATED};
-use crate::resolve::go::types::{ErrFormat, ErrTable};
+use crate::plan::{ErrFormat, ErrTable};
 
 /// One field record.
 #[derive(Debug, Clone, Copy)]

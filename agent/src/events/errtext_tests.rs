@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::events::{DecodeCtx, TypeLookup};
-use crate::resolve::go::types::{ErrTable, ErrType, TypeNames};
+use crate::plan::{ErrTable, ErrType, TypeNames};
 
 const STR: u8 = abi::EF_STR;
 const IFACE: u8 = abi::EF_IFACE;

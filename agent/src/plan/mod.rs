@@ -44,15 +44,18 @@
 //! `PROBE_CALL`: one per group of [`ProbePlan::entry_groups`] (`attach/encode.rs`).
 
 pub mod costs;
+pub(crate) mod errtable;
+pub(crate) mod typenames;
 mod warnings;
 
 use std::fmt;
 
 use crate::abi::GpCapture;
 pub use crate::resolve::c::OutsideGoCode;
-use crate::resolve::go::types::TypeNames;
 
 pub use costs::{KernelSites, SiteClass, SiteCosts};
+pub use errtable::{ErrFormat, ErrTable, ErrType};
+pub use typenames::{TypeNames, ERROR_TYPES_WITH_MESSAGE};
 pub use warnings::{PlanWarning, SignatureDifference};
 
 /// How a captured value's bytes read back.

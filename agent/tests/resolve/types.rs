@@ -7,8 +7,9 @@ use std::path::Path;
 use std::process::Command;
 
 use gprobe_agent::abi::{self, GpCapture, GpLoc};
+use gprobe_agent::plan::TypeNames;
 use gprobe_agent::plan::{Decode, ProbePlan};
-use gprobe_agent::resolve::go::types::{StructLayout, TypeNames};
+use gprobe_agent::resolve::go::types::StructLayout;
 use gprobe_agent::resolve::planner::plan_probe;
 use gprobe_agent::resolve::Binary;
 use gprobe_crds::Probe;
@@ -254,7 +255,7 @@ fn gprobe_types_lists_layouts_of_stripped_binaries() {
 
 #[test]
 fn error_tables_read_each_binary_s_layouts() {
-    use gprobe_agent::resolve::go::types::ErrFormat;
+    use gprobe_agent::plan::ErrFormat;
     for v in GoVersion::ALL {
         let mut ids = Vec::new();
         for kind in KINDS {

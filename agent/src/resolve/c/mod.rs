@@ -18,10 +18,11 @@ use std::path::PathBuf;
 
 use gprobe_crds::csig::CSignature;
 
+use super::binary::Binary;
 use super::dwarf_error::UnreadableDwarf;
 use super::error::{PlanError, ResolveError};
+use super::func::FuncInfo;
 use super::sites::SiteClass;
-use super::{Binary, FuncInfo};
 use dwarf::CDwarf;
 
 /// The folder where Debian (and most distributions) install separate debug files.
@@ -38,6 +39,31 @@ impl OutsideGoCode {
     /// For unit tests of what is made of a plan (no binary is read).
     pub(crate) fn assumed() -> OutsideGoCode {
         OutsideGoCode(())
+    }
+}
+
+impl Binary {
+    /// Refuses a uretprobe on `f` when it lies in Go code: a uretprobe rewrites the return
+    /// address on the stack, which Go's stack growth and unwinder do not expect ("unexpected
+    /// return pc", the program dies). Decided from the pclntab, which is looked for by its
+    /// magic in every binary, whatever the detection of Go said.
+    pub(crate) fn check_uretprobe(&self, f: &FuncInfo) -> Result<OutsideGoCode, PlanError> {
+        let refuse = |reason: String| PlanError::UretprobeInGo {
+            symbol: f.name.clone(),
+            path: self.path().to_path_buf(),
+            reason,
+        };
+        match self.go.code_at(&self.elf, f.addr) {
+            Ok(None) => Ok(OutsideGoCode(())),
+            Ok(Some((name_off, entry))) => Err(refuse(format!(
+                "its address {:#x} is inside the Go function {} (at {entry:#x}) of the pclntab",
+                f.addr,
+                String::from_utf8_lossy(self.elf.name_bytes(name_off))
+            ))),
+            Err(e) => Err(refuse(format!(
+                "the binary has a Go function table, but where its Go code lies cannot be told ({e})"
+            ))),
+        }
     }
 }
 

@@ -9,9 +9,10 @@ use gprobe_crds::signature::ValueRef;
 use gprobe_crds::Probe;
 
 use super::params::{types, Typed};
-use super::types::{path, TypeNames, TypeRef, TypeStore};
+use super::types::{path, TypeRef, TypeStore};
 use crate::abi::{self, GP_MAX_CAPTURES};
 use crate::gosym::go_package;
+use crate::plan::TypeNames;
 use crate::plan::{
     CapturePlan, Captures, Decode, Pairing, PlanWarning, ProbePlan, Returns, Role, SignatureSource,
     SiteCosts,

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use gimli::{constants, AttributeValue};
 
-use super::{short_name, Field, Kind, TypeInfo, TypeRef};
+use super::model::{short_name, Field, Kind, TypeInfo, TypeRef};
 use crate::resolve::dwarf_error::DwarfError;
 use crate::resolve::go::dwarf::Ctx;
 

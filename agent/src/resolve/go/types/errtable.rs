@@ -17,42 +17,12 @@
 //! a release that moves a field (Go 1.23 put `UnwrapErr` first in `net.DNSError`) is read
 //! right; a type whose fields are not what the text needs is left out.
 
-use std::collections::HashMap;
-use std::sync::OnceLock;
-
 use super::error::DescriptorError;
 use super::index::DescIndex;
 use super::rtype::{kind, DescReader};
-use crate::abi::{self, GpErrKey, GpErrType, GP_ERR_FIELDS};
+use crate::abi::{self, GP_ERR_FIELDS};
+use crate::plan::errtable::{ErrFormat, ErrTable, ErrType};
 use crate::resolve::elf::ElfFile;
-
-/// How an error type's `Error()` (or an address's `String()`) is built from its fields,
-/// named in the order of [`Spec::fields`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrFormat {
-    /// The first field is the text (`*errors.errorString`, `*fmt.wrapError(s)`).
-    Message,
-    /// `*fs.PathError`: `Op + " " + Path + ": " + Err.Error()`.
-    Path,
-    /// `*os.SyscallError`: `Syscall + ": " + Err.Error()`.
-    Syscall,
-    /// `*net.OpError`: `Op [" " Net] [" " Source] [("->" | " ") Addr] ": " Err.Error()`.
-    Op,
-    /// `*url.Error`: `fmt.Sprintf("%s %q: %s", Op, URL, Err)`.
-    Url,
-    /// `*net.DNSError`: `"lookup " + Name [" on " + Server] + ": " + Err`.
-    Dns,
-    /// `syscall.Errno`: the text of Go's table for Linux, or `errno N`.
-    Errno,
-    /// `*net.TCPAddr`, `*net.UDPAddr`: `JoinHostPort(IP[%Zone], Port)`.
-    HostPort,
-    /// `*net.IPAddr`: `IP[%Zone]`.
-    Ip,
-    /// `*net.UnixAddr`: `Name`.
-    Unix,
-    /// A type whose text is a constant.
-    Constant(&'static str),
-}
 
 /// What a field of a described type is to BPF.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,64 +154,6 @@ const SPECS: &[Spec] = &[
     },
 ];
 
-/// One dynamic type of a binary's table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ErrType {
-    /// Its name as `%T` prints it and [`super::TypeNames`] holds it (`*net.OpError`).
-    pub name: String,
-    /// `runtime._type.hash` of its descriptor.
-    pub hash: u32,
-    /// (`EF_*` kind, offset) of each field BPF reads, in the order the format names them.
-    pub fields: Vec<(u8, u8)>,
-    pub format: ErrFormat,
-}
-
-/// The error types of one binary that gprobe can show as their text.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ErrTable {
-    /// Names the table in the `errtypes` map: a hash of its layouts (0: empty table).
-    pub id: u32,
-    pub types: Vec<ErrType>,
-    /// The text of `syscall.Errno(116)` (ESTALE), which Go 1.26 changed; `None` for a
-    /// release whose text is not known for sure.
-    pub estale: Option<&'static str>,
-}
-
-impl ErrTable {
-    /// The type of the table named `name` (a `%T` name).
-    pub fn by_name(&self, name: &str) -> Option<&ErrType> {
-        self.types.iter().find(|t| t.name == name)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.types.is_empty()
-    }
-
-    /// The `errtypes` map's entries of this table.
-    pub fn bpf_entries(&self) -> Vec<(GpErrKey, GpErrType)> {
-        self.types
-            .iter()
-            .map(|t| {
-                let mut v = GpErrType {
-                    n: t.fields.len() as u8,
-                    ..Default::default()
-                };
-                for (i, &(k, o)) in t.fields.iter().enumerate() {
-                    v.kind[i] = k;
-                    v.off[i] = o;
-                }
-                (
-                    GpErrKey {
-                        table: self.id,
-                        hash: t.hash,
-                    },
-                    v,
-                )
-            })
-            .collect()
-    }
-}
-
 /// The ESTALE text of the Go release `version`: "stale NFS file handle" up to Go 1.24,
 /// "stale file handle" from Go 1.26 (checked in the sources of 1.19, 1.21, 1.24, 1.26 and
 /// 1.27); Go 1.25's is not known.
@@ -268,9 +180,6 @@ impl DescIndex {
         })
     }
 }
-
-/// Where a descriptor index keeps its table.
-pub(super) type ErrTableCell = OnceLock<ErrTable>;
 
 fn build(idx: &DescIndex, r: &DescReader<'_>, estale: Option<&'static str>) -> ErrTable {
     let mut types = Vec::new();
@@ -415,11 +324,6 @@ fn layout(idx: &DescIndex, r: &DescReader<'_>, spec: &Spec) -> Result<ErrType, L
         fields,
         format: spec.format,
     })
-}
-
-/// Hash counts of every descriptor, for [`build`]'s uniqueness check.
-pub(super) fn count_hash(counts: &mut HashMap<u32, u32>, hash: u32) {
-    *counts.entry(hash).or_default() += 1;
 }
 
 #[cfg(test)]

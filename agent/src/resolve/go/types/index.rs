@@ -4,9 +4,11 @@
 //! types are reached this way: `*main.order` is typelinked, `main.order` is its element.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::OnceLock;
 
+use super::model::short_name;
 use super::rtype::DescReader;
-use super::short_name;
+use crate::plan::errtable::ErrTable;
 use crate::resolve::elf::{u32_at, ElfFile};
 use crate::resolve::go::moduledata::{TypeLinks, TypeSection};
 
@@ -34,7 +36,7 @@ pub(crate) struct DescIndex {
     /// The pointer type `*T` of each type `T` that has one, by address.
     pub(super) ptr_to: HashMap<u64, u64>,
     /// The error types whose text gprobe builds (errtable.rs), made on first use.
-    pub(super) errors: super::errtable::ErrTableCell,
+    pub(super) errors: ErrTableCell,
 }
 
 impl DescIndex {
@@ -82,7 +84,7 @@ impl DescIndex {
                 continue;
             };
             strings.insert(addr, Box::from(s));
-            super::errtable::count_hash(&mut hash_counts, h.hash);
+            count_hash(&mut hash_counts, h.hash);
             if h.kind == super::rtype::kind::PTR {
                 if let Some(elem) = r.word(addr + 48) {
                     ptr_to.insert(elem, addr);
@@ -181,4 +183,12 @@ fn roots(r: &DescReader<'_>) -> (Vec<u64>, Vec<u64>) {
         }
     }
     (types, itabs)
+}
+
+/// Where a descriptor index keeps its table.
+pub(super) type ErrTableCell = OnceLock<ErrTable>;
+
+/// Hash counts of every descriptor, for the uniqueness check of errtable.rs's `build`.
+fn count_hash(counts: &mut HashMap<u32, u32>, hash: u32) {
+    *counts.entry(hash).or_default() += 1;
 }

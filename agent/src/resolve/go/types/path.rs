@@ -6,7 +6,8 @@
 use gprobe_crds::gopath::GoCapture;
 
 use super::error::PathError;
-use super::{Kind, TypeRef, TypeStore};
+use super::model::{Kind, TypeInfo, TypeRef};
+use super::store::TypeStore;
 use crate::abi::{self, GpCapture, GpLoc, GP_MAX_ELEMS, GP_MAX_ELEM_STR, GP_MAX_HOPS, GP_MAX_STR};
 use crate::plan::{CapturePlan, Decode, Elem};
 use crate::resolve::error::{PlanError, Uncapturable};
@@ -105,7 +106,7 @@ impl Planner<'_, '_> {
         }
     }
 
-    fn get(&mut self, r: TypeRef) -> Result<std::sync::Arc<super::TypeInfo>, PlanError> {
+    fn get(&mut self, r: TypeRef) -> Result<std::sync::Arc<TypeInfo>, PlanError> {
         self.store.get(r).map_err(|e| self.path_err(e.into()))
     }
 

@@ -19,7 +19,7 @@
 //! addresses, filled by R_X86_64_RELATIVE relocations in position-independent builds.
 
 use super::error::DescriptorError;
-use super::{Field, Kind, TypeInfo, TypeRef};
+use super::model::{Field, Kind, TypeInfo, TypeRef};
 use crate::resolve::elf::{u32_at, u64_at, ElfFile};
 use crate::resolve::go::moduledata::TypeSection;
 

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use gprobe_crds::signature::TypeExpr;
 
 use super::error::{DescriptorError, TypeError, TypeSource};
-use super::{generic, short_name, Field, Kind, TypeInfo, TypeRef};
+use super::generic;
+use super::model::{short_name, Field, Kind, TypeInfo, TypeRef};
+use crate::resolve::binary::Binary;
 use crate::resolve::dwarf_error::DwarfError;
 use crate::resolve::go::abi;
 use crate::resolve::go::dwarf::Ctx;
 use crate::resolve::go::gotype::GoType;
-use crate::resolve::Binary;
 
 /// By-value nesting deeper than this is refused (a malformed description).
 const MAX_DEPTH: usize = 48;
@@ -302,7 +303,7 @@ impl<'a> TypeStore<'a> {
     }
 
     /// The binary's error types whose text an error capture builds (errtable.rs).
-    pub(crate) fn error_table(&self) -> &super::ErrTable {
+    pub(crate) fn error_table(&self) -> &crate::plan::errtable::ErrTable {
         self.bin
             .desc_index()
             .error_table(&self.bin.elf, self.bin.go_version())
