@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub use dwarf_error::{DwarfError, TypeDie, UnreadableDwarf};
+pub use dwarf_error::{DwarfError, UnreadableDwarf};
 pub use elf_error::NoteError;
 pub use error::{
     CProblem, DecoderCheckError, PlanError, ResolveError, Uncapturable, UnsupportedArg,

@@ -15,6 +15,7 @@ mod index;
 mod names;
 pub(crate) mod path;
 mod rtype;
+pub(crate) mod shape;
 mod store;
 
 pub use error::{DescriptorError, PathError, TypeError, TypeSource};

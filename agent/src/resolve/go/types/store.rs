@@ -7,15 +7,13 @@ use std::sync::Arc;
 use gprobe_crds::signature::TypeExpr;
 
 use super::error::{DescriptorError, TypeError, TypeSource};
+use super::shape::{shape_of, MAX_DEPTH};
 use super::{generic, short_name, Field, Kind, TypeInfo, TypeRef};
 use crate::resolve::dwarf_error::DwarfError;
 use crate::resolve::go::abi;
 use crate::resolve::go::dwarf::Ctx;
 use crate::resolve::go::gotype::GoType;
 use crate::resolve::Binary;
-
-/// By-value nesting deeper than this is refused (a malformed description).
-const MAX_DEPTH: usize = 48;
 
 /// A type made from a signature: laid out already, or still to resolve (a pointer's
 /// element is looked up only when a path goes through it).
@@ -317,70 +315,16 @@ impl<'a> TypeStore<'a> {
     /// The register-ABI shape of a type: through struct fields and array elements, which
     /// are laid out in place; pointers, maps, channels and functions are a word.
     pub(crate) fn shape(&mut self, r: TypeRef) -> Result<GoType, TypeError> {
-        self.shape_at(r, 0)
-    }
-
-    fn shape_at(&mut self, r: TypeRef, depth: usize) -> Result<GoType, TypeError> {
-        let t = self.get(r)?;
-        if depth > MAX_DEPTH {
-            return Err(TypeError::BadDwarf {
-                path: self.bin.path().to_path_buf(),
-                offset: 0,
-                reason: DwarfError::StructsTooDeep {
-                    type_name: t.name.clone(),
-                    max: MAX_DEPTH,
-                },
-            });
-        }
-        Ok(match &t.kind {
-            Kind::Bool => GoType::Bool,
-            Kind::Int { size, signed } => GoType::Int {
-                size: *size,
-                signed: *signed,
+        let path = self.bin.path().to_path_buf();
+        let too_deep = |t: &TypeInfo| TypeError::BadDwarf {
+            path: path.clone(),
+            offset: 0,
+            reason: DwarfError::StructsTooDeep {
+                type_name: t.name.clone(),
+                max: MAX_DEPTH,
             },
-            Kind::Uintptr => GoType::Uintptr,
-            Kind::Float { size } => GoType::Float { size: *size },
-            Kind::Complex { size } => GoType::Complex { size: *size },
-            Kind::String => GoType::String,
-            Kind::UnsafePointer | Kind::Pointer(_) | Kind::Map { .. } | Kind::Chan | Kind::Func => {
-                GoType::Pointer
-            }
-            Kind::Slice(elem) => {
-                let e = self.get(*elem)?;
-                GoType::Slice {
-                    bytes: matches!(
-                        e.kind,
-                        Kind::Int {
-                            size: 1,
-                            signed: false
-                        }
-                    ),
-                }
-            }
-            Kind::Interface { .. } => GoType::Interface,
-            Kind::Array { elem, len } => {
-                let e = self.shape_at(*elem, depth + 1)?;
-                let align = e.align();
-                GoType::Array {
-                    len: *len,
-                    elem: Box::new(e),
-                    size: t.size,
-                    align,
-                }
-            }
-            Kind::Struct(fields) => {
-                let mut out = Vec::with_capacity(fields.len());
-                for f in fields {
-                    out.push((f.name.clone(), self.shape_at(f.ty, depth + 1)?));
-                }
-                let align = out.iter().map(|(_, t)| t.align()).max().unwrap_or(1);
-                GoType::Struct {
-                    fields: out,
-                    size: t.size,
-                    align,
-                }
-            }
-        })
+        };
+        shape_of(r, &mut |r| self.get(r), &too_deep)
     }
 }
 
