@@ -10,7 +10,6 @@ use super::error::{DescriptorError, TypeError, TypeSource};
 use super::shape::{shape_of, MAX_DEPTH};
 use super::{generic, short_name, Field, Kind, TypeInfo, TypeRef};
 use crate::resolve::dwarf_error::DwarfError;
-use crate::resolve::go::abi;
 use crate::resolve::go::dwarf::Ctx;
 use crate::resolve::go::gotype::GoType;
 use crate::resolve::Binary;
@@ -211,25 +210,23 @@ impl<'a> TypeStore<'a> {
     fn named(&mut self, e: &TypeExpr) -> Result<Arc<TypeInfo>, TypeError> {
         match self.lookup(&e.to_string()) {
             Ok(r) => self.get(r),
-            Err(err) => match abi::type_of(e) {
-                Ok(GoType::Interface) => Ok(Arc::new(TypeInfo {
-                    name: e.to_string(),
-                    size: 16,
-                    kind: Kind::Interface { empty: false },
-                })),
-                Ok(GoType::Pointer) => Ok(Arc::new(TypeInfo {
-                    name: e.to_string(),
-                    size: 8,
-                    kind: Kind::UnsafePointer,
-                })),
-                Ok(GoType::Int { size, signed }) => Ok(Arc::new(TypeInfo {
-                    name: e.to_string(),
-                    size: size as u64,
-                    kind: Kind::Int { size, signed },
-                })),
-                _ => Err(err),
-            },
+            Err(err) => well_known(e).map(Arc::new).ok_or(err),
         }
+    }
+
+    /// The register-ABI shapes of a signature's parameters (or results); the first that
+    /// cannot be laid out fails, with its name.
+    pub(crate) fn signature_shapes(
+        &mut self,
+        ps: &[gprobe_crds::signature::Param],
+    ) -> Result<(Vec<TypeRef>, Vec<GoType>), (String, TypeError)> {
+        let refs: Vec<TypeRef> = ps.iter().map(|p| self.expr_type(&p.ty)).collect();
+        let shapes = ps
+            .iter()
+            .zip(&refs)
+            .map(|(p, &r)| self.shape(r).map_err(|e| (p.name.clone(), e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((refs, shapes))
     }
 
     /// The named type `written` as a user writes it: `main.order`, `order` (in the probed
@@ -380,6 +377,45 @@ fn similar<'k>(names: impl Iterator<Item = &'k String>, full: &str) -> Vec<Strin
 }
 
 /// The predeclared types (and `unsafe.Pointer`'s kin that need no binary).
+/// Standard-library types whose layout a signature may use where the binary describes
+/// none of them (a stripped binary that never converts them to an interface).
+fn well_known(e: &TypeExpr) -> Option<TypeInfo> {
+    let TypeExpr::Named {
+        package: Some(package),
+        name,
+        args,
+    } = e
+    else {
+        return None;
+    };
+    if !args.is_empty() {
+        return None;
+    }
+    let (size, kind) = match (package.as_str(), name.as_str()) {
+        ("time", "Duration") => (
+            8,
+            Kind::Int {
+                size: 8,
+                signed: true,
+            },
+        ),
+        ("context", "Context")
+        | ("io", "Reader" | "Writer" | "ReadCloser" | "WriteCloser" | "ReadWriter")
+        | ("net", "Conn" | "Listener" | "Addr")
+        | ("fmt", "Stringer")
+        | ("http", "Handler" | "ResponseWriter" | "RoundTripper") => {
+            (16, Kind::Interface { empty: false })
+        }
+        ("unsafe", "Pointer") | ("http", "Header") | ("url", "Values") => (8, Kind::UnsafePointer),
+        _ => return None,
+    };
+    Some(TypeInfo {
+        name: e.to_string(),
+        size,
+        kind,
+    })
+}
+
 fn predeclared(name: &str) -> Option<TypeInfo> {
     let t = |size: u64, kind: Kind| {
         Some(TypeInfo {
