@@ -1,10 +1,9 @@
 //! Why DWARF could not be read: the errors of the DWARF readers of Go signatures and types
-//! (`go/dwarf.rs`, `go/dwarf_types.rs`, `go/types/dwarf.rs`) and of C prototypes
+//! (`go/dwarf.rs`, `go/types/dwarf.rs`) and of C prototypes
 //! (`c/dwarf.rs`), and [`UnreadableDwarf`], which names the file (and symbol) they were
 //! reading. Nothing here depends on the readers: they and the errors that wrap these
 //! (`resolve/error.rs`, `go/types/error.rs`) import this file, never the other way.
 
-use std::fmt;
 use std::path::PathBuf;
 
 use gimli::DwTag;
@@ -40,26 +39,11 @@ pub enum DwarfError {
          out unnamed and `_` parameters; functions written in assembly have none)"
     )]
     MissingParams { listed: usize, max: u64, args: u64 },
-    /// A chain of by-value types deeper than the reader follows (a cycle).
-    #[error("type at {offset:#x} nests too deeply (a cycle?)")]
-    TypeTooDeep { offset: usize },
     #[error("typedefs at {offset:#x} nest too deeply (a cycle?)")]
     TypedefsTooDeep { offset: usize },
     /// A type laid out by value through more structs than gprobe follows.
     #[error("{type_name} nests more than {max} structs by value")]
     StructsTooDeep { type_name: String, max: usize },
-    #[error("{0} refers to no type")]
-    NoTarget(TypeDie),
-    #[error("{die} has unknown Go kind {kind}")]
-    UnknownGoKind { die: TypeDie, kind: u8 },
-    #[error("{die} has an unsupported encoding or size {size}")]
-    UnsupportedBaseType { die: TypeDie, size: u8 },
-    #[error("{0} is not a type gprobe can decode")]
-    NotDecodable(TypeDie),
-    #[error("struct field {field} has no type")]
-    StructFieldWithoutType { field: String },
-    #[error("array type has no element type")]
-    ArrayWithoutElement,
     #[error("array type has no length")]
     ArrayWithoutLength,
     /// DW_AT_count or DW_AT_upper_bound (`what`: "count", "bound") is not a constant.
@@ -95,26 +79,6 @@ pub enum DwarfError {
     /// The binary's DWARF could not be loaded when a type of it was asked for.
     #[error("the binary's DWARF cannot be loaded")]
     NotLoaded,
-}
-
-/// A type DIE as messages name it: `type main.order (DW_TAG_structure_type at 0x1c2)`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TypeDie {
-    pub name: Option<String>,
-    pub tag: DwTag,
-    pub offset: usize,
-}
-
-impl fmt::Display for TypeDie {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "type {} ({} at {:#x})",
-            self.name.as_deref().unwrap_or("(unnamed)"),
-            self.tag,
-            self.offset
-        )
-    }
 }
 
 /// The DWARF of a file (for a symbol, where one was asked for) could not be read.

@@ -13,8 +13,9 @@ use gprobe_crds::csig::CSignatureError;
 use gprobe_crds::signature::SignatureError;
 
 use super::dwarf_error::UnreadableDwarf;
-use super::go::error::{PclntabError, TypeError};
+use super::go::error::PclntabError;
 use super::go::types::error::PathError;
+use super::go::types::error::TypeError;
 use super::usdt::error::{SiteProblem, StapsdtError};
 use crate::gosym::{go_package, last_component};
 
@@ -167,7 +168,7 @@ pub enum PlanError {
         symbol: String,
         param: String,
         #[source]
-        source: TypeError,
+        source: Box<TypeError>,
     },
     #[error("{symbol}: {} has no DWARF (stripped) and the probe has no signature: add `signature: \
         \"func(...)\"` to the probe (copy it from the Go source or `go doc`), or probe an \

@@ -375,7 +375,7 @@ pub fn go_tables(data: &[u8]) {
     let _ = b.all_probe_sites();
 }
 
-/// DWARF: Go signatures and types (go/dwarf.rs, go/dwarf_types.rs, go/types/) and C
+/// DWARF: Go signatures and types (go/dwarf.rs, go/types/) and C
 /// prototypes (c/dwarf.rs).
 pub fn dwarf(data: &[u8]) {
     let Some(b) = binary(data) else { return };

@@ -43,7 +43,7 @@ mod x86;
 mod tests;
 
 pub use binary::Binary;
-pub use dwarf_error::{DwarfError, TypeDie, UnreadableDwarf};
+pub use dwarf_error::{DwarfError, UnreadableDwarf};
 pub use elf_error::NoteError;
 pub use error::{
     CProblem, DecoderCheckError, PlanError, ResolveError, Uncapturable, UnsupportedArg,

@@ -8,9 +8,6 @@
 //! register; stack-assigned results follow the stack-assigned arguments, pointer-aligned.
 
 use super::gotype::GoType;
-use gprobe_crds::signature::{Signature, TypeExpr};
-
-pub use super::error::TypeError;
 
 pub const INT_REGS: [&str; 9] = ["RAX", "RBX", "RCX", "RDI", "RSI", "R8", "R9", "R10", "R11"];
 const NUM_FLOAT_REGS: usize = 15;
@@ -172,99 +169,26 @@ pub fn layout(params: &[GoType], results: &[GoType]) -> Layout {
     Layout { params, results }
 }
 
-/// Maps a signature type to its layout. Named types other than the predeclared ones and a
-/// few well-known standard-library types are not knowable without DWARF.
-pub fn type_of(t: &TypeExpr) -> Result<GoType, TypeError> {
-    Ok(match t {
-        TypeExpr::Named { package, name, .. } => match (package.as_deref(), name.as_str()) {
-            (None, "bool") => GoType::Bool,
-            (None, "int" | "int64") => GoType::Int {
-                size: 8,
-                signed: true,
-            },
-            (None, "int32" | "rune") => GoType::Int {
-                size: 4,
-                signed: true,
-            },
-            (None, "int16") => GoType::Int {
-                size: 2,
-                signed: true,
-            },
-            (None, "int8") => GoType::Int {
-                size: 1,
-                signed: true,
-            },
-            (None, "uint" | "uint64") => GoType::Int {
-                size: 8,
-                signed: false,
-            },
-            (None, "uint32") => GoType::Int {
-                size: 4,
-                signed: false,
-            },
-            (None, "uint16") => GoType::Int {
-                size: 2,
-                signed: false,
-            },
-            (None, "uint8" | "byte") => GoType::Int {
-                size: 1,
-                signed: false,
-            },
-            (None, "uintptr") => GoType::Uintptr,
-            (None, "float32") => GoType::Float { size: 4 },
-            (None, "float64") => GoType::Float { size: 8 },
-            (None, "complex64") => GoType::Complex { size: 8 },
-            (None, "complex128") => GoType::Complex { size: 16 },
-            (None, "string") => GoType::String,
-            (None, "error" | "any") => GoType::Interface,
-            (Some("unsafe"), "Pointer") => GoType::Pointer,
-            (Some("time"), "Duration") => GoType::Int {
-                size: 8,
-                signed: true,
-            },
-            (Some("context"), "Context")
-            | (Some("io"), "Reader" | "Writer" | "ReadCloser" | "WriteCloser" | "ReadWriter")
-            | (Some("net"), "Conn" | "Listener" | "Addr")
-            | (Some("fmt"), "Stringer")
-            | (Some("http"), "Handler" | "ResponseWriter" | "RoundTripper") => GoType::Interface,
-            (Some("http"), "Header") | (Some("url"), "Values") => GoType::Pointer,
-            _ => return Err(TypeError::Unknown(t.to_string())),
-        },
-        TypeExpr::Pointer(_) | TypeExpr::Map(..) | TypeExpr::Chan(_) | TypeExpr::Func => {
-            GoType::Pointer
-        }
-        TypeExpr::Slice(elem) => GoType::Slice {
-            bytes: matches!(&**elem, TypeExpr::Named { package: None, name, .. } if name == "byte" || name == "uint8"),
-        },
-        TypeExpr::Interface => GoType::Interface,
-        TypeExpr::Array(n, elem) => GoType::new_array(*n, type_of(elem)?),
-        TypeExpr::Struct(fields) => GoType::new_struct(
-            fields
-                .iter()
-                .map(|f| Ok((f.name.clone(), type_of(&f.ty)?)))
-                .collect::<Result<_, TypeError>>()?,
-        ),
-    })
-}
-
-/// Layout of a parsed signature; the first type error stops it.
-pub fn signature_types(sig: &Signature) -> Result<(Vec<GoType>, Vec<GoType>), (String, TypeError)> {
-    let conv = |ps: &[gprobe_crds::signature::Param]| {
-        ps.iter()
-            .map(|p| type_of(&p.ty).map_err(|e| (p.name.clone(), e)))
-            .collect::<Result<Vec<_>, _>>()
-    };
-    Ok((conv(&sig.params)?, conv(&sig.results)?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resolve::go::types::{error::TypeError, TypeStore};
+    use crate::resolve::Binary;
     use gprobe_crds::signature::parse_signature;
 
-    fn lay(sig: &str) -> Layout {
+    /// The layout of a signature's types, laid out as the planner lays them out (types
+    /// not predeclared are looked up in this test binary).
+    fn shapes(sig: &str) -> Result<(Vec<GoType>, Vec<GoType>), (String, TypeError)> {
         let s = parse_signature(sig).unwrap();
-        let (p, r) = signature_types(&s).unwrap();
+        let bin = Binary::open(&std::env::current_exe().unwrap()).unwrap();
+        let mut store = TypeStore::new(&bin, "main");
+        let (_, p) = store.signature_shapes(&s.params)?;
+        let (_, r) = store.signature_shapes(&s.results)?;
+        Ok((p, r))
+    }
+
+    fn lay(sig: &str) -> Layout {
+        let (p, r) = shapes(sig).unwrap();
         layout(&p, &r)
     }
 
@@ -327,10 +251,18 @@ mod tests {
 
     #[test]
     fn unknown_named_types_are_explained() {
-        let s = parse_signature("func(c Client)").unwrap();
-        let (name, e) = signature_types(&s).unwrap_err();
+        let (name, e) = shapes("func(c Client)").unwrap_err();
         assert_eq!(name, "c");
-        assert!(e.to_string().contains("unknown type Client"));
-        assert!(type_of(&parse_signature("func(d time.Duration)").unwrap().params[0].ty).is_ok());
+        assert!(e.to_string().contains("main.Client"), "{e}");
+        // Well-known standard-library types are laid out without the binary's help.
+        let (p, _) = shapes("func(d time.Duration, ctx context.Context)").unwrap();
+        assert_eq!(
+            p[0],
+            GoType::Int {
+                size: 8,
+                signed: true
+            }
+        );
+        assert_eq!(p[1], GoType::Interface);
     }
 }

@@ -1,5 +1,6 @@
 //! Go function signatures from DWARF: the parameters and results of a function's
-//! DW_TAG_subprogram, their names and their types mapped to [`GoType`].
+//! DW_TAG_subprogram, their names and their types, read as the capture planner reads them
+//! (go/types/dwarf.rs) and laid out as the register ABI's [`GoType`].
 //!
 //! Go compresses its DWARF: older releases in `.zdebug_*` sections, Go 1.19 and 1.27 (as
 //! measured) in SHF_COMPRESSED `.debug_*` sections; object's `uncompressed_data` handles
@@ -119,7 +120,8 @@ pub(super) struct Ctx<'a> {
     dwarf: gimli::Dwarf<R<'a>>,
     unit_starts: &'a [usize],
     units: HashMap<usize, Rc<Unit<R<'a>>>>,
-    pub(super) types: HashMap<usize, (String, GoType)>,
+    /// The types read so far, by DIE offset (go/types/dwarf.rs).
+    pub(super) types: HashMap<usize, std::sync::Arc<super::types::model::TypeInfo>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -218,7 +220,7 @@ impl<'a> Ctx<'a> {
             let ty = ty.ok_or_else(|| DwarfError::ParamWithoutType {
                 param: name.as_deref().unwrap_or("(unnamed)").to_string(),
             })?;
-            let (type_name, ty) = self.go_type(ty, 0)?;
+            let (type_name, ty) = self.param_type(ty)?;
             let list = if is_result {
                 &mut sig.results
             } else {

@@ -1,28 +1,6 @@
-//! Errors of Go binaries' own tables and of signature types: why the function table
-//! (pclntab) or the inline trees cannot be read, and why a type written in a signature has
-//! no layout. Only error types are imported here (`types/error.rs`), so that
-//! `resolve/error.rs` can wrap these without importing the modules that produce them.
-
-use super::types::error::TypeError as BinaryTypeError;
-
-/// A signature type gprobe cannot lay out (`abi::type_of`).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum TypeError {
-    #[error(
-        "unknown type {0}: write its underlying type (e.g. int64 for a named integer, *T or a \
-        map/chan/func as they are), or omit the signature where the binary has DWARF"
-    )]
-    Unknown(String),
-    /// A named type the binary does not describe (or describes ambiguously).
-    #[error(transparent)]
-    Binary(Box<BinaryTypeError>),
-}
-
-impl From<BinaryTypeError> for TypeError {
-    fn from(e: BinaryTypeError) -> Self {
-        TypeError::Binary(Box::new(e))
-    }
-}
+//! Errors of Go binaries' own tables: why the function table (pclntab) or the inline trees
+//! cannot be read. Nothing is imported here, so that `resolve/error.rs` can wrap these
+//! without importing the modules that produce them.
 
 /// What is wrong with a Go function table (`.gopclntab`) or the inline trees it leads to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

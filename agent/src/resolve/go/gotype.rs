@@ -1,4 +1,9 @@
-//! The Go types gprobe can lay out under the register ABI, from a signature or from DWARF.
+//! What the register ABI sees of a Go type ([`GoType`]: its shape, size and alignment) and
+//! Go's kind numbers. The types themselves are modelled once, in `types/` ([`TypeInfo`],
+//! from a signature, DWARF or a runtime type descriptor); `types/shape.rs` derives this
+//! view from that model, for the signature checker and the capture planner alike.
+//!
+//! [`TypeInfo`]: super::types::TypeInfo
 
 use std::fmt;
 
@@ -28,7 +33,7 @@ pub(crate) mod kind {
     pub const UNSAFE_POINTER: u8 = 26;
 }
 
-/// A Go type reduced to what the ABI and the decoder need: its shape, size and alignment.
+/// A Go type reduced to what the register ABI needs: its shape, size and alignment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GoType {
     Bool,
@@ -87,37 +92,6 @@ impl GoType {
             GoType::Uintptr | GoType::Pointer | GoType::String | GoType::Interface => 8,
             GoType::Slice { .. } => 8,
             GoType::Struct { align, .. } | GoType::Array { align, .. } => (*align).max(1),
-        }
-    }
-
-    /// Builds a struct type, computing Go's layout (fields aligned, size rounded to the
-    /// alignment; a trailing zero-size field is padded, as the Go compiler does).
-    pub fn new_struct(fields: Vec<(String, GoType)>) -> GoType {
-        let mut off = 0u64;
-        let mut align = 1u64;
-        for (_, f) in &fields {
-            let a = f.align();
-            align = align.max(a);
-            off = off.div_ceil(a) * a + f.size();
-        }
-        if fields.last().is_some_and(|(_, f)| f.size() == 0) && off > 0 {
-            off += 1;
-        }
-        let size = off.div_ceil(align) * align;
-        GoType::Struct {
-            fields,
-            size,
-            align,
-        }
-    }
-
-    pub fn new_array(len: u64, elem: GoType) -> GoType {
-        let (size, align) = (elem.size() * len, elem.align());
-        GoType::Array {
-            len,
-            elem: Box::new(elem),
-            size,
-            align,
         }
     }
 }

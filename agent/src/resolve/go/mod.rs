@@ -9,7 +9,6 @@ pub mod types;
 
 pub(crate) mod buildinfo;
 pub(crate) mod dwarf;
-mod dwarf_types;
 pub(crate) mod error;
 pub(crate) mod inline;
 pub(crate) mod moduledata;

@@ -99,28 +99,17 @@ pub(super) fn types(
         source,
     })?;
     store.bind_type_params(&sig.type_params, &func.name);
-    let refs = |store: &mut TypeStore<'_>, ps: &[gprobe_crds::signature::Param]| {
-        ps.iter()
-            .map(|p| store.expr_type(&p.ty))
-            .collect::<Vec<_>>()
-    };
-    let (param_types, result_types) = (refs(store, &sig.params), refs(store, &sig.results));
-    let mut shapes = |ps: &[gprobe_crds::signature::Param], refs: &[TypeRef]| {
-        ps.iter()
-            .zip(refs)
-            .map(|(p, &r)| {
-                store.shape(r).map_err(|e| PlanError::SignatureType {
-                    symbol: symbol.clone(),
-                    param: p.name.clone(),
-                    source: e.into(),
-                })
+    let shapes = |store: &mut TypeStore<'_>, ps: &[gprobe_crds::signature::Param]| {
+        store
+            .signature_shapes(ps)
+            .map_err(|(param, e)| PlanError::SignatureType {
+                symbol: symbol.clone(),
+                param,
+                source: Box::new(e),
             })
-            .collect::<Result<Vec<_>, _>>()
     };
-    let (tp, tr) = (
-        shapes(&sig.params, &param_types)?,
-        shapes(&sig.results, &result_types)?,
-    );
+    let (param_types, tp) = shapes(store, &sig.params)?;
+    let (result_types, tr) = shapes(store, &sig.results)?;
     // DWARF that cannot be used (absent, or incomplete as in Go 1.19's unnamed
     // parameters) leaves the signature as the only description.
     let dwarf = match bin.dwarf_signature(func) {
@@ -305,7 +294,10 @@ mod tests {
 
     fn compared(sig: &str, d: &DwarfSignature) -> Vec<SignatureDifference> {
         let sig = parse_signature(sig).unwrap();
-        let (tp, tr) = crate::resolve::go::abi::signature_types(&sig).unwrap();
+        let bin = Binary::open(&std::env::current_exe().unwrap()).unwrap();
+        let mut store = TypeStore::new(&bin, "main");
+        let (_, tp) = store.signature_shapes(&sig.params).unwrap();
+        let (_, tr) = store.signature_shapes(&sig.results).unwrap();
         compare(&sig, &layout(&tp, &tr), d, false)
     }
 

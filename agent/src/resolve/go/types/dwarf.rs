@@ -6,14 +6,37 @@
 
 use std::collections::HashMap;
 
-use gimli::{constants, AttributeValue};
+use std::sync::Arc;
+
+use gimli::{constants, AttributeValue, DwAt, Unit};
 
 use super::model::{short_name, Field, Kind, TypeInfo, TypeRef};
+use super::shape::{shape_of, MAX_DEPTH};
 use crate::resolve::dwarf_error::DwarfError;
-use crate::resolve::go::dwarf::Ctx;
+use crate::resolve::go::dwarf::{Ctx, R};
+use crate::resolve::go::gotype::{kind, GoType};
 
-use crate::resolve::go::dwarf_types::DW_AT_GO_EMBEDDED_FIELD;
-use crate::resolve::go::gotype::kind;
+/// Go's DWARF extensions (src/cmd/internal/dwarf/dwarf.go).
+const DW_AT_GO_KIND: DwAt = DwAt(0x2900);
+const DW_AT_GO_KEY: DwAt = DwAt(0x2901);
+const DW_AT_GO_ELEM: DwAt = DwAt(0x2902);
+const DW_AT_GO_EMBEDDED_FIELD: DwAt = DwAt(0x2903);
+/// The descriptor's offset from `runtime.types` (what DWARF and descriptors both describe).
+const DW_AT_GO_RUNTIME_TYPE: DwAt = DwAt(0x2904);
+
+/// The attributes of a type DIE that gprobe uses.
+#[derive(Default)]
+struct TypeAttrs {
+    pub name: Option<String>,
+    pub size: Option<u64>,
+    pub encoding: Option<gimli::DwAte>,
+    /// DW_AT_go_kind; kind 0 (Invalid), which some synthesized types carry, reads as none.
+    pub go_kind: Option<u8>,
+    pub target: Option<usize>,
+    pub elem: Option<usize>,
+    pub key: Option<usize>,
+    pub runtime_type: Option<u64>,
+}
 
 /// The named types of a binary's DWARF.
 #[derive(Debug, Default)]
@@ -84,6 +107,71 @@ impl DwarfIndex {
 }
 
 impl<'a> Ctx<'a> {
+    /// The attributes of the type DIE `e` of `unit`.
+    fn type_attrs(
+        &self,
+        unit: &Unit<R<'a>>,
+        e: &gimli::DebuggingInformationEntry<'_, '_, R<'a>>,
+    ) -> Result<TypeAttrs, DwarfError> {
+        let mut a = TypeAttrs::default();
+        let mut attrs = e.attrs();
+        while let Some(at) = attrs.next()? {
+            match at.name() {
+                constants::DW_AT_name => a.name = self.string(unit, at.value()),
+                constants::DW_AT_byte_size => a.size = at.udata_value(),
+                constants::DW_AT_encoding => {
+                    a.encoding = match at.value() {
+                        AttributeValue::Encoding(enc) => Some(enc),
+                        v => v.udata_value().map(|x| gimli::DwAte(x as u8)),
+                    }
+                }
+                constants::DW_AT_type => a.target = Self::reference(unit, at.value()),
+                DW_AT_GO_KIND => a.go_kind = at.udata_value().map(|k| k as u8).filter(|&k| k != 0),
+                DW_AT_GO_ELEM => a.elem = Self::reference(unit, at.value()),
+                DW_AT_GO_KEY => a.key = Self::reference(unit, at.value()),
+                DW_AT_GO_RUNTIME_TYPE => a.runtime_type = at.udata_value(),
+                _ => {}
+            }
+        }
+        Ok(a)
+    }
+
+    /// The name and register-ABI shape of the type DIE at `off` (a DWARF parameter's
+    /// type), read in the one type model as the capture planner reads it. A generic
+    /// parameter's `.paramN` typedef takes the name of the type it stands for.
+    pub(in crate::resolve::go) fn param_type(
+        &mut self,
+        off: usize,
+    ) -> Result<(String, GoType), DwarfError> {
+        let mut get = |r: TypeRef| match r {
+            TypeRef::Dwarf(o) => self.cached_type_info(o),
+            // DWARF's types refer only to DWARF's.
+            _ => Err(DwarfError::NotLoaded),
+        };
+        let too_deep = |t: &TypeInfo| DwarfError::StructsTooDeep {
+            type_name: t.name.clone(),
+            max: MAX_DEPTH,
+        };
+        let shape = shape_of(TypeRef::Dwarf(off), &mut get, &too_deep)?;
+        let name = self.cached_type_info(off)?.name.clone();
+        let name = if name.is_empty() {
+            shape.to_string()
+        } else {
+            name
+        };
+        Ok((name, shape))
+    }
+
+    /// [`Self::type_info`], read once per DIE for the signatures of a whole binary.
+    fn cached_type_info(&mut self, off: usize) -> Result<Arc<TypeInfo>, DwarfError> {
+        if let Some(t) = self.types.get(&off) {
+            return Ok(t.clone());
+        }
+        let t = Arc::new(self.type_info(off)?.0);
+        self.types.insert(off, t.clone());
+        Ok(t)
+    }
+
     /// The type DIE at `off` in gprobe's model; also the descriptor offset
     /// (DW_AT_go_runtime_type) Go recorded for it.
     pub(super) fn type_info(&mut self, off: usize) -> Result<(TypeInfo, Option<u64>), DwarfError> {

@@ -15,10 +15,11 @@ mod errtable;
 pub mod generic;
 pub(in crate::resolve) mod index;
 mod listing;
-mod model;
+pub(crate) mod model;
 mod names;
 pub(crate) mod path;
 mod rtype;
+pub(crate) mod shape;
 mod store;
 
 pub use error::{DescriptorError, PathError, TypeError, TypeSource};

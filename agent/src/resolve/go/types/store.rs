@@ -9,14 +9,11 @@ use gprobe_crds::signature::TypeExpr;
 use super::error::{DescriptorError, TypeError, TypeSource};
 use super::generic;
 use super::model::{short_name, Field, Kind, TypeInfo, TypeRef};
+use super::shape::{shape_of, MAX_DEPTH};
 use crate::resolve::binary::Binary;
 use crate::resolve::dwarf_error::DwarfError;
-use crate::resolve::go::abi;
 use crate::resolve::go::dwarf::Ctx;
 use crate::resolve::go::gotype::GoType;
-
-/// By-value nesting deeper than this is refused (a malformed description).
-const MAX_DEPTH: usize = 48;
 
 /// A type made from a signature: laid out already, or still to resolve (a pointer's
 /// element is looked up only when a path goes through it).
@@ -214,25 +211,23 @@ impl<'a> TypeStore<'a> {
     fn named(&mut self, e: &TypeExpr) -> Result<Arc<TypeInfo>, TypeError> {
         match self.lookup(&e.to_string()) {
             Ok(r) => self.get(r),
-            Err(err) => match abi::type_of(e) {
-                Ok(GoType::Interface) => Ok(Arc::new(TypeInfo {
-                    name: e.to_string(),
-                    size: 16,
-                    kind: Kind::Interface { empty: false },
-                })),
-                Ok(GoType::Pointer) => Ok(Arc::new(TypeInfo {
-                    name: e.to_string(),
-                    size: 8,
-                    kind: Kind::UnsafePointer,
-                })),
-                Ok(GoType::Int { size, signed }) => Ok(Arc::new(TypeInfo {
-                    name: e.to_string(),
-                    size: size as u64,
-                    kind: Kind::Int { size, signed },
-                })),
-                _ => Err(err),
-            },
+            Err(err) => well_known(e).map(Arc::new).ok_or(err),
         }
+    }
+
+    /// The register-ABI shapes of a signature's parameters (or results); the first that
+    /// cannot be laid out fails, with its name.
+    pub(crate) fn signature_shapes(
+        &mut self,
+        ps: &[gprobe_crds::signature::Param],
+    ) -> Result<(Vec<TypeRef>, Vec<GoType>), (String, TypeError)> {
+        let refs: Vec<TypeRef> = ps.iter().map(|p| self.expr_type(&p.ty)).collect();
+        let shapes = ps
+            .iter()
+            .zip(&refs)
+            .map(|(p, &r)| self.shape(r).map_err(|e| (p.name.clone(), e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((refs, shapes))
     }
 
     /// The named type `written` as a user writes it: `main.order`, `order` (in the probed
@@ -318,70 +313,16 @@ impl<'a> TypeStore<'a> {
     /// The register-ABI shape of a type: through struct fields and array elements, which
     /// are laid out in place; pointers, maps, channels and functions are a word.
     pub(crate) fn shape(&mut self, r: TypeRef) -> Result<GoType, TypeError> {
-        self.shape_at(r, 0)
-    }
-
-    fn shape_at(&mut self, r: TypeRef, depth: usize) -> Result<GoType, TypeError> {
-        let t = self.get(r)?;
-        if depth > MAX_DEPTH {
-            return Err(TypeError::BadDwarf {
-                path: self.bin.path().to_path_buf(),
-                offset: 0,
-                reason: DwarfError::StructsTooDeep {
-                    type_name: t.name.clone(),
-                    max: MAX_DEPTH,
-                },
-            });
-        }
-        Ok(match &t.kind {
-            Kind::Bool => GoType::Bool,
-            Kind::Int { size, signed } => GoType::Int {
-                size: *size,
-                signed: *signed,
+        let path = self.bin.path().to_path_buf();
+        let too_deep = |t: &TypeInfo| TypeError::BadDwarf {
+            path: path.clone(),
+            offset: 0,
+            reason: DwarfError::StructsTooDeep {
+                type_name: t.name.clone(),
+                max: MAX_DEPTH,
             },
-            Kind::Uintptr => GoType::Uintptr,
-            Kind::Float { size } => GoType::Float { size: *size },
-            Kind::Complex { size } => GoType::Complex { size: *size },
-            Kind::String => GoType::String,
-            Kind::UnsafePointer | Kind::Pointer(_) | Kind::Map { .. } | Kind::Chan | Kind::Func => {
-                GoType::Pointer
-            }
-            Kind::Slice(elem) => {
-                let e = self.get(*elem)?;
-                GoType::Slice {
-                    bytes: matches!(
-                        e.kind,
-                        Kind::Int {
-                            size: 1,
-                            signed: false
-                        }
-                    ),
-                }
-            }
-            Kind::Interface { .. } => GoType::Interface,
-            Kind::Array { elem, len } => {
-                let e = self.shape_at(*elem, depth + 1)?;
-                let align = e.align();
-                GoType::Array {
-                    len: *len,
-                    elem: Box::new(e),
-                    size: t.size,
-                    align,
-                }
-            }
-            Kind::Struct(fields) => {
-                let mut out = Vec::with_capacity(fields.len());
-                for f in fields {
-                    out.push((f.name.clone(), self.shape_at(f.ty, depth + 1)?));
-                }
-                let align = out.iter().map(|(_, t)| t.align()).max().unwrap_or(1);
-                GoType::Struct {
-                    fields: out,
-                    size: t.size,
-                    align,
-                }
-            }
-        })
+        };
+        shape_of(r, &mut |r| self.get(r), &too_deep)
     }
 }
 
@@ -437,6 +378,45 @@ fn similar<'k>(names: impl Iterator<Item = &'k String>, full: &str) -> Vec<Strin
 }
 
 /// The predeclared types (and `unsafe.Pointer`'s kin that need no binary).
+/// Standard-library types whose layout a signature may use where the binary describes
+/// none of them (a stripped binary that never converts them to an interface).
+fn well_known(e: &TypeExpr) -> Option<TypeInfo> {
+    let TypeExpr::Named {
+        package: Some(package),
+        name,
+        args,
+    } = e
+    else {
+        return None;
+    };
+    if !args.is_empty() {
+        return None;
+    }
+    let (size, kind) = match (package.as_str(), name.as_str()) {
+        ("time", "Duration") => (
+            8,
+            Kind::Int {
+                size: 8,
+                signed: true,
+            },
+        ),
+        ("context", "Context")
+        | ("io", "Reader" | "Writer" | "ReadCloser" | "WriteCloser" | "ReadWriter")
+        | ("net", "Conn" | "Listener" | "Addr")
+        | ("fmt", "Stringer")
+        | ("http", "Handler" | "ResponseWriter" | "RoundTripper") => {
+            (16, Kind::Interface { empty: false })
+        }
+        ("unsafe", "Pointer") | ("http", "Header") | ("url", "Values") => (8, Kind::UnsafePointer),
+        _ => return None,
+    };
+    Some(TypeInfo {
+        name: e.to_string(),
+        size,
+        kind,
+    })
+}
+
 fn predeclared(name: &str) -> Option<TypeInfo> {
     let t = |size: u64, kind: Kind| {
         Some(TypeInfo {
