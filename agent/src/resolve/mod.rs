@@ -4,7 +4,8 @@
 //!
 //! Layout: `elf.rs` (the file), `x86.rs` (instruction decoding), `planner.rs` (which
 //! planner plans a probe) and `sizes.rs` (what a plan must fit), `dwarf_sections.rs` (DWARF
-//! bytes for gimli), and one folder per target kind: `go/` (pclntab, module data, DWARF,
+//! bytes for gimli), `dwarf_units.rs` (the one DWARF reader, its units parsed once per
+//! file), and one folder per target kind: `go/` (pclntab, module data, DWARF,
 //! register ABI, inline trees), `c/` (ELF symbols, C DWARF and separate debug files, the
 //! System V ABI), `usdt/` (`.note.stapsdt`, argument specs).
 //!
@@ -26,6 +27,7 @@ pub mod usdt;
 
 mod dwarf_error;
 mod dwarf_sections;
+mod dwarf_units;
 mod elf;
 mod elf_error;
 mod error;
