@@ -87,7 +87,7 @@ impl Pipeline {
         let (exit_tx, exit_rx) = std::sync::mpsc::channel();
         let mut engine = Engine::new(
             tracer,
-            BinaryResolver,
+            BinaryResolver::default(),
             mode,
             EngineOptions::default(),
             registry.clone(),

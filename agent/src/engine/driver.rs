@@ -139,6 +139,7 @@ where
     scan(&mut engine);
     // Held by an agent that died and not among what this one may select: let them run.
     engine.release_adopted();
+    engine.resolver.release();
     let (snap_tx, snapshot) = watch::channel(Arc::new(engine.snapshot()));
     let thread = std::thread::Builder::new()
         .name("gprobe-engine".into())
@@ -344,6 +345,8 @@ fn run<T: Tracer, R: Resolver>(
             rescan_at = None;
             rescan(&mut engine);
         }
+        // Every resolution of this round is done: the files it opened are let go.
+        engine.resolver.release();
         if engine.take_dirty() || changed {
             let _ = snap.send(Arc::new(engine.snapshot()));
         }

@@ -235,6 +235,10 @@ pub trait Resolver {
     fn through_gone_process(&self, _path: &Path) -> bool {
         false
     }
+
+    /// The engine is done resolving for now (one input handled): what was opened for it
+    /// is let go, so nothing stays open or mapped until the next resolution.
+    fn release(&mut self) {}
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of BPF's bpf_ktime_get_ns).

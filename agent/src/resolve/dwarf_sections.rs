@@ -1,6 +1,6 @@
 //! The DWARF sections of an ELF file, loaded once for gimli: in the mapped file where
 //! they are stored as is, decompressed otherwise (Go's `.zdebug_*` and SHF_COMPRESSED
-//! sections; object's `uncompressed_data` handles both). Shared by Go's and C's DWARF.
+//! sections; object's `uncompressed_data` handles both). Read through `dwarf_units.rs`.
 
 use std::borrow::Cow;
 

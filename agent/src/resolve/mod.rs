@@ -6,9 +6,10 @@
 //! not through this file, which only declares and re-exports: that keeps import cycles
 //! out), `func.rs` (a function), `elf.rs` (the file), `x86.rs` (instruction decoding),
 //! `planner.rs` (which planner plans a probe) and `sizes.rs` (what a plan must fit),
-//! `dwarf_sections.rs` (DWARF bytes for gimli), and one folder per target kind: `go/`
-//! (pclntab, module data, DWARF, register ABI, inline trees), `c/` (ELF symbols, C DWARF
-//! and separate debug files, the System V ABI), `usdt/` (`.note.stapsdt`, argument specs).
+//! `dwarf_sections.rs` (DWARF bytes for gimli), `dwarf_units.rs` (the one DWARF reader,
+//! its units parsed once per file), and one folder per target kind: `go/` (pclntab, module
+//! data, DWARF, register ABI, inline trees), `c/` (ELF symbols, C DWARF and separate debug
+//! files, the System V ABI), `usdt/` (`.note.stapsdt`, argument specs).
 //!
 //! Errors: `error.rs` (what the stage reports) wraps the readers' errors, which sit at the
 //! bottom in files of their own that import only each other (`dwarf_error.rs`,
@@ -29,6 +30,7 @@ pub mod usdt;
 mod binary;
 mod dwarf_error;
 mod dwarf_sections;
+mod dwarf_units;
 mod elf;
 mod elf_error;
 mod error;

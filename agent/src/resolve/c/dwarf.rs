@@ -5,14 +5,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
-use gimli::{constants, AttributeValue, DebugInfoOffset, Unit, UnitOffset};
+use gimli::{constants, AttributeValue};
 use gprobe_crds::csig::{CParam, CSignature};
 use gprobe_crds::ctype::{CType, TagKind};
 
 use crate::resolve::dwarf_error::{DwarfError, UnreadableDwarf};
-use crate::resolve::dwarf_sections::{DwarfSections, R};
+use crate::resolve::dwarf_units::{DwarfReader, DwarfUnits};
 use crate::resolve::elf::ElfFile;
 
 /// Deepest type chain followed (`const char **` is 4); deeper ones are cut.
@@ -23,8 +22,8 @@ const MAX_TYPE_DEPTH: usize = 24;
 pub(crate) struct CDwarf {
     /// The separate debug file the DWARF came from; `None`: the binary itself.
     separate: Option<ElfFile>,
-    sections: DwarfSections,
-    units: Vec<usize>,
+    /// The DWARF of that file, its units parsed once.
+    units: DwarfUnits,
     by_addr: HashMap<u64, usize>,
     /// External functions by name: their definition (else a declaration), for functions
     /// whose out-of-line code DWARF does not describe (an external function's ABI is its
@@ -84,8 +83,8 @@ impl CDwarf {
             source,
         };
         if elf.has_dwarf() {
-            let sections = DwarfSections::load(elf).map_err(|r| dwarf_err(elf.path(), r))?;
-            return Self::index(None, sections, elf).map(Some);
+            let units = DwarfUnits::load(elf).map_err(|r| dwarf_err(elf.path(), r))?;
+            return Self::index(None, units, elf).map(Some);
         }
         let Some(id) = elf.build_id() else {
             return Ok(None);
@@ -103,21 +102,20 @@ impl CDwarf {
                 );
                 continue;
             }
-            let sections = DwarfSections::load(&file).map_err(|r| dwarf_err(&cand, r))?;
-            return Self::index(Some(file), sections, elf).map(Some);
+            let units = DwarfUnits::load(&file).map_err(|r| dwarf_err(&cand, r))?;
+            return Self::index(Some(file), units, elf).map(Some);
         }
         Ok(None)
     }
 
     fn index(
         separate: Option<ElfFile>,
-        sections: DwarfSections,
+        units: DwarfUnits,
         bin: &ElfFile,
     ) -> Result<CDwarf, UnreadableDwarf> {
         let mut d = CDwarf {
             separate,
-            sections,
-            units: Vec::new(),
+            units,
             by_addr: HashMap::new(),
             by_name: HashMap::new(),
         };
@@ -127,35 +125,26 @@ impl CDwarf {
             symbol: None,
             source,
         })?;
-        (d.units, d.by_addr, d.by_name) = scan;
+        (d.by_addr, d.by_name) = scan;
         Ok(d)
     }
 
-    /// Every unit's offset, every subprogram with code by each address its code starts at
-    /// (low_pc, or each range of a function split into hot and cold parts), and the
-    /// external ones by name.
+    /// Every subprogram with code by each address its code starts at (low_pc, or each
+    /// range of a function split into hot and cold parts), and the external ones by name.
     #[allow(clippy::type_complexity)]
     fn scan(
         &self,
         bin: &ElfFile,
-    ) -> Result<
-        (
-            Vec<usize>,
-            HashMap<u64, usize>,
-            HashMap<String, (usize, bool)>,
-        ),
-        DwarfError,
-    > {
-        let dwarf = self.dwarf(bin);
-        let mut units = Vec::new();
+    ) -> Result<(HashMap<u64, usize>, HashMap<String, (usize, bool)>), DwarfError> {
+        let reader = self.reader(bin);
+        let dwarf = reader.gimli();
         let mut by_addr = HashMap::new();
         let mut by_name: HashMap<String, (usize, bool)> = HashMap::new();
         let mut iter = dwarf.units();
         while let Some(header) = iter.next()? {
-            let Some(uoff) = header.offset().as_debug_info_offset() else {
+            if header.offset().as_debug_info_offset().is_none() {
                 continue;
-            };
-            units.push(uoff.0);
+            }
             let unit = dwarf.unit(header)?;
             let mut cursor = unit.entries();
             while let Some((_, e)) = cursor.next_dfs()? {
@@ -192,7 +181,7 @@ impl CDwarf {
                 }
             }
         }
-        Ok((units, by_addr, by_name))
+        Ok((by_addr, by_name))
     }
 
     /// The file the DWARF is in.
@@ -205,8 +194,8 @@ impl CDwarf {
         self.separate.as_ref().map(|e| e.path())
     }
 
-    fn dwarf<'a>(&'a self, bin: &'a ElfFile) -> gimli::Dwarf<R<'a>> {
-        self.sections.dwarf(self.file(bin))
+    fn reader<'a>(&'a self, bin: &'a ElfFile) -> DwarfReader<'a> {
+        self.units.reader(self.file(bin))
     }
 
     /// The prototype of the function `name` whose code starts at `addr`, if DWARF has
@@ -246,59 +235,24 @@ impl CDwarf {
     }
 }
 
-/// Resolves types and prototypes over one loaded DWARF, caching units and types.
+/// Resolves types and prototypes over the DWARF's units (parsed once for the file, in
+/// [`DwarfUnits`]), caching the types it maps.
 struct Ctx<'a> {
-    dwarf: gimli::Dwarf<R<'a>>,
-    unit_starts: &'a [usize],
-    units: HashMap<usize, Rc<Unit<R<'a>>>>,
+    reader: DwarfReader<'a>,
     types: HashMap<usize, CType>,
 }
 
 impl<'a> Ctx<'a> {
     fn new(d: &'a CDwarf, bin: &'a ElfFile) -> Self {
         Ctx {
-            dwarf: d.dwarf(bin),
-            unit_starts: &d.units,
-            units: HashMap::new(),
+            reader: d.reader(bin),
             types: HashMap::new(),
-        }
-    }
-
-    fn locate(&mut self, off: usize) -> Result<(Rc<Unit<R<'a>>>, UnitOffset), DwarfError> {
-        let i = self.unit_starts.partition_point(|&s| s <= off);
-        if i == 0 {
-            return Err(DwarfError::BeforeFirstUnit { offset: off });
-        }
-        let start = self.unit_starts[i - 1];
-        let unit = match self.units.get(&start) {
-            Some(u) => u.clone(),
-            None => {
-                let header = self
-                    .dwarf
-                    .debug_info
-                    .header_from_offset(DebugInfoOffset(start))?;
-                let u = Rc::new(self.dwarf.unit(header)?);
-                self.units.insert(start, u.clone());
-                u
-            }
-        };
-        let uoff = DebugInfoOffset(off)
-            .to_unit_offset(&unit.header)
-            .ok_or(DwarfError::OutsideUnit { offset: off })?;
-        Ok((unit, uoff))
-    }
-
-    fn reference(unit: &Unit<R<'a>>, v: AttributeValue<R<'a>>) -> Option<usize> {
-        match v {
-            AttributeValue::UnitRef(u) => u.to_debug_info_offset(&unit.header).map(|o| o.0),
-            AttributeValue::DebugInfoRef(o) => Some(o.0),
-            _ => None,
         }
     }
 
     /// Name, type and origin (abstract_origin or specification) of the entry at `off`.
     fn attrs(&mut self, off: usize) -> Result<Attrs, DwarfError> {
-        let (unit, uoff) = self.locate(off)?;
+        let (unit, uoff) = self.reader.locate(off)?;
         let e = unit.entry(uoff)?;
         let mut a = Attrs {
             tag: e.tag(),
@@ -313,16 +267,10 @@ impl<'a> Ctx<'a> {
         let mut it = e.attrs();
         while let Some(attr) = it.next()? {
             match attr.name() {
-                constants::DW_AT_name => {
-                    a.name = self
-                        .dwarf
-                        .attr_string(&unit, attr.value())
-                        .ok()
-                        .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
-                }
-                constants::DW_AT_type => a.ty = Self::reference(&unit, attr.value()),
+                constants::DW_AT_name => a.name = self.reader.string(&unit, attr.value()),
+                constants::DW_AT_type => a.ty = DwarfReader::reference(&unit, attr.value()),
                 constants::DW_AT_abstract_origin | constants::DW_AT_specification => {
-                    a.origin = Self::reference(&unit, attr.value())
+                    a.origin = DwarfReader::reference(&unit, attr.value())
                 }
                 constants::DW_AT_byte_size => a.size = attr.udata_value(),
                 constants::DW_AT_encoding => {
@@ -354,7 +302,7 @@ impl<'a> Ctx<'a> {
 
     /// The children of the entry at `off`: (offset, tag).
     fn children(&mut self, off: usize) -> Result<Vec<(usize, gimli::DwTag)>, DwarfError> {
-        let (unit, uoff) = self.locate(off)?;
+        let (unit, uoff) = self.reader.locate(off)?;
         let mut out = Vec::new();
         let mut tree = unit.entries_tree(Some(uoff))?;
         let root = tree.root()?;

@@ -9,11 +9,11 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use gimli::{constants, AttributeValue, DebugInfoOffset, Unit, UnitOffset};
+use gimli::{constants, AttributeValue, Unit, UnitOffset};
 
 use super::gotype::GoType;
 use crate::resolve::dwarf_error::DwarfError;
-use crate::resolve::dwarf_sections::DwarfSections;
+use crate::resolve::dwarf_units::{DwarfReader, DwarfUnits};
 use crate::resolve::elf::ElfFile;
 
 /// A parameter or result of a function.
@@ -39,32 +39,29 @@ pub struct DwarfSignature {
 
 pub(super) use crate::resolve::dwarf_sections::R;
 
-/// The loaded DWARF sections and an index of subprograms by entry address.
+/// The binary's DWARF and an index of subprograms by entry address.
 pub(crate) struct DwarfCache {
-    sections: DwarfSections,
-    /// Start offsets of the units in .debug_info, ascending.
-    units: Vec<usize>,
+    units: DwarfUnits,
     /// Entry address -> .debug_info offset of its DW_TAG_subprogram.
     by_addr: HashMap<u64, usize>,
 }
 
 impl DwarfCache {
     pub(crate) fn load(elf: &ElfFile) -> Result<DwarfCache, DwarfError> {
-        let sections = DwarfSections::load(elf)?;
-        let mut cache = DwarfCache {
-            sections,
-            units: Vec::new(),
-            by_addr: HashMap::new(),
-        };
-        let dwarf = cache.dwarf(elf);
+        let units = DwarfUnits::load(elf)?;
+        let by_addr = Self::subprograms(&units.reader(elf))?;
+        Ok(DwarfCache { units, by_addr })
+    }
+
+    /// Each top-level subprogram's .debug_info offset by its low_pc.
+    fn subprograms(reader: &DwarfReader<'_>) -> Result<HashMap<u64, usize>, DwarfError> {
+        let dwarf = reader.gimli();
         let mut iter = dwarf.units();
-        let mut units = Vec::new();
         let mut by_addr = HashMap::new();
         while let Some(header) = iter.next()? {
-            let Some(uoff) = header.offset().as_debug_info_offset() else {
+            if header.offset().as_debug_info_offset().is_none() {
                 continue;
-            };
-            units.push(uoff.0);
+            }
             let unit = dwarf.unit(header)?;
             let mut tree = unit.entries_tree(None)?;
             let root = tree.root()?;
@@ -84,13 +81,7 @@ impl DwarfCache {
                 }
             }
         }
-        cache.units = units;
-        cache.by_addr = by_addr;
-        Ok(cache)
-    }
-
-    fn dwarf<'a>(&'a self, elf: &'a ElfFile) -> gimli::Dwarf<R<'a>> {
-        self.sections.dwarf(elf)
+        Ok(by_addr)
     }
 
     /// The signature of the subprogram whose low_pc is `addr`; `None` when DWARF has none.
@@ -115,11 +106,10 @@ impl DwarfCache {
     }
 }
 
-/// Resolves types and signatures over one loaded DWARF, caching units and types.
+/// Resolves types and signatures over the binary's DWARF (its units parsed once for the
+/// binary, in [`DwarfUnits`]), caching the types it maps.
 pub(super) struct Ctx<'a> {
-    dwarf: gimli::Dwarf<R<'a>>,
-    unit_starts: &'a [usize],
-    units: HashMap<usize, Rc<Unit<R<'a>>>>,
+    reader: DwarfReader<'a>,
     /// The types read so far, by DIE offset (go/types/dwarf.rs).
     pub(super) types: HashMap<usize, std::sync::Arc<super::types::model::TypeInfo>>,
 }
@@ -127,16 +117,14 @@ pub(super) struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     pub(super) fn new(cache: &'a DwarfCache, elf: &'a ElfFile) -> Self {
         Ctx {
-            dwarf: cache.dwarf(elf),
-            unit_starts: &cache.units,
-            units: HashMap::new(),
+            reader: cache.units.reader(elf),
             types: HashMap::new(),
         }
     }
 
     /// The loaded DWARF, for walks over every unit.
     pub(super) fn gimli(&self) -> &gimli::Dwarf<R<'a>> {
-        &self.dwarf
+        self.reader.gimli()
     }
 
     /// The unit holding .debug_info offset `off`, and the entry's offset in it.
@@ -144,41 +132,16 @@ impl<'a> Ctx<'a> {
         &mut self,
         off: usize,
     ) -> Result<(Rc<Unit<R<'a>>>, UnitOffset), DwarfError> {
-        let i = self.unit_starts.partition_point(|&s| s <= off);
-        if i == 0 {
-            return Err(DwarfError::BeforeFirstUnit { offset: off });
-        }
-        let start = self.unit_starts[i - 1];
-        let unit = match self.units.get(&start) {
-            Some(u) => u.clone(),
-            None => {
-                let header = self
-                    .dwarf
-                    .debug_info
-                    .header_from_offset(DebugInfoOffset(start))?;
-                let u = Rc::new(self.dwarf.unit(header)?);
-                self.units.insert(start, u.clone());
-                u
-            }
-        };
-        let uoff = DebugInfoOffset(off)
-            .to_unit_offset(&unit.header)
-            .ok_or(DwarfError::OutsideUnit { offset: off })?;
-        Ok((unit, uoff))
+        self.reader.locate(off)
     }
 
     pub(super) fn string(&self, unit: &Unit<R<'a>>, v: AttributeValue<R<'a>>) -> Option<String> {
-        let s = self.dwarf.attr_string(unit, v).ok()?;
-        Some(String::from_utf8_lossy(s.slice()).into_owned())
+        self.reader.string(unit, v)
     }
 
     /// A reference attribute as a .debug_info offset.
     pub(super) fn reference(unit: &Unit<R<'a>>, v: AttributeValue<R<'a>>) -> Option<usize> {
-        match v {
-            AttributeValue::UnitRef(u) => u.to_debug_info_offset(&unit.header).map(|o| o.0),
-            AttributeValue::DebugInfoRef(o) => Some(o.0),
-            _ => None,
-        }
+        DwarfReader::reference(unit, v)
     }
 
     /// The signature of the subprogram at .debug_info offset `off`.
