@@ -5,10 +5,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::c::dwarf::CDwarf;
 use super::dwarf_error::{DwarfError, UnreadableDwarf};
+use super::dwarf_units::DwarfUnits;
 use super::elf::ElfFile;
 use super::error::{DecoderCheckError, ResolveError};
 use super::func::{FuncInfo, TargetKind};
@@ -43,6 +44,8 @@ pub struct Binary {
     pub(super) descs: OnceLock<DescIndex>,
     /// Folders for separate debug files, when not the usual ones (`c/mod.rs`).
     pub(super) debug_roots: Option<Vec<PathBuf>>,
+    /// The binary's own DWARF sections and units, shared by `dwarf` and `c_dwarf`.
+    own_dwarf: OnceLock<Result<Arc<DwarfUnits>, DwarfError>>,
     pub(super) c_dwarf: OnceLock<Result<Option<CDwarf>, UnreadableDwarf>>,
     pub(super) usdt: OnceLock<Result<Vec<UsdtProbe>, usdt::StapsdtError>>,
 }
@@ -87,6 +90,7 @@ impl Binary {
             dwarf_types: OnceLock::new(),
             descs: OnceLock::new(),
             debug_roots: None,
+            own_dwarf: OnceLock::new(),
             c_dwarf: OnceLock::new(),
             usdt: OnceLock::new(),
         })
@@ -437,11 +441,22 @@ impl Binary {
         }
     }
 
+    /// The binary's own DWARF, its sections loaded (decompressed) once for both readers:
+    /// Go's (go/dwarf.rs) and C's (c/dwarf.rs, where a cgo binary's C code is probed).
+    pub(super) fn own_dwarf(&self) -> Result<Arc<DwarfUnits>, DwarfError> {
+        self.own_dwarf
+            .get_or_init(|| DwarfUnits::load(&self.elf).map(Arc::new))
+            .clone()
+    }
+
     pub(super) fn dwarf_cache(&self) -> Result<&DwarfCache, UnreadableDwarf> {
         if let Some(c) = self.dwarf.get() {
             return Ok(c);
         }
-        let c = DwarfCache::load(&self.elf).map_err(|source| UnreadableDwarf {
+        let c = self
+            .own_dwarf()
+            .and_then(|units| DwarfCache::load(&self.elf, units));
+        let c = c.map_err(|source| UnreadableDwarf {
             path: self.path().to_path_buf(),
             symbol: None,
             source,

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use gimli::{constants, AttributeValue};
 use gprobe_crds::csig::{CParam, CSignature};
@@ -23,7 +24,7 @@ pub(crate) struct CDwarf {
     /// The separate debug file the DWARF came from; `None`: the binary itself.
     separate: Option<ElfFile>,
     /// The DWARF of that file, its units parsed once.
-    units: DwarfUnits,
+    pub(super) units: Arc<DwarfUnits>,
     by_addr: HashMap<u64, usize>,
     /// External functions by name: their definition (else a declaration), for functions
     /// whose out-of-line code DWARF does not describe (an external function's ABI is its
@@ -71,10 +72,12 @@ fn in_root(p: &Path) -> PathBuf {
 }
 
 impl CDwarf {
-    /// The DWARF of `elf` if it has any, else of its separate debug file under `roots`
-    /// (debug folders such as `/usr/lib/debug`); `Ok(None)` when neither exists.
+    /// The DWARF of `elf` if it has any (`own`: the binary's own units, which its Go reader
+    /// shares), else of its separate debug file under `roots` (debug folders such as
+    /// `/usr/lib/debug`); `Ok(None)` when neither exists.
     pub(crate) fn load(
         elf: &ElfFile,
+        own: impl FnOnce() -> Result<Arc<DwarfUnits>, DwarfError>,
         roots: &[PathBuf],
     ) -> Result<Option<CDwarf>, UnreadableDwarf> {
         let dwarf_err = |path: &Path, source: DwarfError| UnreadableDwarf {
@@ -83,7 +86,7 @@ impl CDwarf {
             source,
         };
         if elf.has_dwarf() {
-            let units = DwarfUnits::load(elf).map_err(|r| dwarf_err(elf.path(), r))?;
+            let units = own().map_err(|r| dwarf_err(elf.path(), r))?;
             return Self::index(None, units, elf).map(Some);
         }
         let Some(id) = elf.build_id() else {
@@ -103,6 +106,7 @@ impl CDwarf {
                 continue;
             }
             let units = DwarfUnits::load(&file).map_err(|r| dwarf_err(&cand, r))?;
+            let units = Arc::new(units);
             return Self::index(Some(file), units, elf).map(Some);
         }
         Ok(None)
@@ -110,7 +114,7 @@ impl CDwarf {
 
     fn index(
         separate: Option<ElfFile>,
-        units: DwarfUnits,
+        units: Arc<DwarfUnits>,
         bin: &ElfFile,
     ) -> Result<CDwarf, UnreadableDwarf> {
         let mut d = CDwarf {

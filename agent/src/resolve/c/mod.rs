@@ -240,7 +240,7 @@ impl Binary {
     fn c_dwarf(&self) -> Result<Option<&CDwarf>, ResolveError> {
         let loaded = self
             .c_dwarf
-            .get_or_init(|| CDwarf::load(&self.elf, &self.debug_roots()));
+            .get_or_init(|| CDwarf::load(&self.elf, || self.own_dwarf(), &self.debug_roots()));
         match loaded {
             Ok(d) => Ok(d.as_ref()),
             Err(e) => Err(ResolveError::Dwarf(e.clone())),
@@ -316,5 +316,16 @@ mod tests {
             1
         );
         assert_eq!(super::edit_distance("", "abc"), 3);
+    }
+
+    /// A binary's own DWARF is loaded once for its Go and C readers (a cgo binary has
+    /// both): the C reader holds the very units the Go reader's cache holds.
+    #[test]
+    fn the_c_reader_shares_the_binarys_own_dwarf() {
+        let bin = crate::resolve::Binary::open(&std::env::current_exe().unwrap()).unwrap();
+        let own = bin.own_dwarf().unwrap();
+        let c = bin.c_dwarf().unwrap().expect("this test binary has DWARF");
+        assert!(std::sync::Arc::ptr_eq(&own, &c.units));
+        assert!(std::sync::Arc::ptr_eq(&own, &bin.own_dwarf().unwrap()));
     }
 }

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use gimli::{constants, AttributeValue, Unit, UnitOffset};
 
@@ -41,14 +42,14 @@ pub(super) use crate::resolve::dwarf_sections::R;
 
 /// The binary's DWARF and an index of subprograms by entry address.
 pub(crate) struct DwarfCache {
-    units: DwarfUnits,
+    units: Arc<DwarfUnits>,
     /// Entry address -> .debug_info offset of its DW_TAG_subprogram.
     by_addr: HashMap<u64, usize>,
 }
 
 impl DwarfCache {
-    pub(crate) fn load(elf: &ElfFile) -> Result<DwarfCache, DwarfError> {
-        let units = DwarfUnits::load(elf)?;
+    /// Indexes `units`, the DWARF of `elf` (shared with its C reader, c/dwarf.rs).
+    pub(crate) fn load(elf: &ElfFile, units: Arc<DwarfUnits>) -> Result<DwarfCache, DwarfError> {
         let by_addr = Self::subprograms(&units.reader(elf))?;
         Ok(DwarfCache { units, by_addr })
     }
