@@ -7,7 +7,7 @@
 //! maps are the ones aya created for the uprobe object (procmaps.h defines them in both).
 
 use super::multi::{btf_fd, map_fd};
-use super::sys::{self, Cmd};
+use super::sys::{self, Cmd, ProgLoad};
 use aya::Ebpf;
 use aya_obj::btf::{Btf, BtfKind};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
@@ -233,26 +233,19 @@ fn load_tracing(
     target: u32,
     btf: Option<&OwnedFd>,
 ) -> std::io::Result<OwnedFd> {
-    let insns = &fun.instructions;
     let func_info = fun.func_info.func_info_bytes();
     let line_info = fun.line_info.line_info_bytes();
-    let mut pname = [0u8; 16];
-    let short = &name.as_bytes()[..name.len().min(15)];
-    pname[..short.len()].copy_from_slice(short);
+    let head = ProgLoad {
+        prog_type: BPF_PROG_TYPE_TRACING,
+        attach_type: BPF_TRACE_RAW_TP,
+        fun,
+        license,
+        name,
+    };
     let load = |log: Option<&mut Vec<u8>>| {
         // union bpf_attr, prog_load, up to attach_btf_id (offset 108).
         let mut attr = [0u8; 144];
-        attr[0..4].copy_from_slice(&BPF_PROG_TYPE_TRACING.to_ne_bytes());
-        attr[4..8].copy_from_slice(&(insns.len() as u32).to_ne_bytes());
-        attr[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
-        attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
-        if let Some(log) = log {
-            attr[24..28].copy_from_slice(&1u32.to_ne_bytes());
-            attr[28..32].copy_from_slice(&(log.len() as u32).to_ne_bytes());
-            attr[32..40].copy_from_slice(&(log.as_mut_ptr() as u64).to_ne_bytes());
-        }
-        attr[48..64].copy_from_slice(&pname);
-        attr[68..72].copy_from_slice(&BPF_TRACE_RAW_TP.to_ne_bytes());
+        head.write(&mut attr, log);
         if let Some(fd) = btf {
             // prog_btf_fd, func_info_rec_size, func_info, func_info_cnt, line_info_rec_size,
             // line_info, line_info_cnt.
@@ -273,23 +266,11 @@ fn load_tracing(
         // BTF records and log buffer it points to outlive the call.
         unsafe { sys::bpf_fd(Cmd::ProgLoad, &mut attr) }
     };
-    let err = match load(None) {
-        Ok(fd) => return Ok(fd),
-        Err(err) => err,
-    };
-    // Again with the verifier's log, for the message.
-    let mut log = vec![0u8; 4 << 20];
-    let _ = load(Some(&mut log));
-    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-    let text = String::from_utf8_lossy(&log[..end]);
-    let tail: Vec<&str> = text.lines().rev().take(5).collect();
-    Err(std::io::Error::new(
-        err.kind(),
-        format!(
-            "{err}; verifier: {}",
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ),
-    ))
+    load(None).map_err(|err| {
+        sys::with_verifier_log(err, |log| {
+            let _ = load(Some(log));
+        })
+    })
 }
 
 /// Attaches a BTF tracepoint program; the returned link detaches it when closed.

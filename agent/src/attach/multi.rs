@@ -5,7 +5,7 @@
 //! another). aya 0.14 cannot load a program for these links, so the uprobe program is
 //! loaded a second time here, from the same object, against the maps aya created.
 
-use super::sys::{self, Cmd};
+use super::sys::{self, Cmd, ProgLoad};
 use aya::maps::Map;
 use aya::Ebpf;
 use std::ffi::CString;
@@ -98,31 +98,21 @@ impl MultiProgram {
             .get(name)
             .ok_or_else(|| MultiError::NoProgram(name.into()))?;
         let fun = &obj.functions[&prog.function_key()];
-        let insns = &fun.instructions;
         let func_info = fun.func_info.func_info_bytes();
         let func_info_cnt = fun.func_info.num_info;
         let func_info_rec_size = fun.func_info_rec_size as u32;
-        let license = obj.license.clone();
-        let mut pname = [0u8; 16];
-        let short = &name.as_bytes()[..name.len().min(15)];
-        pname[..short.len()].copy_from_slice(short);
+        let head = ProgLoad {
+            prog_type: BPF_PROG_TYPE_KPROBE,
+            attach_type: BPF_TRACE_UPROBE_MULTI,
+            fun,
+            license: &obj.license,
+            name,
+        };
         let load = |log: Option<&mut Vec<u8>>, btf: Option<BorrowedFd<'_>>| {
-            // union bpf_attr, prog_load: prog_type, insn_cnt, insns, license, log_level,
-            // log_size, log_buf, kern_version, prog_flags, prog_name[16], prog_ifindex,
-            // expected_attach_type.
+            // union bpf_attr, prog_load: the head, then prog_btf_fd, func_info_rec_size,
+            // func_info, func_info_cnt.
             let mut attr = [0u8; 128];
-            attr[0..4].copy_from_slice(&BPF_PROG_TYPE_KPROBE.to_ne_bytes());
-            attr[4..8].copy_from_slice(&(insns.len() as u32).to_ne_bytes());
-            attr[8..16].copy_from_slice(&(insns.as_ptr() as u64).to_ne_bytes());
-            attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
-            if let Some(log) = log {
-                attr[24..28].copy_from_slice(&1u32.to_ne_bytes());
-                attr[28..32].copy_from_slice(&(log.len() as u32).to_ne_bytes());
-                attr[32..40].copy_from_slice(&(log.as_mut_ptr() as u64).to_ne_bytes());
-            }
-            attr[48..64].copy_from_slice(&pname);
-            attr[68..72].copy_from_slice(&BPF_TRACE_UPROBE_MULTI.to_ne_bytes());
-            // prog_btf_fd, func_info_rec_size, func_info, func_info_cnt.
+            head.write(&mut attr, log);
             if let (Some(fd), true) = (btf, func_info_cnt > 0) {
                 attr[72..76].copy_from_slice(&(fd.as_raw_fd() as u32).to_ne_bytes());
                 attr[76..80].copy_from_slice(&func_info_rec_size.to_ne_bytes());
@@ -139,23 +129,12 @@ impl MultiProgram {
             // Without BTF the same program verifies too, only more slowly.
             loaded = load(None, None);
         }
-        let err = match loaded {
-            Ok(fd) => return Ok(MultiProgram { fd }),
-            Err(err) => err,
-        };
-        // Again with the verifier's log, for the message.
-        let mut log = vec![0u8; 4 << 20];
-        let _ = load(Some(&mut log), None);
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        let text = String::from_utf8_lossy(&log[..end]);
-        let tail: Vec<&str> = text.lines().rev().take(5).collect();
-        Err(MultiError::Load(std::io::Error::new(
-            err.kind(),
-            format!(
-                "{err}; verifier: {}",
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ),
-        )))
+        match loaded {
+            Ok(fd) => Ok(MultiProgram { fd }),
+            Err(err) => Err(MultiError::Load(sys::with_verifier_log(err, |log| {
+                let _ = load(Some(log), None);
+            }))),
+        }
     }
 
     /// Attaches the program to `sites` (file offset, cookie, semaphore offset or 0) of
