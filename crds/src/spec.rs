@@ -157,6 +157,23 @@ pub struct Probe {
     /// (lockdown) and which gprobe otherwise never does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub propagate: bool,
+    /// Keep only the calls for which this condition holds, decided in the kernel: terms
+    /// compare a value of the call (anything `capture` accepts: `r.URL.Path`,
+    /// `len(o.Items)`, `err`, `r0`) or `duration` with a literal (integers and durations
+    /// with `== != < <= > >=`; strings with `==`, `!=` and `hasPrefix(x, "...")`; `nil`;
+    /// `true`/`false`), joined by `&&`, `||`, `!` and parentheses, at most 16 terms. E.g.
+    /// `r.URL.Path != "/healthz"`, `err != nil`, `duration > 100ms` (needs `latency:
+    /// true`). A term's value need not be captured. Calls left out are counted (`filtered`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub when: Option<String>,
+    /// Keep this share of the calls that pass `when` (0 < sample <= 1), decided by trace
+    /// id as OpenTelemetry's TraceIdRatioBased sampler does, so a request is kept or left
+    /// out alike in every service; a request whose incoming `traceparent` is sampled is
+    /// kept, one that is not is left out. Calls left out are counted (`sampled_out`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("sample is a share of the calls: more than 0, at most 1"))]
+    pub sample: Option<f64>,
 }
 
 /// Captured values as attributes of a probe's metrics.
@@ -218,6 +235,8 @@ impl Default for Probe {
             redact: true,
             metrics: None,
             propagate: false,
+            when: None,
+            sample: None,
         }
     }
 }
