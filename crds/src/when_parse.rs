@@ -18,7 +18,10 @@ pub fn parse(text: &str) -> Result<When, WhenError> {
     let expr = p.or()?;
     p.skip_space();
     if !p.at_end() {
-        return Err(p.error("expected `&&`, `||` or the end"));
+        return Err(p.expected_join(
+            "the end: a term is `value op literal` (`err != nil`), \
+             `hasPrefix(value, \"prefix\")` or a bool value",
+        ));
     }
     Ok(When {
         terms: p.terms,
@@ -33,6 +36,10 @@ struct Parser<'a> {
     terms: Vec<Term>,
 }
 
+/// What a single-quoted literal is told.
+const SINGLE_QUOTES: &str = "strings take double quotes, \"...\" (in YAML, put the condition \
+    in single quotes: when: 'path == \"/\"')";
+
 /// Characters that end an operand (outside its own parentheses and brackets).
 const OPERATOR_CHARS: &[char] = &['=', '!', '<', '>', '&', '|', ','];
 
@@ -43,6 +50,21 @@ impl Parser<'_> {
             at: self.pos + 1,
             message: message.to_string(),
         }
+    }
+
+    /// The error where a term ends and `&&`, `||` or `end` must follow; `and`, `or`, `&`
+    /// and `|` are told the operators.
+    fn expected_join(&self, end: &str) -> WhenError {
+        let rest = self.rest();
+        let word = rest
+            .split(|c: char| !c.is_alphanumeric())
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if word == "and" || word == "or" || rest.starts_with(['&', '|']) {
+            return self.error("join terms with `&&` (and) or `||` (or)");
+        }
+        self.error(&format!("expected `&&`, `||` or {end}"))
     }
 
     fn at_end(&self) -> bool {
@@ -101,9 +123,12 @@ impl Parser<'_> {
             return Ok(Expr::Not(Box::new(self.unary()?)));
         }
         if self.eat("(") {
+            let open = self.pos;
             let e = self.or()?;
             if !self.eat(")") {
-                return Err(self.error("expected `)`"));
+                return Err(
+                    self.expected_join(&format!("`)` to close the `(` at character {open}"))
+                );
             }
             return Ok(e);
         }
@@ -146,8 +171,17 @@ impl Parser<'_> {
             }
             return self.push_term(start, operand, Test::Str(StrOp::HasPrefix, prefix));
         }
+        if ["strings.HasPrefix(", "HasPrefix("]
+            .iter()
+            .any(|w| self.rest().starts_with(w))
+        {
+            return Err(self.error("write hasPrefix(value, \"prefix\"), with a lowercase h"));
+        }
         let operand = self.operand()?;
         self.skip_space();
+        if self.rest().starts_with('=') && !self.rest().starts_with("==") {
+            return Err(self.error("`=` is not a comparison: write `==`"));
+        }
         let op = [
             ("==", CmpOp::Eq),
             ("!=", CmpOp::Ne),
@@ -194,7 +228,10 @@ impl Parser<'_> {
             ));
         }
         if depth != 0 {
-            return Err(self.error("unbalanced parentheses or brackets in the value"));
+            return Err(self.error(
+                "unbalanced parentheses or brackets in the value: close each `(` and `[` \
+                 before the comparison, as in `len(o.Items) > 10`",
+            ));
         }
         Ok(if text == "duration" {
             Operand::Duration
@@ -212,7 +249,7 @@ impl Parser<'_> {
                 _ => Err(p.error(&format!("{what} compare with == or != only, not {op}"))),
             }
         };
-        if self.peek() == Some('"') {
+        if matches!(self.peek(), Some('"' | '\'')) {
             let eq = eq_only(self, "strings")?;
             let s = self.string()?;
             let op = if eq { StrOp::Eq } else { StrOp::Ne };
@@ -279,6 +316,10 @@ impl Parser<'_> {
                 self,
                 "a duration compares with `duration` only; this value is a capture",
             ),
+            None if word.contains('.') && word.parse::<f64>().is_ok() => bad(
+                self,
+                "a float cannot be compared: compare integers, durations, strings, bools or nil",
+            ),
             None => bad(
                 self,
                 "expected an integer (decimal or 0x hexadecimal, at most 64 bits)",
@@ -288,8 +329,10 @@ impl Parser<'_> {
 
     /// A double-quoted string with Go's common escapes.
     fn string(&mut self) -> Result<Vec<u8>, WhenError> {
-        if self.peek() != Some('"') {
-            return Err(self.error("expected a \"string\""));
+        match self.peek() {
+            Some('"') => {}
+            Some('\'') => return Err(self.error(SINGLE_QUOTES)),
+            _ => return Err(self.error("expected a \"string\"")),
         }
         self.pos += 1;
         let mut out = Vec::new();
