@@ -35,6 +35,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "rate_limit",
             "cost_ns",
             "aux",
+            "sample_bound",
             "caps",
         ],
     ),
@@ -75,12 +76,13 @@ const STRUCTS: &[(&str, &[&str])] = &[
         "gp_inflight",
         &["depth", "overflow", "ts", "call_id", "fbits"],
     ),
-    ("gp_out", &["trace", "span", "map", "writer", "ts"]),
+    ("gp_out", &["trace", "span", "map", "writer", "ts", "flags"]),
     ("gp_out_key", &["writer", "tgid"]),
     (
         "gp_span_ctx",
         &[
             "depth",
+            "flags",
             "trace",
             "span",
             "call_id",

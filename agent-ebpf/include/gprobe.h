@@ -182,6 +182,9 @@ struct gp_probe_cfg {
 			   * start): added to the process's budget slot (the cookie's high half) */
 	__u64 aux;        /* GP_PROBE_HTTP_WRITE: the *bufio.Writer type descriptor's address;
 			   * GP_CFG_PROPAGATE entry: 1 + the index of its GP_CAP_HEADER, or 0 */
+	__u64 sample_bound; /* GP_CFG_PROPAGATE entry with `sample:`: a trace it starts is
+			     * sampled when the low 64 bits of its id, shifted right once, are
+			     * below this (OpenTelemetry's TraceIdRatioBased); 0: every trace */
 	struct gp_capture caps[GP_MAX_CAPTURES];
 };
 
@@ -275,7 +278,8 @@ struct gp_span_key {
 /* The propagating spans open on a goroutine (GP_CFG_PROPAGATE), innermost last. */
 struct gp_span_ctx {
 	__u32 depth;
-	__u32 _pad;
+	__u32 flags; /* GP_SPAN_UNSAMPLED: the trace of its spans is not sampled;
+		      * GP_SPAN_PARENT_UNSAMPLED: nor parent_trace */
 	__u64 trace[2]; /* the trace of them all: high, low */
 	__u64 span[GP_MAX_DEPTH];
 	__u64 call_id[GP_MAX_DEPTH];
@@ -294,7 +298,11 @@ struct gp_out {
 	__u64 map;    /* the request's header map (req.Header) */
 	__u64 writer; /* the *bufio.Writer of the connection it was handed to; 0: none yet */
 	__u64 ts;     /* when it was handed to that connection */
+	__u64 flags;  /* GP_SPAN_UNSAMPLED: its traceparent says not sampled */
 };
+
+#define GP_SPAN_UNSAMPLED 1
+#define GP_SPAN_PARENT_UNSAMPLED 2
 
 /* A connection's *bufio.Writer in a process: where the header writer finds the goroutine
  * whose request that connection is sending (value: its runtime.g). */

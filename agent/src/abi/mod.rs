@@ -364,6 +364,7 @@ pub struct GpOut {
     pub map: u64,
     pub writer: u64,
     pub ts: u64,
+    pub flags: u64,
 }
 
 /// `conns`' key: a connection's writer in a process (`gp_out_key`, propagate/spans.h).
@@ -380,7 +381,7 @@ pub struct GpOutKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpSpanCtx {
     pub depth: u32,
-    pub _pad: u32,
+    pub flags: u32,
     pub trace: [u64; 2],
     pub span: [u64; GP_MAX_DEPTH],
     pub call_id: [u64; GP_MAX_DEPTH],
@@ -404,6 +405,9 @@ pub struct GpProbeCfg {
     pub cost_ns: u32,
     /// `PROBE_HTTP_WRITE`: the link-time address of the `*bufio.Writer` type descriptor.
     pub aux: u64,
+    /// A propagating entry with `sample:`: the bound its new traces' ids are sampled
+    /// under (`crate::plan::sample_bound`); 0: every trace.
+    pub sample_bound: u64,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
 }
 
@@ -513,7 +517,8 @@ check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
     flags => OFFSETOF_GP_PROBE_CFG_FLAGS, jcc => OFFSETOF_GP_PROBE_CFG_JCC,
     rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, cost_ns => OFFSETOF_GP_PROBE_CFG_COST_NS,
-    aux => OFFSETOF_GP_PROBE_CFG_AUX, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+    aux => OFFSETOF_GP_PROBE_CFG_AUX, sample_bound => OFFSETOF_GP_PROBE_CFG_SAMPLE_BOUND,
+    caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS,
     pid => OFFSETOF_GP_EVENT_PID, tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID,
@@ -536,9 +541,11 @@ check_layout!(GpInflight, SIZEOF_GP_INFLIGHT, depth => OFFSETOF_GP_INFLIGHT_DEPT
     overflow => OFFSETOF_GP_INFLIGHT_OVERFLOW, ts => OFFSETOF_GP_INFLIGHT_TS,
     call_id => OFFSETOF_GP_INFLIGHT_CALL_ID, fbits => OFFSETOF_GP_INFLIGHT_FBITS);
 check_layout!(GpOut, SIZEOF_GP_OUT, trace => OFFSETOF_GP_OUT_TRACE, span => OFFSETOF_GP_OUT_SPAN,
-    map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS);
+    map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS,
+    flags => OFFSETOF_GP_OUT_FLAGS);
 check_layout!(GpOutKey, SIZEOF_GP_OUT_KEY, writer => OFFSETOF_GP_OUT_KEY_WRITER,
     tgid => OFFSETOF_GP_OUT_KEY_TGID);
 check_layout!(GpSpanCtx, SIZEOF_GP_SPAN_CTX, depth => OFFSETOF_GP_SPAN_CTX_DEPTH,
+    flags => OFFSETOF_GP_SPAN_CTX_FLAGS,
     trace => OFFSETOF_GP_SPAN_CTX_TRACE, span => OFFSETOF_GP_SPAN_CTX_SPAN,
     call_id => OFFSETOF_GP_SPAN_CTX_CALL_ID);
