@@ -1,0 +1,489 @@
+//! The Go program, e2e/testdata/filters: `main.handle(o *Order, path string, n int64, ok bool)
+//! (int64, error)`, on Go 1.27 stripped (with a signature) and Go 1.21 with DWARF.
+
+use super::{assert_kept, probe_of, records, spec, trace, Case};
+use gprobe_crds::ProbeSpec;
+use gprobe_e2e::go::GoVersion;
+use gprobe_e2e::harness::{program, program_lines, require_trace};
+use gprobe_e2e::spec::ProbeBuilder;
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+const SRC: &str = "e2e/testdata/filters";
+const SYMBOL: &str = "main.handle";
+const SIGNATURE: &str = "func(o *main.Order, path string, n int64, ok bool) (int64, error)";
+/// The call's index, captured by every probe here: it names the call in a record.
+const ID: &str = "o.ID";
+
+/// One call of `main.handle`, as the program printed it.
+#[derive(Debug, Clone)]
+struct Call {
+    id: i64,
+    n: i64,
+    path: String,
+    ok: bool,
+    /// `o.Customer` is not nil.
+    customer: bool,
+    /// `o.Customer.Name` ("" when there is no customer).
+    name: String,
+    items: i64,
+    r0: i64,
+    err: bool,
+    /// The call's duration as the program timed it.
+    dur_ns: u64,
+}
+
+fn calls(out: &str) -> Vec<Call> {
+    let calls: Vec<Call> = program_lines(out, "call ")
+        .iter()
+        .map(|l| Call {
+            id: l["id"].parse().unwrap(),
+            n: l["n"].parse().unwrap(),
+            path: l["path"].clone(),
+            ok: l["ok"].parse().unwrap(),
+            customer: l["customer"] == "yes",
+            name: l["name"].clone(),
+            items: l["items"].parse().unwrap(),
+            r0: l["r0"].parse().unwrap(),
+            err: l["err"] != "nil",
+            dur_ns: l["dur_ns"].parse().unwrap(),
+        })
+        .collect();
+    assert!(
+        out.contains(&format!("calls={}\n", calls.len())),
+        "the program's lines:\n{out}"
+    );
+    calls
+}
+
+/// The two builds every Go test runs on: Go 1.27 stripped (types from the signature and
+/// the runtime type descriptors) and the oldest Go with DWARF (no signature).
+fn builds() -> [(GoVersion, bool); 2] {
+    [(GoVersion::Go127, true), (GoVersion::Go121, false)]
+}
+
+fn what(v: GoVersion, stripped: bool) -> String {
+    format!(
+        "{} {}",
+        v.tag(),
+        if stripped { "stripped" } else { "DWARF" }
+    )
+}
+
+/// A probe on `main.handle` capturing `capture`, with the signature a stripped build needs.
+fn handle(stripped: bool, capture: &[&str]) -> ProbeBuilder {
+    let p = ProbeBuilder::new(SYMBOL).capture(capture.iter().copied());
+    if stripped {
+        p.signature(SIGNATURE)
+    } else {
+        p
+    }
+}
+
+/// Traces the Go program (`args`) on both builds with one spec per case (each capturing
+/// only the call's index, `latency` as asked) and checks each case's records and counts.
+fn check_go(cases: &[Case<Call>], latency: bool, args: &[&str]) {
+    require_trace("filters");
+    for (v, stripped) in builds() {
+        let what = what(v, stripped);
+        let bin = program(SRC, v, stripped);
+        let specs: Vec<ProbeSpec> = cases
+            .iter()
+            .map(|c| {
+                let p = handle(stripped, &[ID]).when(c.when);
+                spec(c.name, &bin, if latency { p.latency() } else { p })
+            })
+            .collect();
+        let (run, out) = trace(&specs, &bin, args);
+        let calls = calls(&out);
+        let ids: Vec<String> = calls.iter().map(|c| c.id.to_string()).collect();
+        for c in cases {
+            let kept: Vec<bool> = calls.iter().map(c.keep).collect();
+            assert!(
+                kept.iter().any(|k| *k) && !kept.iter().all(|k| *k),
+                "{what}: {:?} holds for all or none of the calls: the case proves nothing",
+                c.when
+            );
+            let what = format!("{what}, when: {}", c.when);
+            assert_kept(&run, SYMBOL, c.name, &ids, &kept, go_id, &what);
+        }
+        // A term's value is not output unless captured: the records hold the index only.
+        for r in run.records_of(SYMBOL) {
+            let keys: Vec<&String> = r["args"].as_object().unwrap().keys().collect();
+            assert_eq!(keys, [ID], "{what}: {r}");
+        }
+    }
+}
+
+fn go_id(r: &Value) -> String {
+    r["args"][ID]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no {ID} in {r}"))
+        .to_string()
+}
+
+#[test]
+fn integer_terms_keep_exactly_the_calls_they_hold_for() {
+    check_go(
+        &[
+            Case {
+                name: "int-and",
+                when: "n > 5 && n != 7",
+                keep: |c| c.n > 5 && c.n != 7,
+            },
+            Case {
+                name: "int-negative",
+                when: "n < 0 || n >= 8",
+                keep: |c| c.n < 0 || c.n >= 8,
+            },
+            Case {
+                name: "int-len",
+                when: "(len(o.Items) <= 1 || o.ID == 9) && !(n == 3)",
+                keep: |c| (c.items <= 1 || c.id == 9) && c.n != 3,
+            },
+        ],
+        false,
+        &["-n", "70"],
+    );
+}
+
+#[test]
+fn string_terms_keep_exactly_the_calls_they_hold_for() {
+    check_go(
+        &[
+            Case {
+                name: "str-ne",
+                when: r#"path != "/healthz""#,
+                keep: |c| c.path != "/healthz",
+            },
+            Case {
+                name: "str-prefix",
+                when: r#"hasPrefix(path, "/api/")"#,
+                keep: |c| c.path.starts_with("/api/"),
+            },
+            Case {
+                name: "str-empty",
+                when: r#"path == """#,
+                keep: |c| c.path.is_empty(),
+            },
+            Case {
+                // Equal to a prefix of longer paths ("/healthz/live"): equality is whole.
+                name: "str-eq",
+                when: r#"path == "/healthz" || path == "/ap""#,
+                keep: |c| c.path == "/healthz" || c.path == "/ap",
+            },
+        ],
+        false,
+        &["-n", "70"],
+    );
+}
+
+#[test]
+fn nil_and_paths_through_a_nil_pointer() {
+    check_go(
+        &[
+            Case {
+                name: "nil",
+                when: "o.Customer == nil",
+                keep: |c| !c.customer,
+            },
+            Case {
+                name: "not-nil",
+                when: "o.Customer != nil",
+                keep: |c| c.customer,
+            },
+            Case {
+                // Calls without a customer: the path crosses a nil pointer, the term is
+                // false. Long names starting "acme" are not equal to it.
+                name: "through-nil",
+                when: r#"o.Customer.Name == "acme""#,
+                keep: |c| c.customer && c.name == "acme",
+            },
+            Case {
+                // The term is false through a nil pointer, so its negation holds.
+                name: "not-through-nil",
+                when: r#"!(o.Customer.Name == "acme")"#,
+                keep: |c| !(c.customer && c.name == "acme"),
+            },
+            Case {
+                name: "prefix-through-nil",
+                when: r#"hasPrefix(o.Customer.Name, "ac") && len(o.Items) > 2"#,
+                keep: |c| c.customer && c.name.starts_with("ac") && c.items > 2,
+            },
+        ],
+        false,
+        &["-n", "70"],
+    );
+}
+
+#[test]
+fn bool_terms_keep_exactly_the_calls_they_hold_for() {
+    check_go(
+        &[
+            Case {
+                name: "bool",
+                when: "ok",
+                keep: |c| c.ok,
+            },
+            Case {
+                name: "not-bool",
+                when: "!ok",
+                keep: |c| !c.ok,
+            },
+            Case {
+                name: "bool-eq",
+                when: "ok == false && n >= 0",
+                keep: |c| !c.ok && c.n >= 0,
+            },
+        ],
+        false,
+        &["-n", "70"],
+    );
+}
+
+#[test]
+fn result_terms_are_decided_at_the_return() {
+    check_go(
+        &[
+            Case {
+                name: "err",
+                when: "err != nil",
+                keep: |c| c.err,
+            },
+            Case {
+                name: "r0",
+                when: "r0 > 10",
+                keep: |c| c.r0 > 10,
+            },
+            Case {
+                // An entry term and a result term together.
+                name: "entry-and-result",
+                when: r#"hasPrefix(path, "/api/") && r0 > 10"#,
+                keep: |c| c.path.starts_with("/api/") && c.r0 > 10,
+            },
+            Case {
+                // The entry term decides some calls at entry, the rest wait for the return.
+                name: "entry-or-result",
+                when: "n > 5 || err == nil",
+                keep: |c| c.n > 5 || !c.err,
+            },
+        ],
+        false,
+        &["-n", "70"],
+    );
+}
+
+/// Calls the program timed within this of the threshold may go either way: its timer and
+/// gprobe's do not start and stop at the same instants.
+const SLACK_NS: u64 = 1_000_000;
+
+#[test]
+fn duration_keeps_the_calls_that_took_longer() {
+    require_trace("duration");
+    let threshold = 5_000_000;
+    for (v, stripped) in builds() {
+        let what = what(v, stripped);
+        let bin = program(SRC, v, stripped);
+        // Each case keeps the calls `keep` holds for whatever their duration, and the
+        // others if they took longer than 5 ms.
+        let cases: [Case<Call>; 2] = [
+            Case {
+                name: "slow",
+                when: "duration > 5ms",
+                keep: |_| false,
+            },
+            Case {
+                name: "slow-or-odd",
+                when: "duration >= 5ms || err != nil",
+                keep: |c| c.err,
+            },
+        ];
+        let specs: Vec<ProbeSpec> = cases
+            .iter()
+            .map(|c| spec(c.name, &bin, handle(stripped, &[ID]).latency().when(c.when)))
+            .collect();
+        let (run, out) = trace(&specs, &bin, &["-n", "40", "-sleep"]);
+        let calls = calls(&out);
+        let summary = run.summary();
+        for Case { name, keep, .. } in cases {
+            let got: BTreeSet<i64> = records(&run, SYMBOL, name)
+                .iter()
+                .map(|r| {
+                    assert!(r["duration_ns"].as_u64().is_some(), "{what}: {r}");
+                    r["args"][ID].as_i64().unwrap()
+                })
+                .collect();
+            let (mut slow, mut fast, mut unsure) = (0, 0, 0);
+            for c in &calls {
+                if keep(c) {
+                    assert!(got.contains(&c.id), "{what}: {name}: call {c:?} left out");
+                } else if c.dur_ns.abs_diff(threshold) <= SLACK_NS {
+                    unsure += 1;
+                } else {
+                    let is_slow = c.dur_ns > threshold;
+                    if is_slow {
+                        slow += 1;
+                    } else {
+                        fast += 1;
+                    }
+                    assert_eq!(
+                        got.contains(&c.id),
+                        is_slow,
+                        "{what}: {name}: call {c:?} (the program timed it; threshold 5 ms)"
+                    );
+                }
+            }
+            assert!(
+                slow >= 8 && fast >= 8 && unsure * 4 <= calls.len(),
+                "{what}: {slow} calls surely slow, {fast} surely fast, {unsure} within 1 ms \
+                 of 5 ms: the test proves too little"
+            );
+            let p = probe_of(&summary, name);
+            assert!(p.error.is_none(), "{what}: {p:?}");
+            assert_eq!(p.delivered, got.len() as u64, "{what}: {p:?}");
+            assert_eq!(
+                p.delivered + p.filtered,
+                calls.len() as u64,
+                "{what}: {p:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_term_on_a_value_not_captured_is_not_output_and_captured_ones_are() {
+    require_trace("not captured");
+    for (v, stripped) in builds() {
+        let what = what(v, stripped);
+        let bin = program(SRC, v, stripped);
+        let when = r#"hasPrefix(path, "/api/") && o.Customer != nil"#;
+        let specs = [
+            spec("index-only", &bin, handle(stripped, &[ID]).when(when)),
+            spec(
+                "with-path",
+                &bin,
+                handle(stripped, &[ID, "path", "o.Customer.Name"]).when(when),
+            ),
+        ];
+        let (run, out) = trace(&specs, &bin, &["-n", "50"]);
+        let calls = calls(&out);
+        let ids: Vec<String> = calls.iter().map(|c| c.id.to_string()).collect();
+        let kept: Vec<bool> = calls
+            .iter()
+            .map(|c| c.path.starts_with("/api/") && c.customer)
+            .collect();
+        for name in ["index-only", "with-path"] {
+            assert_kept(&run, SYMBOL, name, &ids, &kept, go_id, &what);
+        }
+        for r in records(&run, SYMBOL, "index-only") {
+            assert_eq!(r["args"], serde_json::json!({ID: r["args"][ID]}), "{what}");
+            assert!(
+                r.get("returns").is_none_or(|x| x == &serde_json::json!({})),
+                "{r}"
+            );
+        }
+        for r in records(&run, SYMBOL, "with-path") {
+            let c = &calls[r["args"][ID].as_i64().unwrap() as usize];
+            assert_eq!(r["args"]["path"], c.path.as_str(), "{what}: {r}");
+            assert_eq!(r["args"]["o.Customer.Name"], c.name.as_str(), "{what}: {r}");
+        }
+    }
+}
+
+#[test]
+fn planning_refuses_a_term_that_cannot_hold_and_names_it() {
+    require_trace("refused");
+    for (v, stripped) in builds() {
+        let what = what(v, stripped);
+        let bin = program(SRC, v, stripped);
+        let refused = [
+            ("str-vs-int", r#"n == "x""#),
+            ("no-such-path", "o.Customer.Nope == 1"),
+            ("float", "o.Total > 1"),
+        ];
+        let mut specs: Vec<ProbeSpec> = refused
+            .iter()
+            .map(|(name, term)| {
+                let when = format!("ok && {term}");
+                spec(name, &bin, handle(stripped, &[ID]).when(&when))
+            })
+            .collect();
+        specs.push(spec("fine", &bin, handle(stripped, &[ID]).when("n > 5")));
+        let (run, out) = trace(&specs, &bin, &["-n", "20"]);
+        let calls = calls(&out);
+        let summary = run.summary();
+        for (name, term) in refused {
+            let p = probe_of(&summary, name);
+            let err = p.error.as_deref().unwrap_or_else(|| {
+                panic!("{what}: {term:?} was not refused: {p:?}\n{}", run.stderr)
+            });
+            let named = |s: &str| s.contains(term) || s.contains(&format!("{term:?}"));
+            assert!(
+                named(err),
+                "{what}: the error does not name {term:?}: {err}"
+            );
+            assert!(
+                run.stderr.lines().any(named),
+                "{what}: stderr does not name {term:?}:\n{}",
+                run.stderr
+            );
+            assert_eq!((p.delivered, p.filtered), (0, 0), "{what}: {p:?}");
+            assert!(records(&run, SYMBOL, name).is_empty(), "{what}: {name}");
+        }
+        // The spec's other probes, and other specs, run.
+        let ids: Vec<String> = calls.iter().map(|c| c.id.to_string()).collect();
+        let kept: Vec<bool> = calls.iter().map(|c| c.n > 5).collect();
+        assert_kept(&run, SYMBOL, "fine", &ids, &kept, go_id, &what);
+    }
+}
+
+/// `sample:` keeps a share of the calls, by trace id; `filtered` counts those `when` left
+/// out, `sampled_out` those it kept and sampling did not.
+#[test]
+fn sampling_keeps_a_share_of_the_calls_that_pass() {
+    require_trace("sample");
+    let (v, stripped) = builds()[0];
+    let bin = program(SRC, v, stripped);
+    let specs = [
+        spec("tenth", &bin, handle(stripped, &[ID]).sample(0.1)),
+        spec(
+            "half-of-api",
+            &bin,
+            handle(stripped, &[ID])
+                .when(r#"hasPrefix(path, "/api/")"#)
+                .sample(0.5),
+        ),
+    ];
+    let (run, out) = trace(&specs, &bin, &["-n", "10000"]);
+    let calls = calls(&out);
+    assert_eq!(calls.len(), 10_000);
+    let summary = run.summary();
+    let api = calls.iter().filter(|c| c.path.starts_with("/api/")).count() as u64;
+    for (name, passed, share) in [("tenth", 10_000, 0.1), ("half-of-api", api, 0.5)] {
+        let p = probe_of(&summary, name);
+        assert!(p.error.is_none(), "{p:?}\n{}", run.stderr);
+        assert_eq!(p.throttled + p.too_deep, 0, "{p:?}");
+        let got = records(&run, SYMBOL, name);
+        assert_eq!(got.len() as u64, p.delivered, "{p:?}");
+        assert_eq!(
+            10_000 - passed,
+            p.filtered,
+            "{name}: filtered by when: {p:?}"
+        );
+        assert_eq!(
+            p.delivered + p.lost + p.sampled_out,
+            passed,
+            "{name}: {p:?}"
+        );
+        let kept = (p.delivered + p.lost) as f64 / passed as f64;
+        assert!(
+            (kept - share).abs() <= share * 0.2,
+            "{name}: kept {kept:.3} of the calls that passed, not {share} +- 20%: {p:?}"
+        );
+        // Sampled calls are whole calls that passed `when`.
+        for r in &got {
+            let c = &calls[r["args"][ID].as_i64().unwrap() as usize];
+            assert!(name == "tenth" || c.path.starts_with("/api/"), "{r}");
+        }
+    }
+}
