@@ -2,7 +2,7 @@
 // customer, an error on some calls, a sleep on some when -sleep is given) and prints its
 // own view of every call, one line each:
 //
-//	call id=7 n=5 path=/api/orders/7 ok=false customer=yes name=acorn items=1 total=10.5 r0=11 err=odd dur_ns=1234
+//	call id=7 n=5 path=/api/orders/7 ok=false customer=yes name=acorn items=1 price=10.5 total=11 err=odd dur_ns=1234
 //
 // (customer=nil and an empty name= when the order has no customer; err=nil without an
 // error), then "calls=N". A tracer's filter on handle keeps exactly the calls its predicate
@@ -33,7 +33,7 @@ type Order struct {
 	ID       int64
 	Customer *Customer
 	Items    []Item
-	Total    float64
+	Price    float64
 	// Slept in handle: the call's own duration.
 	Delay time.Duration
 }
@@ -45,18 +45,18 @@ var errOdd = errors.New("odd")
 var sink interface{}
 
 //go:noinline
-func handle(o *Order, path string, n int64, ok bool) (int64, error) {
+func handle(o *Order, path string, n int64, ok bool) (total int64, err error) {
 	if o.Delay > 0 {
 		time.Sleep(o.Delay)
 	}
-	r := n*2 + int64(len(o.Items))
+	total = n*2 + int64(len(o.Items))
 	if !ok {
-		r++
+		total++
 	}
 	if o.ID%4 == 3 {
-		return r, errOdd
+		err = errOdd
 	}
-	return r, nil
+	return total, err
 }
 
 var paths = []string{
@@ -84,7 +84,7 @@ var names = []string{
 var delays = []time.Duration{0, 2 * time.Millisecond, 9 * time.Millisecond, 3 * time.Millisecond, 12 * time.Millisecond}
 
 func order(i int64, sleep bool) (*Order, string, int64, bool) {
-	o := &Order{ID: i, Total: float64(i) * 1.5}
+	o := &Order{ID: i, Price: float64(i) * 1.5}
 	if i%4 != 0 {
 		o.Customer = &Customer{Name: names[(i/4+i)%int64(len(names))], Tier: i % 3}
 	}
@@ -122,8 +122,8 @@ func main() {
 		if err != nil {
 			e = err.Error()
 		}
-		fmt.Fprintf(&b, "call id=%d n=%d path=%s ok=%t customer=%s name=%s items=%d total=%g r0=%d err=%s dur_ns=%d\n",
-			o.ID, num, path, ok, customer, name, len(o.Items), o.Total, r, e, dur.Nanoseconds())
+		fmt.Fprintf(&b, "call id=%d n=%d path=%s ok=%t customer=%s name=%s items=%d price=%g total=%d err=%s dur_ns=%d\n",
+			o.ID, num, path, ok, customer, name, len(o.Items), o.Price, r, e, dur.Nanoseconds())
 	}
 	fmt.Print(b.String())
 	fmt.Printf("calls=%d\n", *n)

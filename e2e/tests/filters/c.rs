@@ -90,7 +90,10 @@ fn c_terms_on_integers_strings_and_results() {
             .collect();
         assert!(out.contains(&format!("calls={}\n", calls.len())) && calls.len() == 44);
         // Calls are identified by their order and argument: the program is one thread.
-        let ids: Vec<String> = calls.iter().map(|c| c.n.to_string()).collect();
+        let ids: Vec<(String, String)> = calls
+            .iter()
+            .map(|c| (c.n.to_string(), format!("{c:?}")))
+            .collect();
         for c in &cases {
             let kept: Vec<bool> = calls.iter().map(c.keep).collect();
             assert!(

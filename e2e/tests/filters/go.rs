@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 
 const SRC: &str = "e2e/testdata/filters";
 const SYMBOL: &str = "main.handle";
-const SIGNATURE: &str = "func(o *main.Order, path string, n int64, ok bool) (int64, error)";
+const SIGNATURE: &str =
+    "func(o *main.Order, path string, n int64, ok bool) (total int64, err error)";
 /// The call's index, captured by every probe here: it names the call in a record.
 const ID: &str = "o.ID";
 
@@ -27,7 +28,7 @@ struct Call {
     /// `o.Customer.Name` ("" when there is no customer).
     name: String,
     items: i64,
-    r0: i64,
+    total: i64,
     err: bool,
     /// The call's duration as the program timed it.
     dur_ns: u64,
@@ -44,7 +45,7 @@ fn calls(out: &str) -> Vec<Call> {
             customer: l["customer"] == "yes",
             name: l["name"].clone(),
             items: l["items"].parse().unwrap(),
-            r0: l["r0"].parse().unwrap(),
+            total: l["total"].parse().unwrap(),
             err: l["err"] != "nil",
             dur_ns: l["dur_ns"].parse().unwrap(),
         })
@@ -96,7 +97,7 @@ fn check_go(cases: &[Case<Call>], latency: bool, args: &[&str]) {
             .collect();
         let (run, out) = trace(&specs, &bin, args);
         let calls = calls(&out);
-        let ids: Vec<String> = calls.iter().map(|c| c.id.to_string()).collect();
+        let ids = named(&calls);
         for c in cases {
             let kept: Vec<bool> = calls.iter().map(c.keep).collect();
             assert!(
@@ -115,6 +116,15 @@ fn check_go(cases: &[Case<Call>], latency: bool, args: &[&str]) {
     }
 }
 
+/// Each call's index (as [`go_id`] reads it from a record) and the call shown.
+fn named(calls: &[Call]) -> Vec<(String, String)> {
+    calls
+        .iter()
+        .map(|c| (c.id.to_string(), format!("{c:?}")))
+        .collect()
+}
+
+/// The call's index in a record.
 fn go_id(r: &Value) -> String {
     r["args"][ID]
         .as_i64()
@@ -251,15 +261,15 @@ fn result_terms_are_decided_at_the_return() {
                 keep: |c| c.err,
             },
             Case {
-                name: "r0",
-                when: "r0 > 10",
-                keep: |c| c.r0 > 10,
+                name: "total",
+                when: "total > 10",
+                keep: |c| c.total > 10,
             },
             Case {
                 // An entry term and a result term together.
                 name: "entry-and-result",
-                when: r#"hasPrefix(path, "/api/") && r0 > 10"#,
-                keep: |c| c.path.starts_with("/api/") && c.r0 > 10,
+                when: r#"hasPrefix(path, "/api/") && total > 10"#,
+                keep: |c| c.path.starts_with("/api/") && c.total > 10,
             },
             Case {
                 // The entry term decides some calls at entry, the rest wait for the return.
@@ -367,7 +377,7 @@ fn a_term_on_a_value_not_captured_is_not_output_and_captured_ones_are() {
         ];
         let (run, out) = trace(&specs, &bin, &["-n", "50"]);
         let calls = calls(&out);
-        let ids: Vec<String> = calls.iter().map(|c| c.id.to_string()).collect();
+        let ids = named(&calls);
         let kept: Vec<bool> = calls
             .iter()
             .map(|c| c.path.starts_with("/api/") && c.customer)
@@ -399,7 +409,7 @@ fn planning_refuses_a_term_that_cannot_hold_and_names_it() {
         let refused = [
             ("str-vs-int", r#"n == "x""#),
             ("no-such-path", "o.Customer.Nope == 1"),
-            ("float", "o.Total > 1"),
+            ("float", "o.Price > 1"),
         ];
         let mut specs: Vec<ProbeSpec> = refused
             .iter()
@@ -431,7 +441,7 @@ fn planning_refuses_a_term_that_cannot_hold_and_names_it() {
             assert!(records(&run, SYMBOL, name).is_empty(), "{what}: {name}");
         }
         // The spec's other probes, and other specs, run.
-        let ids: Vec<String> = calls.iter().map(|c| c.id.to_string()).collect();
+        let ids = named(&calls);
         let kept: Vec<bool> = calls.iter().map(|c| c.n > 5).collect();
         assert_kept(&run, SYMBOL, "fine", &ids, &kept, go_id, &what);
     }

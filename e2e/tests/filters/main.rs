@@ -66,34 +66,52 @@ fn records(run: &Run, symbol: &str, spec: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Asserts that the spec named `spec` delivered exactly the calls `keep` holds for, each
-/// once, and counted every other one as filtered; `id_of` names a record's call and `ids`
-/// the program's calls, in order.
+/// Asserts that the spec named `spec` delivered exactly the calls `kept` says its predicate
+/// holds for, each once and in order, and counted every other one as filtered. `calls` are
+/// the program's calls in order: how a record names each (`id_of`), and how to show it.
 fn assert_kept(
     run: &Run,
     symbol: &str,
     spec: &str,
-    ids: &[String],
+    calls: &[(String, String)],
     kept: &[bool],
     id_of: impl Fn(&Value) -> String,
     what: &str,
 ) {
-    let want: Vec<String> = ids
+    let p = probe_of(&run.summary(), spec).clone();
+    assert!(
+        p.attached && p.error.is_none(),
+        "{what}: spec {spec}: {p:?}\n{}",
+        run.stderr
+    );
+    let want: Vec<&String> = calls
         .iter()
         .zip(kept)
         .filter(|(_, k)| **k)
-        .map(|(id, _)| id.clone())
+        .map(|((id, _), _)| id)
         .collect();
     let got: Vec<String> = records(run, symbol, spec).iter().map(id_of).collect();
-    assert_eq!(
-        got, want,
-        "{what}: spec {spec}: the calls delivered (left), those its predicate holds for \
-         (right); stderr:\n{}",
-        run.stderr
-    );
-    let p = probe_of(&run.summary(), spec).clone();
-    assert!(p.attached && p.error.is_none(), "{what}: {p:?}");
-    let total = ids.len() as u64;
+    if got.iter().ne(want.iter().copied()) {
+        let show = |ids: Vec<&String>| -> String {
+            ids.iter()
+                .map(|id| match calls.iter().find(|(i, _)| i == *id) {
+                    Some((_, call)) => format!("\n  {call}"),
+                    None => format!("\n  {id} (not a call of the program)"),
+                })
+                .collect()
+        };
+        let missing = show(want.iter().copied().filter(|w| !got.contains(w)).collect());
+        let extra = show(got.iter().filter(|g| !want.contains(g)).collect());
+        panic!(
+            "{what}: spec {spec} delivered {} calls, its predicate holds for {}.\n\
+             Left out:{missing}\nDelivered though it does not hold:{extra}\n\
+             delivered: {got:?}\nexpected: {want:?}\nstderr:\n{}",
+            got.len(),
+            want.len(),
+            run.stderr
+        );
+    }
+    let total = calls.len() as u64;
     assert_eq!(
         (p.delivered, p.filtered, p.lost, p.throttled, p.too_deep),
         (want.len() as u64, total - want.len() as u64, 0, 0, 0),
