@@ -8,7 +8,7 @@
 // error), then "calls=N". A tracer's filter on handle keeps exactly the calls its predicate
 // holds for; the test computes which from these lines.
 //
-//	filters [-n N] [-sleep] [-delay D]
+//	filters [-n N] [-goroutines G] [-sleep] [-delay D]
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -42,7 +43,10 @@ var errOdd = errors.New("odd")
 
 // sink keeps *Order's runtime type descriptor (and those of the types it holds) in the
 // binary: a stripped build describes its types only through them.
-var sink interface{}
+var (
+	sink   interface{}
+	sinkMu sync.Mutex
+)
 
 //go:noinline
 func handle(o *Order, path string, n int64, ok bool) (total int64, err error) {
@@ -103,28 +107,44 @@ func order(i int64, sleep bool) (*Order, string, int64, bool) {
 
 func main() {
 	n := flag.Int64("n", 60, "calls of handle")
+	goroutines := flag.Int64("goroutines", 1, "goroutines calling handle at once (call i on goroutine i % G)")
 	sleep := flag.Bool("sleep", false, "let some calls sleep (2, 3, 9 or 12 ms)")
 	delay := flag.Duration("delay", 500*time.Millisecond, "pause before the first call")
 	flag.Parse()
 	time.Sleep(*delay)
-	var b strings.Builder
-	for i := int64(0); i < *n; i++ {
-		o, path, num, ok := order(i, *sleep)
-		sink = o
-		t0 := time.Now()
-		r, err := handle(o, path, num, ok)
-		dur := time.Since(t0)
-		customer, name := "nil", ""
-		if o.Customer != nil {
-			customer, name = "yes", o.Customer.Name
-		}
-		e := "nil"
-		if err != nil {
-			e = err.Error()
-		}
-		fmt.Fprintf(&b, "call id=%d n=%d path=%s ok=%t customer=%s name=%s items=%d price=%g total=%d err=%s dur_ns=%d\n",
-			o.ID, num, path, ok, customer, name, len(o.Items), o.Price, r, e, dur.Nanoseconds())
+	lines := make([]string, *n)
+	var wg sync.WaitGroup
+	for g := int64(0); g < *goroutines; g++ {
+		wg.Add(1)
+		go func(g int64) {
+			defer wg.Done()
+			for i := g; i < *n; i += *goroutines {
+				lines[i] = call(i, *sleep)
+			}
+		}(g)
 	}
-	fmt.Print(b.String())
+	wg.Wait()
+	fmt.Print(strings.Join(lines, ""))
 	fmt.Printf("calls=%d\n", *n)
+}
+
+// call makes call i and returns its line.
+func call(i int64, sleep bool) string {
+	o, path, num, ok := order(i, sleep)
+	sinkMu.Lock()
+	sink = o
+	sinkMu.Unlock()
+	t0 := time.Now()
+	r, err := handle(o, path, num, ok)
+	dur := time.Since(t0)
+	customer, name := "nil", ""
+	if o.Customer != nil {
+		customer, name = "yes", o.Customer.Name
+	}
+	e := "nil"
+	if err != nil {
+		e = err.Error()
+	}
+	return fmt.Sprintf("call id=%d n=%d path=%s ok=%t customer=%s name=%s items=%d price=%g total=%d err=%s dur_ns=%d\n",
+		o.ID, num, path, ok, customer, name, len(o.Items), o.Price, r, e, dur.Nanoseconds())
 }

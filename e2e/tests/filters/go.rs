@@ -9,32 +9,32 @@ use gprobe_e2e::spec::ProbeBuilder;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-const SRC: &str = "e2e/testdata/filters";
-const SYMBOL: &str = "main.handle";
-const SIGNATURE: &str =
+pub(crate) const SRC: &str = "e2e/testdata/filters";
+pub(crate) const SYMBOL: &str = "main.handle";
+pub(crate) const SIGNATURE: &str =
     "func(o *main.Order, path string, n int64, ok bool) (total int64, err error)";
 /// The call's index, captured by every probe here: it names the call in a record.
-const ID: &str = "o.ID";
+pub(crate) const ID: &str = "o.ID";
 
 /// One call of `main.handle`, as the program printed it.
 #[derive(Debug, Clone)]
-struct Call {
-    id: i64,
-    n: i64,
-    path: String,
-    ok: bool,
+pub(crate) struct Call {
+    pub(crate) id: i64,
+    pub(crate) n: i64,
+    pub(crate) path: String,
+    pub(crate) ok: bool,
     /// `o.Customer` is not nil.
-    customer: bool,
+    pub(crate) customer: bool,
     /// `o.Customer.Name` ("" when there is no customer).
-    name: String,
-    items: i64,
-    total: i64,
-    err: bool,
+    pub(crate) name: String,
+    pub(crate) items: i64,
+    pub(crate) total: i64,
+    pub(crate) err: bool,
     /// The call's duration as the program timed it.
-    dur_ns: u64,
+    pub(crate) dur_ns: u64,
 }
 
-fn calls(out: &str) -> Vec<Call> {
+pub(crate) fn calls(out: &str) -> Vec<Call> {
     let calls: Vec<Call> = program_lines(out, "call ")
         .iter()
         .map(|l| Call {
@@ -59,11 +59,11 @@ fn calls(out: &str) -> Vec<Call> {
 
 /// The two builds every Go test runs on: Go 1.27 stripped (types from the signature and
 /// the runtime type descriptors) and the oldest Go with DWARF (no signature).
-fn builds() -> [(GoVersion, bool); 2] {
+pub(crate) fn builds() -> [(GoVersion, bool); 2] {
     [(GoVersion::Go127, true), (GoVersion::Go121, false)]
 }
 
-fn what(v: GoVersion, stripped: bool) -> String {
+pub(crate) fn what(v: GoVersion, stripped: bool) -> String {
     format!(
         "{} {}",
         v.tag(),
@@ -72,7 +72,7 @@ fn what(v: GoVersion, stripped: bool) -> String {
 }
 
 /// A probe on `main.handle` capturing `capture`, with the signature a stripped build needs.
-fn handle(stripped: bool, capture: &[&str]) -> ProbeBuilder {
+pub(crate) fn handle(stripped: bool, capture: &[&str]) -> ProbeBuilder {
     let p = ProbeBuilder::new(SYMBOL).capture(capture.iter().copied());
     if stripped {
         p.signature(SIGNATURE)
@@ -117,7 +117,7 @@ fn check_go(cases: &[Case<Call>], latency: bool, args: &[&str]) {
 }
 
 /// Each call's index (as [`go_id`] reads it from a record) and the call shown.
-fn named(calls: &[Call]) -> Vec<(String, String)> {
+pub(crate) fn named(calls: &[Call]) -> Vec<(String, String)> {
     calls
         .iter()
         .map(|c| (c.id.to_string(), format!("{c:?}")))
@@ -125,7 +125,7 @@ fn named(calls: &[Call]) -> Vec<(String, String)> {
 }
 
 /// The call's index in a record.
-fn go_id(r: &Value) -> String {
+pub(crate) fn go_id(r: &Value) -> String {
     r["args"][ID]
         .as_i64()
         .unwrap_or_else(|| panic!("no {ID} in {r}"))

@@ -8,6 +8,8 @@
 
 mod c;
 mod go;
+mod goroutines;
+mod otlp;
 
 use gprobe_crds::ProbeSpec;
 use gprobe_e2e::harness::{run_program, serial, Gprobe, Run};
@@ -37,8 +39,21 @@ struct Case<T> {
 /// Runs `bin args` under gprobe with `specs` (one spec each, as several documents) and
 /// returns gprobe's run and the program's output.
 fn trace(specs: &[ProbeSpec], bin: &Path, args: &[&str]) -> (Run, String) {
+    trace_with(specs, &[], bin, args)
+}
+
+/// [`trace`], with more arguments for gprobe.
+fn trace_with(
+    specs: &[ProbeSpec],
+    gprobe_args: &[&str],
+    bin: &Path,
+    args: &[&str],
+) -> (Run, String) {
     let _guard = serial();
-    let g = Gprobe::cmd(&multi_yaml(specs)).summary_file().start();
+    let g = Gprobe::cmd(&multi_yaml(specs))
+        .args(gprobe_args)
+        .summary_file()
+        .start();
     let out = run_program(bin, args);
     let run = g.stop();
     assert!(run.status.success(), "gprobe failed:\n{}", run.stderr);
@@ -67,7 +82,7 @@ fn records(run: &Run, symbol: &str, spec: &str) -> Vec<Value> {
 }
 
 /// Asserts that the spec named `spec` delivered exactly the calls `kept` says its predicate
-/// holds for, each once and in order, and counted every other one as filtered. `calls` are
+/// holds for, each once, and counted every other one as filtered. `calls` are
 /// the program's calls in order: how a record names each (`id_of`), and how to show it.
 fn assert_kept(
     run: &Run,
@@ -84,13 +99,17 @@ fn assert_kept(
         "{what}: spec {spec}: {p:?}\n{}",
         run.stderr
     );
-    let want: Vec<&String> = calls
+    // In the order of the ids (numbers): records come in the order calls end.
+    let order = |a: &&String, b: &&String| (a.len(), a).cmp(&(b.len(), b));
+    let mut want: Vec<&String> = calls
         .iter()
         .zip(kept)
         .filter(|(_, k)| **k)
         .map(|((id, _), _)| id)
         .collect();
-    let got: Vec<String> = records(run, symbol, spec).iter().map(id_of).collect();
+    want.sort_by(order);
+    let mut got: Vec<String> = records(run, symbol, spec).iter().map(id_of).collect();
+    got.sort_by(|a, b| order(&a, &b));
     if got.iter().ne(want.iter().copied()) {
         let show = |ids: Vec<&String>| -> String {
             ids.iter()
