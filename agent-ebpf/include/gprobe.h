@@ -71,6 +71,9 @@ enum gp_event_kind {
 	/* A flag in gp_event.kind: a record of this CPU could not be written just before this
 	 * one (the ring was full), so a RETURN may be missing: the reader's nesting restarts. */
 	GP_EV_AFTER_LOSS = 0x8000,
+	/* A flag in a RETURN's kind: the call failed its probe's `when:` at the return (a
+	 * result or its duration): the reader drops its entry; the record has no values. */
+	GP_EV_FILTERED = 0x4000,
 };
 
 /* What a capture reads, and the bytes of its value in a record. agent/src/abi/mod.rs
@@ -193,6 +196,9 @@ struct gp_probe_cfg {
 			    * propagating span open in the starting goroutine (callergp, RBX), its
 			    * return gives it to the new one (RAX), whose g may be a dead
 			    * goroutine's: nothing else of it is kept */
+#define GP_CFG_FILTER 32   /* the configuration has a `when:` predicate (map filters, same key):
+			    * its records are assembled in the scratch buffer and written only
+			    * when it holds */
 #define GP_CFG_PROPAGATE 8 /* a Go latency probe whose spans outgoing requests carry: BPF
 			    * keeps its open spans per goroutine (span ids made here) */
 
@@ -235,6 +241,8 @@ struct gp_stats {
 	__u64 incomplete; /* requests whose header map could not be searched to the end (gomap.h):
 			   * a handler's traceparent may have been missed; GP_PROBE_HTTP_OUT: a
 			   * request sent without one, as it may have had its own */
+	__u64 filtered;  /* calls that failed the probe's `when:` (at the entry, or at the return:
+			  * then its entry was recorded, and the RETURN says GP_EV_FILTERED) */
 };
 
 struct gp_inflight_key {
@@ -248,6 +256,8 @@ struct gp_inflight {
 	__u32 overflow; /* calls entered beyond GP_MAX_DEPTH, not yet returned */
 	__u64 ts[GP_MAX_DEPTH];
 	__u64 call_id[GP_MAX_DEPTH]; /* GP_CALL_UNRECORDED set: its entry was not recorded */
+	__u32 fbits[GP_MAX_DEPTH];   /* the truth of the entry's `when:` terms, for its return:
+				      * known (low 16 bits, bit i: term i) and true (high 16) */
 };
 
 /* Marks a place on the in-flight stack held by an entry that was not recorded (throttled:
@@ -381,6 +391,15 @@ enum gp_filter_test {
 };
 
 #define GP_FTF_SIGNED 1 /* compare the word and the literal as signed */
+#define GP_FTF_STR 2    /* the value is a string: its bytes, not its word */
+#define GP_FTF_NIL_ZERO 4 /* len(x) of a nil map or channel (VAL_NIL, no hop left) is 0 */
+
+/* gp_filter_term.cap: where a term's value is at the configuration's site. Below
+ * GP_MAX_CAPTURES: the value of that capture (its record's value, read in the scratch
+ * buffer before the record is written). */
+#define GP_FCAP_DURATION 0xfd /* the call's duration (a RETURN) */
+#define GP_FCAP_ENTRY 0xfe    /* decided at the entry: its truth comes from gp_inflight.fbits */
+#define GP_FCAP_NONE 0xff     /* not known at this site (a result, at the entry): unknown */
 
 #define GP_FOP_NOT 0x80
 #define GP_FOP_AND 0x81
@@ -390,7 +409,9 @@ struct gp_filter_term {
 	__u8 test;  /* enum gp_filter_test */
 	__u8 flags; /* GP_FTF_* */
 	__u8 len;   /* string tests: bytes of `str` used (at most GP_FILTER_STR) */
-	__u8 _pad[5];
+	__u8 cap;   /* where the value is: GP_FCAP_* or a capture's index */
+	__u8 vsize; /* integers: the value's bytes (1, 2, 4, 8), sign- or zero-extended */
+	__u8 _pad[3];
 	__u64 lit;  /* integer tests: the literal's bits */
 	__u8 str[GP_FILTER_STR];
 };
@@ -398,7 +419,8 @@ struct gp_filter_term {
 struct gp_filter {
 	__u8 n_terms;
 	__u8 n_ops;
-	__u8 _pad[6];
+	__u8 n_out; /* captures the record keeps: those after it are read for the terms only */
+	__u8 _pad[5];
 	__u8 ops[GP_FILTER_OPS];
 	struct gp_filter_term terms[GP_FILTER_TERMS];
 };

@@ -123,13 +123,15 @@ static __always_inline void filter_step(volatile struct gp_filter_state *fs, __u
 	fs->depth = a + 1;
 }
 
-/* The predicate's truth over `vals`; `fs` is scratch map memory. A malformed program (which
- * the agent never writes) is unknown: the call is kept. */
+/* The predicate's truth over `vals` and the terms decided before (`pre`: known in the low
+ * 16 bits, true in the high 16; their values are not read again); `fs` is scratch map
+ * memory, and holds each term's truth after (tk, tt). A malformed program (which the agent
+ * never writes) is unknown: the call is kept. */
 static __always_inline __u32 filter_eval(const struct gp_filter *f, const struct gp_fvals *vals,
-					 volatile struct gp_filter_state *fs)
+					 volatile struct gp_filter_state *fs, __u32 pre)
 {
-	fs->tk = 0;
-	fs->tt = 0;
+	fs->tk = pre & 0xffff;
+	fs->tt = (pre >> 16) & pre & 0xffff;
 	fs->sk = 0;
 	fs->st = 0;
 	fs->depth = 0;
@@ -138,7 +140,7 @@ static __always_inline __u32 filter_eval(const struct gp_filter *f, const struct
 		if (i >= f->n_terms)
 			break;
 		const struct gp_fval *v = &vals->v[i];
-		if (v->state == GP_FV_UNKNOWN)
+		if (v->state == GP_FV_UNKNOWN || ((pre >> i) & 1))
 			continue;
 		fs->tk |= 1U << i;
 		if (filter_term_passes(&f->terms[i], v))

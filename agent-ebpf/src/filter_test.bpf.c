@@ -48,7 +48,7 @@ static __always_inline void run_filter(void)
 	__u32 *out = bpf_map_lookup_elem(&test_result, &zero);
 	if (!f || !v || !fs || !out)
 		return;
-	*out = filter_eval(f, v, fs);
+	*out = filter_eval(f, v, fs, 0);
 }
 
 SEC("raw_tp")

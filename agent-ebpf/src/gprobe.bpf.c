@@ -31,14 +31,19 @@ static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 /* The in-flight stack of one goroutine (or thread) and function pairs each entry with its
  * own return: an entry pushes its time and call id, its return pops them. `in` is the stack
  * if the caller already looked it up, else NULL (one is created). */
-static __always_inline void inflight_push(const struct gp_inflight_key *ik,
-					  struct gp_inflight *in, __u64 ts, __u64 call_id)
+static __always_inline void inflight_push(struct scratch *s, const struct gp_inflight_key *ik,
+					  struct gp_inflight *in, __u64 ts, __u64 call_id,
+					  __u32 fbits)
 {
 	if (!in) {
-		struct gp_inflight fresh = { .depth = 1 };
-		fresh.ts[0] = ts;
-		fresh.call_id[0] = call_id;
-		if (bpf_map_update_elem(&inflight, ik, &fresh, BPF_NOEXIST) == 0)
+		/* Made in map memory: too large for the stack with the rest of the hit. */
+		struct gp_inflight *fresh = &s->fresh_in;
+		__builtin_memset(fresh, 0, sizeof(*fresh));
+		fresh->depth = 1;
+		fresh->ts[0] = ts;
+		fresh->call_id[0] = call_id;
+		fresh->fbits[0] = fbits;
+		if (bpf_map_update_elem(&inflight, ik, fresh, BPF_NOEXIST) == 0)
 			return;
 		/* It exists after all (created meanwhile). */
 		in = bpf_map_lookup_elem(&inflight, ik);
@@ -48,17 +53,19 @@ static __always_inline void inflight_push(const struct gp_inflight_key *ik,
 	__u32 d = in->depth & (GP_MAX_DEPTH - 1);
 	in->ts[d] = ts;
 	in->call_id[d] = call_id;
+	in->fbits[d] = fbits;
 	in->depth = d + 1;
 }
 
 /* Takes the top of the non-empty stack `in` (of key `ik`): returns its call id, and its
- * entry's time in `ts`; an emptied stack is deleted. */
+ * entry's time in `ts` and `when:` terms in `fbits`; an emptied stack is deleted. */
 static __always_inline __u64 inflight_pop(const struct gp_inflight_key *ik,
-					  struct gp_inflight *in, __u64 *ts)
+					  struct gp_inflight *in, __u64 *ts, __u32 *fbits)
 {
 	__u32 d = (in->depth - 1) & (GP_MAX_DEPTH - 1);
 	__u64 call_id = in->call_id[d];
 	*ts = in->ts[d];
+	*fbits = in->fbits[d];
 	in->depth--;
 	if (in->depth == 0)
 		bpf_map_delete_elem(&inflight, ik);
@@ -80,6 +87,7 @@ static __always_inline void inflight_skip(const struct gp_inflight_key *ik)
 	__u32 d = in->depth & (GP_MAX_DEPTH - 1);
 	in->ts[d] = 0;
 	in->call_id[d] = GP_CALL_UNRECORDED;
+	in->fbits[d] = 0;
 	in->depth = d + 1;
 }
 
@@ -89,12 +97,19 @@ static __always_inline void inflight_skip(const struct gp_inflight_key *ik)
 
 #include "captures.h"
 
+#include "when.h"
+
 #include "propagate/spans.h"
 
-/* Records with string/bytes captures, whose size depends on the values: assembled in the
+/* What emit_any did besides writing the record (0) or finding the ring full (-1). */
+#define EMIT_FILTERED 1  /* the call failed its `when:` at the entry: nothing written */
+#define EMIT_THROTTLED 2 /* it passed, over limits.eventsPerSecond: nothing written */
+
+/* Records with string/bytes captures, whose size depends on the values, and those of
+ * configurations with a `when:` (decided on the values assembled): assembled in the
  * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
 static __always_inline int emit_any(const struct x86_regs *r, const struct gp_probe_cfg *cfg,
-				    const struct hit *h, struct scratch *s)
+				    struct hit *h, struct scratch *s)
 {
 	save_regs(s->regs, r);
 	struct gp_event *e = (struct gp_event *)s->buf;
@@ -105,6 +120,7 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			break;
 		const struct gp_capture *c = &cfg->caps[i];
 		off &= GP_DATA_MASK;
+		s->capoff[i & (GP_MAX_CAPTURES - 1)] = off;
 		if ((c->flags & GP_CAPF_PATH) || c->kind >= GP_CAP_IFACE) {
 			/* Field paths and Go's composite kinds: a function verified once. */
 			off = untracked(s, off + gp_capture_value(s, c, off, i));
@@ -167,6 +183,30 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 		v->flags = flags;
 	}
 	off &= (GP_SCRATCH - 1);
+	if (cfg->flags & GP_CFG_FILTER) {
+		__u32 bits = 0;
+		s->fout = GP_MAX_CAPTURES;
+		int t = gp_when(s, GP_CFG_SLOT(h->id), h->duration, h->fpre, &bits);
+		h->fbits = bits;
+		/* The rate limit counts the calls kept, not all of them: a probe whose `when:` is
+		 * decided at the return is limited there. */
+		if (t == GP_TRUTH_FALSE)
+			h->drop = EMIT_FILTERED;
+		else if (cfg->rate_limit && over_rate(GP_CFG_SLOT(h->id), cfg->rate_limit, h->now))
+			h->drop = EMIT_THROTTLED;
+		if (h->drop) {
+			if (cfg->kind != GP_PROBE_RETURN)
+				return h->drop;
+			/* The return of a recorded entry: its record says so, without values. */
+			h->kind |= GP_EV_FILTERED;
+			off = sizeof(struct gp_event);
+		} else {
+			/* The values read for the terms only are not written. */
+			__u32 keep = s->fout;
+			if (keep < cfg->n_captures && keep < GP_MAX_CAPTURES)
+				off = s->capoff[keep & (GP_MAX_CAPTURES - 1)] & GP_DATA_MASK;
+		}
+	}
 	fill_header(e, h, r, off - sizeof(struct gp_event));
 	return bpf_ringbuf_output(&events, s->buf, off, wake_flag(s, off)) ? -1 : 0;
 }
@@ -262,7 +302,7 @@ int gprobe_uprobe(struct x86_regs *r)
 			return 0;
 		}
 		__u64 entered;
-		h.call_id = inflight_pop(&ik, in, &entered);
+		h.call_id = inflight_pop(&ik, in, &entered, &h.fpre);
 		__u64 unrecorded = h.call_id & GP_CALL_UNRECORDED;
 		h.call_id &= ~GP_CALL_UNRECORDED;
 		h.duration = h.now - entered;
@@ -274,7 +314,9 @@ int gprobe_uprobe(struct x86_regs *r)
 		if (unrecorded)
 			return 0; /* counted at its entry (throttled or lost) */
 	} else {
-		if (cfg->rate_limit && over_rate(id, cfg->rate_limit, h.now)) {
+		/* With a `when:`, the limit applies to the calls it keeps (emit_any). */
+		if (cfg->rate_limit && !(cfg->flags & GP_CFG_FILTER) &&
+		    over_rate(id, cfg->rate_limit, h.now)) {
 			st->throttled++;
 			if (cfg->kind == GP_PROBE_ENTRY && !no_returns)
 				inflight_skip(&ik);
@@ -315,7 +357,16 @@ int gprobe_uprobe(struct x86_regs *r)
 		s->incomplete = 0;
 	}
 	s->hdr_map = 0;
-	if (err) {
+	/* Left out by its `when:` (or over the rate limit after it): at the entry, nothing was
+	 * written; at the return, a record that drops the entry. */
+	if (h.drop == EMIT_FILTERED)
+		st->filtered++;
+	else if (h.drop == EMIT_THROTTLED)
+		st->throttled++;
+	if (err == EMIT_FILTERED || err == EMIT_THROTTLED) {
+		/* Its return pops its place and records nothing. */
+		h.call_id |= GP_CALL_UNRECORDED;
+	} else if (err) {
 		st->lost++;
 		s->lost = 1;
 		/* An entry whose record was lost still holds its place for its return. */
@@ -333,7 +384,7 @@ int gprobe_uprobe(struct x86_regs *r)
 		 * function if the entry found one (a nested call), else on a new one. Either way
 		 * is right whatever s->nested says; it only picks the cheaper order. */
 		struct gp_inflight *in = s->nested ? bpf_map_lookup_elem(&inflight, &ik) : NULL;
-		inflight_push(&ik, in, h.now, h.call_id);
+		inflight_push(s, &ik, in, h.now, h.call_id, h.fbits);
 	}
 	return 0;
 }

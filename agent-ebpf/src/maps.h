@@ -7,6 +7,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "gprobe.h"
+#include "filter.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -75,6 +76,16 @@ struct {
 	__type(value, struct gp_err_type);
 } errtypes SEC(".maps");
 
+/* The `when:` predicates of the configurations that have one (GP_CFG_FILTER), by slot:
+ * allocated as the agent adds them (most configurations have none). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct gp_filter);
+} filters SEC(".maps");
+
 struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
@@ -100,6 +111,11 @@ struct scratch {
 	__u64 eq[8][2]; /* captures.h: the interfaces of an error capture still to read */
 	__u32 enq;      /* how many eq holds */
 	__u32 estrs;    /* strings of the error capture read */
+	__u32 capoff[GP_MAX_CAPTURES]; /* when.h: where each capture's value starts in buf */
+	struct gp_fvals fv;            /* when.h: the values of the terms of a `when:` */
+	struct gp_filter_state fst;    /* when.h: its evaluation */
+	__u32 fout;                    /* when.h: the captures the record keeps (n_out) */
+	struct gp_inflight fresh_in;   /* gprobe.bpf.c: a new in-flight stack, being made */
 	__u8 buf[GP_SCRATCH];
 	/* Never part of a record: lets the verifier accept writes at masked offsets below
 	 * GP_SCRATCH of up to one string's bytes (captures.h). */

@@ -18,6 +18,9 @@ struct hit {
 	__u64 goroutine; /* or the thread id, for configurations that pair by thread */
 	__u32 id;
 	__u16 kind;
+	__u32 fpre;  /* a RETURN's `when:` terms decided at its entry (gp_inflight.fbits) */
+	__u32 fbits; /* an ENTRY's `when:` terms decided here, for its return */
+	__u32 drop;  /* EMIT_FILTERED or EMIT_THROTTLED: why a `when:` left the call out */
 };
 
 static __always_inline void fill_header(struct gp_event *e, const struct hit *h,

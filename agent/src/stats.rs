@@ -44,6 +44,10 @@ pub struct ProbeStats {
     pub abandoned: u64,
     /// Calls nested deeper than the pairing stack in one goroutine: not recorded.
     pub too_deep: u64,
+    /// Calls that failed the probe's `when:` (decided in the kernel): not delivered.
+    pub filtered: u64,
+    /// Calls that passed `when:` and were left out by `sample:` (decided by trace id).
+    pub sampled_out: u64,
     /// Uprobe hits seen in the kernel.
     pub hits: u64,
     /// Calls whose request's header map could not be searched to the end (too many headers,
@@ -63,6 +67,8 @@ pub struct KernelCounts {
     pub too_deep: u64,
     /// Header maps not searched to the end (`gp_stats.incomplete`).
     pub incomplete: u64,
+    /// Calls that failed the probe's `when:` (`gp_stats.filtered`).
+    pub filtered: u64,
 }
 
 impl std::ops::AddAssign for KernelCounts {
@@ -74,6 +80,7 @@ impl std::ops::AddAssign for KernelCounts {
         self.returns_lost += o.returns_lost;
         self.too_deep += o.too_deep;
         self.incomplete += o.incomplete;
+        self.filtered += o.filtered;
     }
 }
 
@@ -324,6 +331,13 @@ impl Stats {
             .unfinished += n;
     }
 
+    pub fn add_sampled_out(&self, key: &ProbeKey, n: u64) {
+        lock(&self.0.probes)
+            .entry(key.clone())
+            .or_default()
+            .sampled_out += n;
+    }
+
     pub fn add_abandoned(&self, key: &ProbeKey, n: u64) {
         lock(&self.0.probes)
             .entry(key.clone())
@@ -341,6 +355,7 @@ impl Stats {
         p.returns_lost = k.returns_lost;
         p.too_deep = k.too_deep;
         p.join_incomplete = k.incomplete;
+        p.filtered = k.filtered;
     }
 
     /// Calls of `key` delivered from `pid` so far.

@@ -172,7 +172,9 @@ pub struct Probe {
     /// out alike in every service; a request whose incoming `traceparent` is sampled is
     /// kept, one that is not is left out. Calls left out are counted (`sampled_out`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message("sample is a share of the calls: more than 0, at most 1"))]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message(
+        "sample is a share of the calls: more than 0, at most 1 (0.01 keeps 1 in 100)"
+    ))]
     pub sample: Option<f64>,
 }
 

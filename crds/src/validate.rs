@@ -8,6 +8,10 @@ use crate::{
 };
 use std::fmt;
 use thiserror::Error;
+use when_checks::{when_and_sample, Needed};
+
+#[path = "validate_when.rs"]
+mod when_checks;
 
 /// One problem found in a ProbeSpec. `probe` is set when only that probe is affected: the
 /// spec's other probes can still run.
@@ -173,7 +177,8 @@ pub fn load_specs(text: &str, source_name: &str) -> Result<Vec<ProbeSpec>, LoadE
     Ok(out)
 }
 
-/// Checks what the schema cannot: globs, signatures, capture names, limits.
+/// Checks what the schema cannot: globs, signatures, capture names, `when:` predicates,
+/// limits.
 pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
     let mut issues = Vec::new();
     let mut spec_issue = |field: &str, message: String| {
@@ -360,11 +365,26 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                     .into(),
             );
         }
+        // The values the signature must have: the capture entries, then those `when`
+        // compares (a term's value need not be captured).
+        let mut needed: Vec<Needed> = p
+            .capture
+            .iter()
+            .enumerate()
+            .map(|(j, c)| Needed {
+                field: format!(".capture[{j}]"),
+                value: c.clone(),
+                term: None,
+            })
+            .collect();
+        needed.extend(when_and_sample(p, &mut probe_issue));
         let Some(sig_text) = &p.signature else {
+            // Without a signature, only a USDT probe's names are known here (arg0, ...):
+            // a function's are the binary's DWARF's, checked by the agent.
             if p.usdt.is_some() {
-                for (j, c) in p.capture.iter().enumerate() {
-                    if let Some(m) = usdt_default_capture_issue(c) {
-                        probe_issue(format!(".capture[{j}]"), m);
+                for n in &needed {
+                    if let Some(m) = usdt_default_capture_issue(&n.value) {
+                        probe_issue(n.field.clone(), n.message(m));
                     }
                 }
             }
@@ -385,9 +405,9 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 Err(e) => probe_issue(".signature".into(), e.to_string()),
                 Ok(sig) => {
                     // Names, field paths (`r.URL.Path`) and `len(...)` (gopath.rs).
-                    for (j, c) in p.capture.iter().enumerate() {
-                        if let Err(e) = sig.check_capture(c, sig_text) {
-                            probe_issue(format!(".capture[{j}]"), e.to_string());
+                    for n in &needed {
+                        if let Err(e) = sig.check_capture(&n.value, sig_text) {
+                            probe_issue(n.field.clone(), n.message(e.to_string()));
                         }
                     }
                 }
@@ -411,9 +431,9 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 ),
             ),
             Ok(sig) => {
-                for (j, c) in p.capture.iter().enumerate() {
-                    if let Some(m) = c_capture_issue(&sig, sig_text, c) {
-                        probe_issue(format!(".capture[{j}]"), m);
+                for n in &needed {
+                    if let Some(m) = c_capture_issue(&sig, sig_text, &n.value) {
+                        probe_issue(n.field.clone(), n.message(m));
                     }
                 }
             }

@@ -110,7 +110,11 @@ fn bad_predicates_name_the_place_and_the_fix() {
         ("", 1, "is empty"),
         ("err !=", 7, "expected a literal"),
         ("err != nil &&", 14, "expected a value"),
-        ("(x == 1", 8, "expected `)`"),
+        (
+            "(x == 1",
+            8,
+            "expected `&&`, `||` or `)` to close the `(` at character 1",
+        ),
         ("x == 1 y == 2", 8, "expected `&&`, `||` or the end"),
         ("s < \"a\"", 5, "strings compare with == or != only"),
         ("p > nil", 5, "nil compare with == or != only"),
@@ -121,6 +125,29 @@ fn bad_predicates_name_the_place_and_the_fix() {
         ("s == \"\\q\"", 7, "unknown escape"),
         ("hasPrefix(s \"a\")", 13, "expected `,`"),
         ("len(x > 1", 10, "unbalanced"),
+        // Common slips are told the fix.
+        ("x = 1", 3, "`=` is not a comparison: write `==`"),
+        (
+            "a == 1 and b == 2",
+            8,
+            "join terms with `&&` (and) or `||` (or)",
+        ),
+        (
+            "a == 1 OR b == 2",
+            8,
+            "join terms with `&&` (and) or `||` (or)",
+        ),
+        ("a == 1 & b == 2", 8, "join terms with `&&`"),
+        ("(a == 1 | b == 2)", 9, "join terms with `&&`"),
+        ("s == 'GET'", 6, "strings take double quotes"),
+        ("hasPrefix(s, 'a')", 14, "strings take double quotes"),
+        ("x > 1.5", 5, "a float cannot be compared"),
+        (
+            "strings.HasPrefix(s, \"a\")",
+            1,
+            "write hasPrefix(value, \"prefix\")",
+        ),
+        ("p startsWith \"/a\"", 3, "a term is `value op literal`"),
     ] {
         let e = parse(text).unwrap_err();
         assert!(e.message.contains(says), "{text:?}: {e}");

@@ -232,6 +232,42 @@ async fn invalid_spec_is_not_valid_and_never_ready() {
 }
 
 #[tokio::test]
+async fn a_when_that_does_not_parse_or_a_sample_out_of_range_is_an_invalid_spec() {
+    let (ctx, api) = context();
+    let spec = spec_from(
+        "    - {symbol: main.handle, when: 'r.URL.Path = \"/healthz\"'}\n    - {symbol: main.slow, \
+        when: 'duration > 100ms', sample: 1.5}\n",
+    );
+    let server = api.run(vec![list_step(&[]), patch_step(&spec), event_step()]);
+    reconcile(Arc::new(spec), ctx.clone()).await.unwrap();
+    drop(ctx);
+    let seen = verified(server).await;
+
+    let st = applied_status(&seen[1]);
+    let (status, reason, message) = cond(&st, "Valid");
+    assert_eq!((status, reason), ("False", "InvalidSpec"));
+    assert!(message.starts_with("3 issues found: "), "{message}");
+    for said in [
+        "spec.probes[0].when: `=` is not a comparison: write `==` (at character 12 of \
+         \"r.URL.Path = \\\"/healthz\\\"\")",
+        "spec.probes[1].sample: sample is a share of the calls: more than 0, at most 1",
+        "spec.probes[1].when: `duration > 100ms` needs `latency: true`",
+    ] {
+        assert!(message.contains(said), "{message}\nwant: {said}");
+    }
+    assert_eq!(cond(&st, "Ready").1, "InvalidSpec");
+    let ev = &seen[2].body;
+    assert_eq!(
+        (ev["type"].as_str(), ev["reason"].as_str()),
+        (Some("Warning"), Some("InvalidSpec"))
+    );
+    assert!(
+        ev["note"].as_str().unwrap().contains("spec.probes[0].when"),
+        "{ev}"
+    );
+}
+
+#[tokio::test]
 async fn two_nodes_roll_up_into_counts_and_errors() {
     let (ctx, api) = context();
     let mut spec = valid_spec();

@@ -1,7 +1,8 @@
 //! What the operator checks in a ProbeSpec: everything [`gprobe_crds::validate_spec`]
-//! checks (globs, signatures, capture names against signatures, limits), plus what only
-//! matters in a cluster and that neither the CRD schema nor `validate_spec` covers: the
-//! syntax of `selector.podSelector` (operators, values, label keys and values).
+//! checks (globs, signatures, capture names against signatures, `when:` predicates and
+//! `sample:`, limits), plus what only matters in a cluster and that neither the CRD schema
+//! nor `validate_spec` covers: the syntax of `selector.podSelector` (operators, values,
+//! label keys and values).
 
 use gprobe_crds::{validate_spec, ProbeSpec, SpecIssue};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;

@@ -24,6 +24,17 @@ pub const FT_TRUE: u8 = c::GP_FT_TRUE as u8;
 pub const FT_FALSE: u8 = c::GP_FT_FALSE as u8;
 /// `gp_filter_term.flags`: compare as signed.
 pub const FTF_SIGNED: u8 = c::GP_FTF_SIGNED as u8;
+/// `gp_filter_term.flags`: the value is a string (its bytes).
+pub const FTF_STR: u8 = c::GP_FTF_STR as u8;
+/// `gp_filter_term.flags`: `len(x)` of a nil map or channel is 0.
+pub const FTF_NIL_ZERO: u8 = c::GP_FTF_NIL_ZERO as u8;
+
+/// `gp_filter_term.cap`: the call's duration (at the return).
+pub const FCAP_DURATION: u8 = c::GP_FCAP_DURATION as u8;
+/// `gp_filter_term.cap`: decided at the entry (its truth carried to the return).
+pub const FCAP_ENTRY: u8 = c::GP_FCAP_ENTRY as u8;
+/// `gp_filter_term.cap`: not known at this site.
+pub const FCAP_NONE: u8 = c::GP_FCAP_NONE as u8;
 
 /// `gp_filter.ops`: below [`FILTER_TERMS`], push that term's truth.
 pub const FOP_NOT: u8 = c::GP_FOP_NOT as u8;
@@ -46,7 +57,9 @@ pub struct GpFilterTerm {
     pub test: u8,
     pub flags: u8,
     pub len: u8,
-    pub _pad: [u8; 5],
+    pub cap: u8,
+    pub vsize: u8,
+    pub _pad: [u8; 3],
     pub lit: u64,
     pub str: [u8; FILTER_STR],
 }
@@ -57,7 +70,9 @@ impl Default for GpFilterTerm {
             test: FT_FALSE,
             flags: 0,
             len: 0,
-            _pad: [0; 5],
+            cap: FCAP_NONE,
+            vsize: 8,
+            _pad: [0; 3],
             lit: 0,
             str: [0; FILTER_STR],
         }
@@ -69,7 +84,8 @@ impl Default for GpFilterTerm {
 pub struct GpFilter {
     pub n_terms: u8,
     pub n_ops: u8,
-    pub _pad: [u8; 6],
+    pub n_out: u8,
+    pub _pad: [u8; 5],
     pub ops: [u8; FILTER_OPS],
     pub terms: [GpFilterTerm; FILTER_TERMS],
 }
@@ -106,9 +122,10 @@ pub struct GpFvals {
 
 check_layout!(GpFilterTerm, SIZEOF_GP_FILTER_TERM, test => OFFSETOF_GP_FILTER_TERM_TEST,
     flags => OFFSETOF_GP_FILTER_TERM_FLAGS, len => OFFSETOF_GP_FILTER_TERM_LEN,
+    cap => OFFSETOF_GP_FILTER_TERM_CAP, vsize => OFFSETOF_GP_FILTER_TERM_VSIZE,
     lit => OFFSETOF_GP_FILTER_TERM_LIT, str => OFFSETOF_GP_FILTER_TERM_STR);
 check_layout!(GpFilter, SIZEOF_GP_FILTER, n_terms => OFFSETOF_GP_FILTER_N_TERMS,
-    n_ops => OFFSETOF_GP_FILTER_N_OPS, ops => OFFSETOF_GP_FILTER_OPS, terms => OFFSETOF_GP_FILTER_TERMS);
+    n_ops => OFFSETOF_GP_FILTER_N_OPS, n_out => OFFSETOF_GP_FILTER_N_OUT, ops => OFFSETOF_GP_FILTER_OPS, terms => OFFSETOF_GP_FILTER_TERMS);
 check_layout!(GpFval, SIZEOF_GP_FVAL, word => OFFSETOF_GP_FVAL_WORD, len => OFFSETOF_GP_FVAL_LEN,
     state => OFFSETOF_GP_FVAL_STATE, n => OFFSETOF_GP_FVAL_N, bytes => OFFSETOF_GP_FVAL_BYTES);
 check_layout!(GpFvals, SIZEOF_GP_FVALS, v => OFFSETOF_GP_FVALS_V);

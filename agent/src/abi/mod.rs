@@ -59,6 +59,8 @@ pub const EV_ENTRY: u16 = 1;
 pub const EV_RETURN: u16 = 2;
 /// A flag in `GpEvent::kind`: a record of the same CPU was lost just before this one.
 pub const EV_AFTER_LOSS: u16 = c::GP_EV_AFTER_LOSS as u16;
+/// A flag of a RETURN: the call failed its probe's `when:` at the return; drop its entry.
+pub const EV_FILTERED: u16 = c::GP_EV_FILTERED as u16;
 pub const EV_EXEC: u32 = 3;
 pub const EV_EXIT: u32 = 4;
 pub const EV_LOADER: u32 = 5;
@@ -105,6 +107,8 @@ pub use c::{GP_ERR_FIELDS, GP_ERR_NODES, GP_ERR_STRS};
 /// `GpProbeCfg::flags`: a Go latency probe with `propagate`: its open spans are kept per
 /// goroutine in BPF (ids made there, recorded by a `CAP_SPAN`), for the requests made in them.
 pub const CFG_PROPAGATE: u8 = c::GP_CFG_PROPAGATE as u8;
+/// The configuration has a `when:` predicate (map `filters`, keyed by its slot).
+pub const CFG_FILTER: u8 = c::GP_CFG_FILTER as u8;
 /// `GpProbeCfg::flags`: runtime.newproc1 (gprobe's own probe): at entry BPF notes the
 /// propagating span open in the starting goroutine (callergp, RBX); at return the new
 /// goroutine (RAX) is in that span (while it is open), and in nothing its reused `g` had.
@@ -348,6 +352,7 @@ pub struct GpInflight {
     pub overflow: u32,
     pub ts: [u64; GP_MAX_DEPTH],
     pub call_id: [u64; GP_MAX_DEPTH],
+    pub fbits: [u32; GP_MAX_DEPTH],
 }
 
 /// `requests`' value: a request made inside a propagating span (`gp_out`, propagate/spans.h).
@@ -435,6 +440,7 @@ pub struct GpStats {
     pub unpaired: u64,
     pub too_deep: u64,
     pub incomplete: u64,
+    pub filtered: u64,
 }
 
 /// A record or map value that crosses the boundary: a `repr(C)` struct of integers and
@@ -516,7 +522,8 @@ check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => O
     len => OFFSETOF_GP_VALUE_LEN, full_len => OFFSETOF_GP_VALUE_FULL_LEN);
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
     lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
-    too_deep => OFFSETOF_GP_STATS_TOO_DEEP, incomplete => OFFSETOF_GP_STATS_INCOMPLETE);
+    too_deep => OFFSETOF_GP_STATS_TOO_DEEP, incomplete => OFFSETOF_GP_STATS_INCOMPLETE,
+    filtered => OFFSETOF_GP_STATS_FILTERED);
 
 const _: () = assert!(std::mem::size_of::<GpEvent>() == 48);
 const _: () = assert!(std::mem::size_of::<GpValue>() == 8);
@@ -527,7 +534,7 @@ check_layout!(GpInflightKey, SIZEOF_GP_INFLIGHT_KEY, goroutine => OFFSETOF_GP_IN
     tgid => OFFSETOF_GP_INFLIGHT_KEY_TGID, func_id => OFFSETOF_GP_INFLIGHT_KEY_FUNC_ID);
 check_layout!(GpInflight, SIZEOF_GP_INFLIGHT, depth => OFFSETOF_GP_INFLIGHT_DEPTH,
     overflow => OFFSETOF_GP_INFLIGHT_OVERFLOW, ts => OFFSETOF_GP_INFLIGHT_TS,
-    call_id => OFFSETOF_GP_INFLIGHT_CALL_ID);
+    call_id => OFFSETOF_GP_INFLIGHT_CALL_ID, fbits => OFFSETOF_GP_INFLIGHT_FBITS);
 check_layout!(GpOut, SIZEOF_GP_OUT, trace => OFFSETOF_GP_OUT_TRACE, span => OFFSETOF_GP_OUT_SPAN,
     map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS);
 check_layout!(GpOutKey, SIZEOF_GP_OUT_KEY, writer => OFFSETOF_GP_OUT_KEY_WRITER,

@@ -3,7 +3,7 @@
 //! tables that captures of errors read, and the per-configuration counters summed into a
 //! probe's. Kept apart from the attaching in mod.rs: this is the bookkeeping of the maps.
 
-use super::encode::{configs, entry_config};
+use super::encode::{configs, entry_config, filter_of};
 use super::object::trace_map_err;
 use super::BpfTracer;
 use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
@@ -44,6 +44,15 @@ impl BpfTracer {
         // taken for a later one's).
         for (id, c) in ids.iter().zip(cfgs.iter_mut()) {
             c.func_id = ids[0];
+            // Its `when:` first: a configuration whose predicate is missing keeps every call.
+            if let Some(f) = filter_of(plan, c.kind).filter(|_| c.flags & abi::CFG_FILTER != 0) {
+                if let Err(e) = self.filters.insert(abi::cfg_slot(*id), f, 0) {
+                    for id in &ids {
+                        self.remove_config(*id);
+                    }
+                    return Err(trace_map_err("filters")(e));
+                }
+            }
             if let Err(e) = self.probes.set(abi::cfg_slot(*id), *c, 0) {
                 for id in &ids {
                     self.remove_config(*id);
@@ -125,6 +134,8 @@ impl BpfTracer {
             },
         };
         let _ = self.probes.set(id, freed, 0);
+        // A program still running the freed configuration sees FREED and reads no filter.
+        let _ = self.filters.remove(&id);
         self.slots.free(handle);
     }
 
@@ -140,6 +151,7 @@ impl BpfTracer {
                 sum.unpaired += s.unpaired;
                 sum.too_deep += s.too_deep;
                 sum.incomplete += s.incomplete;
+                sum.filtered += s.filtered;
             }
         }
         sum
@@ -156,10 +168,16 @@ impl BpfTracer {
             k.throttled += e.throttled;
             k.too_deep += e.too_deep;
             k.incomplete += e.incomplete;
+            k.filtered += e.filtered;
         }
         if let Some(r) = cfg.ret {
+            let r = self.stats_of(r);
             // The ENTRY of such a call was delivered: it is not a lost call.
-            k.returns_lost = self.stats_of(r).lost;
+            k.returns_lost = r.lost;
+            // Failed its `when:` at the return, or over the rate limit after it: its entry
+            // is dropped by the reader.
+            k.filtered += r.filtered;
+            k.throttled += r.throttled;
         }
         k
     }

@@ -28,9 +28,15 @@ pub fn configs(
         func_id,
         rate_limit,
     );
-    let ret = plan
-        .has_return()
-        .then(|| config(plan, abi::PROBE_RETURN, &plan.return_captures, func_id, 0));
+    let ret = plan.has_return().then(|| {
+        config(
+            plan,
+            abi::PROBE_RETURN,
+            &plan.return_captures,
+            func_id,
+            rate_limit,
+        )
+    });
     (entry, ret)
 }
 
@@ -56,27 +62,31 @@ fn config(
         func_id,
         kind,
         n_captures: caps.len() as u8,
-        rate_limit: if kind == abi::PROBE_RETURN {
-            0
-        } else {
+        // Where the calls are kept: the entry; or, for a `when:` decided at the return
+        // (a result, the duration), the return, so that the limit counts kept calls.
+        rate_limit: if (kind == abi::PROBE_RETURN) == filter_of(plan, abi::PROBE_RETURN).is_some() {
             rate_limit
+        } else {
+            0
         },
-        flags: record_shape(caps)
-            | if plan.pairing == Pairing::Thread {
-                abi::CFG_PAIR_BY_THREAD
-            } else {
-                0
-            }
-            | if plan.role == Role::Propagating {
-                abi::CFG_PROPAGATE
-            } else {
-                0
-            }
-            | if plan.role == Role::Newproc {
-                abi::CFG_NEWPROC
-            } else {
-                0
-            },
+        flags: if has_filter(plan, kind) {
+            // Decided on the record assembled in the scratch buffer (emit_any).
+            abi::CFG_FILTER
+        } else {
+            record_shape(caps)
+        } | if plan.pairing == Pairing::Thread {
+            abi::CFG_PAIR_BY_THREAD
+        } else {
+            0
+        } | if plan.role == Role::Propagating {
+            abi::CFG_PROPAGATE
+        } else {
+            0
+        } | if plan.role == Role::Newproc {
+            abi::CFG_NEWPROC
+        } else {
+            0
+        },
         // What a hit costs the process, for its overhead budget (0: not known).
         cost_ns: {
             let class = if kind == abi::PROBE_RETURN {
@@ -105,6 +115,21 @@ fn config(
         *slot = c.bpf;
     }
     cfg
+}
+
+/// Whether the configurations of `kind` have a `when:` to decide (`plan.filter`).
+fn has_filter(plan: &ProbePlan, kind: u8) -> bool {
+    filter_of(plan, kind).is_some()
+}
+
+/// The `when:` of a configuration of `kind` of `plan`, as map `filters` holds it.
+pub fn filter_of(plan: &ProbePlan, kind: u8) -> Option<abi::GpFilter> {
+    let f = plan.filter?;
+    if kind == abi::PROBE_RETURN {
+        f.ret
+    } else {
+        f.entry
+    }
 }
 
 /// The kind of the entry configurations: ENTRY when returns are probed, else CALL.

@@ -91,6 +91,8 @@ pub struct BpfTracer {
     procs: holdmaps::HoldMaps,
     /// The layouts of error captures' types (resolve/go/types/errtable.rs), by table.
     errtypes: BpfHashMap<MapData, abi::GpErrKey, abi::GpErrType>,
+    /// The `when:` predicates of the configurations that have one, by slot.
+    filters: BpfHashMap<MapData, u32, abi::GpFilter>,
     /// What each (process, spec) pair's probes cost, and which have their returns off.
     budget: budget::BudgetMaps,
     /// The exec, fork and exit hooks: detached when this is dropped.
@@ -162,6 +164,7 @@ impl BpfTracer {
             stats: take(&mut ebpf, "stats")?,
             procs: holdmaps::HoldMaps::take(&mut ebpf, pin, orphans)?,
             errtypes: take(&mut ebpf, "errtypes")?,
+            filters: take(&mut ebpf, "filters")?,
             budget: budget::BudgetMaps::take(&mut ebpf)?,
             _hooks: hooks,
             ebpf,

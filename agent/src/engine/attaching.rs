@@ -292,6 +292,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                                 max_series: m.max_series() as usize,
                             }),
                         internal: None,
+                        sample: sp.probe.sample,
                     })
                 };
                 // Every entry group reads the same names with the same decoders.

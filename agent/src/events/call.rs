@@ -27,6 +27,8 @@ pub struct ProbeMeta {
     pub metrics: Option<MetricLabels>,
     /// One of gprobe's own probes: its records feed the reader, never the output.
     pub internal: Option<InternalProbe>,
+    /// `sample:`: the share of the calls kept, by trace id (`events/sampling.rs`).
+    pub sample: Option<f64>,
 }
 
 /// gprobe's own probes.
@@ -62,6 +64,7 @@ impl ProbeMeta {
             types: None,
             metrics: None,
             internal: None,
+            sample: None,
         }
     }
 }

@@ -11,6 +11,7 @@ mod nesting;
 mod pairing;
 pub mod reader;
 pub mod redact;
+mod sampling;
 pub mod tracecontext;
 mod value;
 

@@ -7,7 +7,7 @@ use super::pairing::{Pairing, PairingStats};
 use super::tracecontext::parse_traceparent;
 use super::value::{DecodeCtx, Value, ValueKind};
 use crate::abi::decode::read_event;
-use crate::abi::{cfg_slot, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_RETURN};
+use crate::abi::{cfg_slot, EV_AFTER_LOSS, EV_CALL, EV_ENTRY, EV_FILTERED, EV_RETURN};
 use crate::attach::ring::Ring;
 use crate::plan::Decode;
 use crate::resolve::go::plan::{SPAN_CAPTURE, TRACEPARENT_CAPTURE};
@@ -156,6 +156,7 @@ pub struct Processor {
     nesting: Nesting,
     pub stats: ReaderStats,
     counts: Option<Stats>,
+    sampler: super::sampling::Sampler,
     // Per-batch caches: avoid a lock per record.
     probe_cache: HashMap<u32, Arc<ProbeMeta>>,
     proc_cache: HashMap<u32, Arc<Resource>>,
@@ -170,6 +171,7 @@ impl Processor {
             nesting: Nesting::new(max_in_flight),
             stats: ReaderStats::default(),
             counts: None,
+            sampler: Default::default(),
             probe_cache: HashMap::new(),
             proc_cache: HashMap::new(),
         }
@@ -209,8 +211,26 @@ impl Processor {
         r
     }
 
-    /// Processes one ring buffer record; returns a call when one completed.
+    /// Processes one ring buffer record; returns a call when one completed (and its probe's
+    /// `sample:` keeps it).
     pub fn process(&mut self, raw: &[u8]) -> Option<CallRecord> {
+        let rec = self.process_record(raw)?;
+        self.sampled(vec![rec]).pop()
+    }
+
+    /// The calls of `recs` that their probes' `sample:` keeps; the others are counted.
+    fn sampled(&self, mut recs: Vec<CallRecord>) -> Vec<CallRecord> {
+        recs.retain(|r| {
+            let keep = self.sampler.keeps(r);
+            if let (false, Some(st)) = (keep, &self.counts) {
+                st.add_sampled_out(&r.probe.key, 1);
+            }
+            keep
+        });
+        recs
+    }
+
+    fn process_record(&mut self, raw: &[u8]) -> Option<CallRecord> {
         self.stats.records += 1;
         let Some(mut ev) = read_event(raw) else {
             self.stats.malformed += 1;
@@ -222,6 +242,9 @@ impl Processor {
             ev.kind &= !EV_AFTER_LOSS;
             self.nesting.restart();
         }
+        // The call failed its `when:` at the return (counted in BPF): its entry goes.
+        let filtered = ev.kind & EV_FILTERED != 0;
+        ev.kind &= !EV_FILTERED;
         let hdr = std::mem::size_of::<crate::abi::GpEvent>();
         let data = raw.get(hdr..hdr + ev.data_len as usize).unwrap_or(&[]);
         let Some(meta) = self.meta(ev.probe_id) else {
@@ -235,6 +258,9 @@ impl Processor {
         let mut values = decode_values(data, &meta.captures, &ctx);
         match ev.kind {
             EV_CALL | EV_ENTRY => {
+                if meta.sample.is_some() {
+                    self.sampler.note_incoming(&values, TRACEPARENT_CAPTURE);
+                }
                 let origin = take_origin(&meta, &mut values);
                 let span = if meta.internal.is_some() {
                     Default::default()
@@ -270,6 +296,9 @@ impl Processor {
                 self.nesting.ret(ev.pid, ev.goroutine, ev.call_id);
                 let r = self.pairing.ret(ev.call_id, ev.duration_ns, values);
                 self.stats.pairing = self.pairing.stats;
+                if filtered {
+                    return None;
+                }
                 match r {
                     Some(rec) if rec.probe.internal == Some(InternalProbe::Newproc) => {
                         if let (Some(parent), Some(child)) = (
@@ -294,8 +323,7 @@ impl Processor {
         let mut out = self.pairing.drain_unfinished();
         self.stats.pairing = self.pairing.stats;
         out.retain(|r| r.probe.internal.is_none());
-        self.count_unfinished(&out);
-        out
+        self.unfinished(out)
     }
 
     /// Process `pid` exited: its calls in flight, reported unfinished now. Its resource is
@@ -304,10 +332,9 @@ impl Processor {
         let mut out = self.pairing.drain_pid(pid);
         out.retain(|r| r.probe.internal.is_none());
         self.nesting.process_exited(pid);
-        self.count_unfinished(&out);
         self.registry.set_process(pid, None);
         self.proc_cache.remove(&pid);
-        out
+        self.unfinished(out)
     }
 
     /// Configurations freed at least [`RETIRE_GRACE`] before `read_from` (when the drain
@@ -336,16 +363,18 @@ impl Processor {
         }
         let mut out: Vec<CallRecord> = ended.into_iter().map(|(_, r)| r).collect();
         out.retain(|r| r.probe.internal.is_none());
-        self.count_unfinished(&out);
-        out
+        self.unfinished(out)
     }
 
-    fn count_unfinished(&self, recs: &[CallRecord]) {
+    /// Calls that ended unfinished: those `sample:` keeps, counted.
+    fn unfinished(&self, recs: Vec<CallRecord>) -> Vec<CallRecord> {
+        let recs = self.sampled(recs);
         if let Some(st) = &self.counts {
-            for r in recs {
+            for r in &recs {
                 st.add_unfinished(&r.probe.key, 1);
             }
         }
+        recs
     }
 }
 
@@ -493,105 +522,5 @@ fn drain(ring: &mut Ring, proc: &mut Processor) -> (bool, Vec<CallRecord>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::abi::GpEvent;
-
-    /// An ENTRY record (no values) of configuration `probe_id` in process `pid`.
-    fn entry(probe_id: u32, pid: u32, call_id: u64) -> Vec<u8> {
-        let ev = GpEvent {
-            ts_ns: 1,
-            call_id,
-            goroutine: 0xc000,
-            duration_ns: 0,
-            pid,
-            tid: pid,
-            probe_id,
-            kind: EV_ENTRY,
-            data_len: 0,
-        };
-        // SAFETY: GpEvent is a plain repr(C) struct of integers.
-        unsafe {
-            std::slice::from_raw_parts(
-                (&ev as *const GpEvent).cast::<u8>(),
-                std::mem::size_of::<GpEvent>(),
-            )
-        }
-        .to_vec()
-    }
-
-    #[test]
-    fn a_freed_configuration_is_decoded_until_read_past_then_its_calls_in_flight_end() {
-        let registry = Arc::new(Registry::default());
-        let (a, b) = (
-            Arc::new(ProbeMeta::simple("s", "main.a", true)),
-            Arc::new(ProbeMeta::simple("s", "main.b", true)),
-        );
-        registry.set_probe(3, Some(a.clone()));
-        registry.set_probe(4, Some(b));
-        let mut proc = Processor::new(registry.clone(), Clock::new(), 64);
-        assert!(proc.process(&entry(3, 10, 1)).is_none());
-        assert!(proc.process(&entry(4, 10, 2)).is_none());
-        let before = Instant::now();
-        registry.retire(3);
-        // Records written before it was freed still decode.
-        assert!(proc.retire(before).is_empty());
-        assert!(proc.process(&entry(3, 11, 5)).is_none());
-        assert_eq!(proc.stats.unknown_probe, 0);
-        // Read past it: its decoder goes, and its two calls in flight end, oldest first.
-        let ended = proc.retire(Instant::now() + RETIRE_GRACE * 2);
-        assert_eq!(
-            ended
-                .iter()
-                .map(|r| (r.pid, r.unfinished))
-                .collect::<Vec<_>>(),
-            [(10, true), (11, true)]
-        );
-        assert!(ended.iter().all(|r| Arc::ptr_eq(&r.probe, &a)));
-        assert_eq!(registry.live_probes(), 1);
-        assert!(proc.process(&entry(3, 10, 6)).is_none());
-        assert_eq!(proc.stats.unknown_probe, 1);
-        // The ended call is no one's parent: pid 11's next call starts a trace of its own,
-        // while pid 10's main.b call is still open and the parent of the next one there.
-        assert!(proc.process(&entry(4, 11, 7)).is_none());
-        assert!(proc.process(&entry(4, 10, 8)).is_none());
-        let rest = proc.finish();
-        let span = |call_pid: u32, n: usize| rest.iter().filter(|r| r.pid == call_pid).nth(n);
-        assert_eq!(rest.len(), 3, "main.b's calls still in flight");
-        assert_eq!(span(11, 0).unwrap().span.parent, None);
-        assert_eq!(
-            span(10, 1).unwrap().span.parent,
-            Some(span(10, 0).unwrap().span.span_id)
-        );
-    }
-
-    /// A slot given to another configuration while the old one's records are still in the
-    /// ring: each record decodes with the configuration that wrote it (the handle it
-    /// carries), whichever was read first.
-    #[test]
-    fn a_record_decodes_with_the_configuration_that_wrote_it_not_the_slots_new_one() {
-        use crate::abi::cfg_handle;
-        let registry = Arc::new(Registry::default());
-        let (old_h, new_h) = (cfg_handle(3, 1), cfg_handle(3, 2));
-        let old = Arc::new(ProbeMeta::simple("s", "main.old", true));
-        let new = Arc::new(ProbeMeta::simple("t", "main.new", true));
-        registry.set_probe(old_h, Some(old.clone()));
-        registry.retire(old_h);
-        registry.set_probe(new_h, Some(new.clone()));
-        let mut proc = Processor::new(registry.clone(), Clock::new(), 64);
-        assert!(proc.process(&entry(new_h, 10, 1)).is_none());
-        assert!(proc.process(&entry(old_h, 10, 2)).is_none());
-        let symbols = |recs: Vec<CallRecord>| -> Vec<String> {
-            recs.iter().map(|r| r.probe.symbol.to_string()).collect()
-        };
-        // Read past the old one: its call ends unfinished, as main.old.
-        let ended = proc.retire(Instant::now() + RETIRE_GRACE * 2);
-        assert_eq!(symbols(ended), ["main.old"]);
-        // The old handle is unknown from then on; the new one still decodes.
-        assert!(proc.process(&entry(old_h, 10, 3)).is_none());
-        assert_eq!(proc.stats.unknown_probe, 1);
-        assert_eq!(symbols(proc.finish()), ["main.new"]);
-        // A handle of a slot never set is unknown too.
-        assert!(registry.probe(cfg_handle(3, 7)).is_none());
-    }
-}
+#[path = "reader_tests.rs"]
+mod tests;

@@ -25,6 +25,10 @@ pub struct ProbeSummary {
     pub abandoned: u64,
     pub returns_lost: u64,
     pub too_deep: u64,
+    /// Calls that failed the probe's `when:`: counted, not delivered.
+    pub filtered: u64,
+    /// Calls that passed `when:` and were left out by `sample:`.
+    pub sampled_out: u64,
     /// Calls whose request's header map could not be searched to the end for a
     /// `traceparent` (more headers than gprobe searches, or unreadable memory).
     pub join_incomplete: u64,
@@ -169,6 +173,8 @@ impl Summary {
                 abandoned: p.abandoned,
                 returns_lost: p.returns_lost,
                 too_deep: p.too_deep,
+                filtered: p.filtered,
+                sampled_out: p.sampled_out,
                 join_incomplete: p.join_incomplete,
                 site: p.costs.map(|c| SiteSummary::of(c, sites::kernel())),
             })
@@ -293,6 +299,7 @@ mod tests {
                 returns_lost: 2,
                 too_deep: 3,
                 incomplete: 5,
+                filtered: 0,
             },
         );
         st.add_unfinished(&tick, 2);
@@ -349,6 +356,7 @@ mod tests {
             &serde_json::json!({"spec": "http-client-urls", "symbol": "net/http.(*Client).Get",
                 "attached": true, "error": null, "delivered": 812, "lost": 0, "throttled": 0,
                 "unfinished": 0, "abandoned": 0, "returns_lost": 0, "too_deep": 0,
+                "filtered": 0, "sampled_out": 0,
                 "join_incomplete": 0, "site": {"entry": "unmeasured"}})
         );
         let tick = &v["probes"][0];

@@ -55,6 +55,22 @@ impl Summary {
             );
             detail(
                 &mut s,
+                p.filtered,
+                &format!(
+                    "{} left out by the probe's when: (counted, not delivered)",
+                    count(p.filtered, "call", "calls")
+                ),
+            );
+            detail(
+                &mut s,
+                p.sampled_out,
+                &format!(
+                    "{} left out by the probe's sample: (counted, not delivered)",
+                    count(p.sampled_out, "call", "calls")
+                ),
+            );
+            detail(
+                &mut s,
                 p.too_deep,
                 &format!(
                     "{} not recorded: nested deeper in one goroutine than gprobe pairs \

@@ -6,8 +6,8 @@
 
 use crate::abi::filter::{
     GpFilter, GpFilterTerm, GpFval, FILTER_OPS, FILTER_STR, FOP_AND, FOP_NOT, FOP_OR, FTF_SIGNED,
-    FT_EQ, FT_FALSE, FT_GE, FT_GT, FT_LE, FT_LT, FT_NE, FT_NIL, FT_NOT_NIL, FT_PREFIX, FT_STR_EQ,
-    FT_STR_NE, FT_TRUE, FV_KNOWN, FV_UNREADABLE,
+    FTF_STR, FT_EQ, FT_FALSE, FT_GE, FT_GT, FT_LE, FT_LT, FT_NE, FT_NIL, FT_NOT_NIL, FT_PREFIX,
+    FT_STR_EQ, FT_STR_NE, FT_TRUE, FV_KNOWN, FV_UNREADABLE,
 };
 use gprobe_crds::when::{CmpOp, Expr, StrOp, Term, Test, Value, When};
 
@@ -121,6 +121,7 @@ fn term(t: &Term, ty: TermType) -> Result<GpFilterTerm, FilterError> {
         (Test::Bool(b), TermType::Bool) => Ok(GpFilterTerm {
             test: FT_EQ,
             lit: u64::from(*b),
+            vsize: 1,
             ..Default::default()
         }),
         (Test::Nil(is_nil), TermType::Pointer) => Ok(GpFilterTerm {
@@ -141,6 +142,7 @@ fn term(t: &Term, ty: TermType) -> Result<GpFilterTerm, FilterError> {
                     StrOp::HasPrefix => FT_PREFIX,
                 },
                 len: lit.len() as u8,
+                flags: FTF_STR,
                 ..Default::default()
             };
             out.str[..lit.len()].copy_from_slice(lit);
@@ -185,6 +187,9 @@ fn int_term(op: CmpOp, lit: i128, signed: bool, size: u8) -> GpFilterTerm {
             CmpOp::Ge => FT_GE,
         },
         flags: if signed { FTF_SIGNED } else { 0 },
+        // BPF sign- or zero-extends the value's low `size` bytes (a register's upper bytes
+        // are whatever the caller left there).
+        vsize: size.clamp(1, 8),
         // Two's complement bits: the value's word is sign-extended the same way.
         lit: lit as i64 as u64,
         ..Default::default()

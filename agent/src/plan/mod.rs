@@ -193,6 +193,20 @@ pub struct ProbePlan {
     pub type_names: Option<TypeNames>,
     /// A user's probe, one that propagates its spans, or gprobe's own runtime.newproc1.
     pub role: Role,
+    /// The probe's `when:`, compiled for each of its sites (`resolve/when.rs`).
+    pub filter: Option<PlanFilter>,
+}
+
+/// A probe's `when:` as BPF evaluates it at each kind of site: the same terms, each read
+/// where that site has its value (a capture's index, the duration, or decided at the
+/// entry). The values read for the terms only are the last captures of the site's list
+/// (`GpFilter::n_out` keeps the others in the record).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanFilter {
+    /// At the entry sites: `None` when no term is known there (then every entry passes).
+    pub entry: Option<crate::abi::GpFilter>,
+    /// At the returns: `None` when every term is decided at the entry.
+    pub ret: Option<crate::abi::GpFilter>,
 }
 
 /// Where a probe sees its calls return: one choice, made by the target kind.

@@ -223,6 +223,22 @@ pub enum PlanError {
         path: PathBuf,
         reason: String,
     },
+    #[error("{symbol}: {source}")]
+    WhenSyntax {
+        symbol: String,
+        source: gprobe_crds::when::WhenError,
+    },
+    #[error("{symbol}: when: `{term}`: {reason}")]
+    WhenTerm {
+        symbol: String,
+        term: String,
+        reason: String,
+    },
+    #[error("{symbol}: {source}")]
+    When {
+        symbol: String,
+        source: crate::filter::FilterError,
+    },
     #[error(
         "{symbol}: latency needs RET instructions but the function has none (it ends in a \
         tail call or never returns); set latency: false"

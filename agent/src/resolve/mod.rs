@@ -26,6 +26,7 @@ pub mod resolver;
 pub mod sites;
 mod sizes;
 pub mod usdt;
+mod when;
 
 mod binary;
 mod dwarf_error;

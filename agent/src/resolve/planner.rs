@@ -9,7 +9,7 @@ use gprobe_crds::Probe;
 
 use super::error::PlanError;
 use super::sizes::check_sizes;
-use super::{c, go, usdt, Binary, ResolveError, TargetKind};
+use super::{c, go, usdt, when, Binary, ResolveError, TargetKind};
 use crate::plan::ProbePlan;
 
 /// Plans `probe` against `bin`: a USDT probe when it names `usdt`; a Go function when the
@@ -20,6 +20,44 @@ pub fn plan_probe(
     probe: &Probe,
     max_string_bytes: u32,
 ) -> Result<ProbePlan, PlanError> {
+    let Some(w) = when::parse(probe)? else {
+        return plan_kind(bin, probe, max_string_bytes);
+    };
+    // The values the terms read are planned as captures: hidden ones for those the spec
+    // does not capture.
+    let hidden = when::hidden(probe, &w);
+    let mut plan = match plan_kind(bin, &when::with_hidden(probe, &hidden), max_string_bytes) {
+        Ok(plan) => plan,
+        Err(e) => {
+            // The spec's own captures fail alone: say that. Else name the term whose value
+            // cannot be read.
+            plan_kind(bin, probe, max_string_bytes)?;
+            for (i, h) in hidden.iter().enumerate() {
+                if let Err(e) = plan_kind(
+                    bin,
+                    &when::with_hidden(probe, &hidden[..=i]),
+                    max_string_bytes,
+                ) {
+                    return Err(PlanError::WhenTerm {
+                        symbol: probe.point(),
+                        term: when::term_reading(&w, h),
+                        reason: {
+                            let text = e.to_string();
+                            let own = format!("{}: ", probe.point());
+                            text.strip_prefix(&own).map_or(text.clone(), str::to_string)
+                        },
+                    });
+                }
+            }
+            return Err(e);
+        }
+    };
+    when::compile_into(&mut plan, &w, &hidden, probe)?;
+    Ok(plan)
+}
+
+/// Plans `probe` against `bin` by its target kind (see [`plan_probe`]).
+fn plan_kind(bin: &Binary, probe: &Probe, max_string_bytes: u32) -> Result<ProbePlan, PlanError> {
     let is_usdt = probe.usdt.as_deref().is_some_and(|u| !u.trim().is_empty());
     let plan = if is_usdt && probe.symbol.trim().is_empty() {
         usdt::plan::plan(bin, probe, max_string_bytes)?

@@ -91,6 +91,7 @@ pub(crate) fn plan(
         } else {
             Role::Traced
         },
+        filter: None,
     })
 }
 

@@ -110,6 +110,7 @@ pub(crate) fn plan(
         pairing: Pairing::Thread,
         role: Role::Traced,
         type_names: None,
+        filter: None,
     })
 }
 
