@@ -1,5 +1,5 @@
 /* The C target of the filter tests: handle(n, s) called -n times with deterministic, varied
- * arguments (negative n, a NULL s, a string longer than 64 bytes). It prints every call,
+ * arguments (negative n, a NULL s, strings of 64 bytes and longer). It prints every call,
  *
  *   call id=3 n=-2 s=/api/x3 null=false r0=3
  *
@@ -31,11 +31,16 @@ int main(int argc, char **argv)
 	memset(long_path, 'v', sizeof(long_path) - 1);
 	memcpy(long_path, "/api/", 5);
 	long_path[sizeof(long_path) - 1] = 0;
+	/* Exactly 64 bytes. */
+	char exact[65];
+	memset(exact, 'x', 64);
+	memcpy(exact, "/exact/", 7);
+	exact[64] = 0;
 	usleep(delay * 1000);
 	for (int i = 0; i < calls; i++) {
 		char buf[32];
 		const char *s;
-		switch (i % 5) {
+		switch (i % 7) {
 		case 0:
 			s = "/healthz";
 			break;
@@ -48,6 +53,12 @@ int main(int argc, char **argv)
 			break;
 		case 3:
 			s = long_path;
+			break;
+		case 4:
+			s = "/healthz/live";
+			break;
+		case 5:
+			s = exact;
 			break;
 		default:
 			s = "/ap";

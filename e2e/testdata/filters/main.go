@@ -72,6 +72,8 @@ var paths = []string{
 	"/ap",
 	"/healthz/live",
 	"",
+	// Exactly 64 bytes.
+	"/exact/" + strings.Repeat("x", 57),
 }
 
 var names = []string{

@@ -1,6 +1,7 @@
 //! The C program, e2e/testdata/cfilter: `int handle(int n, const char *s)`, with DWARF and
 //! from a prototype.
 
+use super::edges::EXACT;
 use super::{assert_kept, spec, trace, Case};
 use gprobe_crds::ProbeSpec;
 use gprobe_e2e::cc;
@@ -32,7 +33,7 @@ fn cfilter(dir: &Path, dwarf: bool) -> PathBuf {
 fn c_terms_on_integers_strings_and_results() {
     require_trace("C filters");
     let dir = TempDir::new("cfilter");
-    let cases: [Case<CCall>; 5] = [
+    let cases: [Case<CCall>; 8] = [
         Case {
             name: "c-int",
             when: "n > 5 && n != 7",
@@ -53,6 +54,23 @@ fn c_terms_on_integers_strings_and_results() {
             name: "c-ne",
             when: r#"s != "/healthz""#,
             keep: |c| c.s.as_deref().is_some_and(|s| s != "/healthz"),
+        },
+        Case {
+            // "/healthz/live" starts with it: a C string is equal only up to its NUL.
+            name: "c-eq",
+            when: r#"s == "/healthz""#,
+            keep: |c| c.s.as_deref() == Some("/healthz"),
+        },
+        Case {
+            name: "c-exact-64",
+            when: r#"s == "/exact/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx""#,
+            keep: |c| c.s.as_deref() == Some(EXACT),
+        },
+        Case {
+            // Beyond int: always true, so n decides.
+            name: "c-out-of-range",
+            when: "n < 3000000000 && n > -3000000000 && n != 4294967299 && n >= 2",
+            keep: |c| c.n >= 2,
         },
         Case {
             name: "c-result",
@@ -79,7 +97,7 @@ fn c_terms_on_integers_strings_and_results() {
                 spec(c.name, &bin, p)
             })
             .collect();
-        let (run, out) = trace(&specs, &bin, &["-n", "44"]);
+        let (run, out) = trace(&specs, &bin, &["-n", "49"]);
         let calls: Vec<CCall> = program_lines(&out, "call ")
             .iter()
             .map(|l| CCall {
@@ -88,7 +106,7 @@ fn c_terms_on_integers_strings_and_results() {
                 r0: l["r0"].parse().unwrap(),
             })
             .collect();
-        assert!(out.contains(&format!("calls={}\n", calls.len())) && calls.len() == 44);
+        assert!(out.contains(&format!("calls={}\n", calls.len())) && calls.len() == 49);
         // Calls are identified by their order and argument: the program is one thread.
         let ids: Vec<(String, String)> = calls
             .iter()

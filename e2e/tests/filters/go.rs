@@ -83,7 +83,7 @@ pub(crate) fn handle(stripped: bool, capture: &[&str]) -> ProbeBuilder {
 
 /// Traces the Go program (`args`) on both builds with one spec per case (each capturing
 /// only the call's index, `latency` as asked) and checks each case's records and counts.
-fn check_go(cases: &[Case<Call>], latency: bool, args: &[&str]) {
+pub(crate) fn check_go(cases: &[Case<Call>], latency: bool, args: &[&str]) {
     require_trace("filters");
     for (v, stripped) in builds() {
         let what = what(v, stripped);

@@ -7,6 +7,7 @@
 //! programs' own lines, never written down. They need root (BPF).
 
 mod c;
+mod edges;
 mod go;
 mod goroutines;
 mod otlp;
