@@ -1,12 +1,13 @@
 //! The edges of the predicate language on e2e/testdata/filters: strings of 64 bytes (the
 //! longest literal) and longer, escapes, lengths, hexadecimal and out-of-range integer
-//! literals, a predicate of 16 terms and 32 steps, and the rate limit spent on kept calls
-//! only.
+//! literals, a predicate of 16 terms and 32 steps, the rate limit spent on kept calls
+//! only, and calls nested deeper than the pairing stack.
 
 use super::go::{builds, calls, check_go, handle, what, Call, ID, SRC, SYMBOL};
-use super::{probe_of, records, trace, Case};
+use super::{probe_of, records, spec, trace, Case};
+use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{program, require_trace};
-use gprobe_e2e::spec::SpecBuilder;
+use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 
 /// A path of exactly 64 bytes, as the program makes it.
 pub(crate) const EXACT: &str = "/exact/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
@@ -149,5 +150,66 @@ fn the_rate_limit_spends_itself_on_kept_calls_only() {
     for r in &got {
         let c = &calls[r["args"][ID].as_i64().unwrap() as usize];
         assert!(c.path.starts_with("/api/"), "{what}: {r}");
+    }
+}
+
+/// The pairing stack's depth (GP_MAX_DEPTH in agent-ebpf/include/gprobe.h).
+const MAX_DEPTH: i64 = 16;
+
+/// Nested calls (e2e/testdata/recurse: rounds of depth(20) -> depth(0), each returning its
+/// argument), some nested deeper than the pairing stack: a predicate on the argument or on
+/// the result keeps exactly the calls it holds for among those recorded, each paired with
+/// its own return, and every call is delivered, filtered or too deep.
+#[test]
+fn nested_calls_deeper_than_the_pairing_stack() {
+    require_trace("recursion");
+    let bin = program("e2e/testdata/recurse", GoVersion::Go127, false);
+    let (rounds, deepest) = (30, 20);
+    let probe = |when: &str| {
+        ProbeBuilder::new("main.depth")
+            .signature("func(n int64) int64")
+            .capture(["n", "r0"])
+            .latency()
+            .when(when)
+    };
+    let specs = [
+        spec("entry", &bin, probe("n >= 12")),
+        spec("return", &bin, probe("r0 >= 12")),
+    ];
+    let args = [
+        "-rounds",
+        &rounds.to_string(),
+        "-depth",
+        &deepest.to_string(),
+    ];
+    let (run, out) = trace(&specs, &bin, &args);
+    let calls = rounds * (deepest + 1);
+    assert!(out.contains(&format!("calls={calls}")), "{out}");
+    // The outer 16 calls of a round are recorded (n = 20 .. 5); of those, n >= 12 pass.
+    assert!(deepest - MAX_DEPTH < 12);
+    let summary = run.summary();
+    for name in ["entry", "return"] {
+        let got = records(&run, "main.depth", name);
+        let mut per_n = std::collections::BTreeMap::<i64, i64>::new();
+        for r in &got {
+            let n = r["args"]["n"].as_i64().unwrap();
+            assert_eq!(r["returns"]["r0"].as_i64(), Some(n), "{name}: {r}");
+            *per_n.entry(n).or_default() += 1;
+        }
+        let want: std::collections::BTreeMap<i64, i64> =
+            (12..=deepest).map(|n| (n, rounds)).collect();
+        assert_eq!(per_n, want, "{name}: calls delivered per n\n{}", run.stderr);
+        let p = probe_of(&summary, name);
+        assert_eq!(p.delivered, got.len() as u64, "{name}: {p:?}");
+        assert_eq!(
+            p.delivered + p.filtered + p.too_deep,
+            calls as u64,
+            "{name}: every call delivered, filtered or too deep: {p:?}"
+        );
+        assert_eq!(
+            (p.lost, p.throttled, p.unfinished),
+            (0, 0, 0),
+            "{name}: {p:?}"
+        );
     }
 }
