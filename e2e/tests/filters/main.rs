@@ -11,6 +11,7 @@ mod edges;
 mod go;
 mod goroutines;
 mod otlp;
+mod sample;
 
 use gprobe_crds::ProbeSpec;
 use gprobe_e2e::harness::{run_program, serial, Gprobe, Run};
