@@ -29,6 +29,9 @@ pub struct ProbeMeta {
     pub internal: Option<InternalProbe>,
     /// `sample:`: the share of the calls kept, by trace id (`events/sampling.rs`).
     pub sample: Option<f64>,
+    /// The probe has a `when:` or a `sample:`: the series of its kept calls say so
+    /// (`gprobe.sampled`), and its calls left out are counted apart.
+    pub selects: bool,
 }
 
 /// gprobe's own probes.
@@ -65,6 +68,7 @@ impl ProbeMeta {
             metrics: None,
             internal: None,
             sample: None,
+            selects: false,
         }
     }
 }

@@ -24,13 +24,13 @@ use tokio::sync::watch;
 
 /// An output that counts the lines written to it.
 #[derive(Clone)]
-struct Lines {
+pub(super) struct Lines {
     buf: Arc<Mutex<Vec<u8>>>,
     count: Arc<watch::Sender<usize>>,
 }
 
 impl Lines {
-    fn new() -> (Self, watch::Receiver<usize>) {
+    pub(super) fn new() -> (Self, watch::Receiver<usize>) {
         let (tx, rx) = watch::channel(0);
         (
             Self {
@@ -59,7 +59,7 @@ impl Write for Lines {
     }
 }
 
-fn calls(probe: &Arc<ProbeMeta>, pid: u32, n: usize) -> Vec<CallRecord> {
+pub(super) fn calls(probe: &Arc<ProbeMeta>, pid: u32, n: usize) -> Vec<CallRecord> {
     let resource = Arc::new(Resource {
         attributes: vec![("process.pid", pid.to_string())],
     });
@@ -88,7 +88,7 @@ fn calls(probe: &Arc<ProbeMeta>, pid: u32, n: usize) -> Vec<CallRecord> {
         .collect()
 }
 
-fn probe() -> Arc<ProbeMeta> {
+pub(super) fn probe() -> Arc<ProbeMeta> {
     Arc::new(ProbeMeta::simple(
         "http-client-urls",
         "net/http.(*Client).Get",
@@ -96,7 +96,7 @@ fn probe() -> Arc<ProbeMeta> {
     ))
 }
 
-fn otlp_cfg(endpoint: String) -> OtlpConfig {
+pub(super) fn otlp_cfg(endpoint: String) -> OtlpConfig {
     OtlpConfig::new(endpoint, Protocol::Grpc, Duration::from_secs(60))
 }
 
@@ -340,12 +340,12 @@ impl MetricsService for Receiver {
     }
 }
 
-type Received = (
+pub(super) type Received = (
     mpsc::UnboundedReceiver<ExportTraceServiceRequest>,
     mpsc::UnboundedReceiver<ExportMetricsServiceRequest>,
 );
 
-async fn receiver() -> (String, Received) {
+pub(super) async fn receiver() -> (String, Received) {
     let (ttx, trx) = mpsc::unbounded_channel();
     let (mtx, mrx) = mpsc::unbounded_channel();
     let svc = Receiver {

@@ -20,6 +20,9 @@ pub(crate) struct Writer {
     pub(crate) closed: tokio::sync::watch::Sender<bool>,
 }
 
+/// How often the output thread wakes without calls, with OTLP.
+const TICK: Duration = Duration::from_secs(1);
+
 /// Output format on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -60,9 +63,10 @@ impl Writer {
             dropped_unlogged: 0,
         };
         // Table rows wait a moment for calls that ended before them (table.rs): the
-        // thread then wakes when the oldest is due, with a timer of its own.
-        let timer = match self.format {
-            Format::Table => tokio::runtime::Builder::new_current_thread()
+        // thread then wakes when the oldest is due, with a timer of its own; with OTLP, at
+        // least every second, to count the calls probes left out (`OtlpSink::tick`).
+        let timer = match (self.format, &self.otlp) {
+            (Format::Table, _) | (_, Some(_)) => tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
                 .ok(),
@@ -70,28 +74,38 @@ impl Writer {
         };
         loop {
             let due = st.table.next_due();
-            let next = match (&timer, due) {
-                (Some(rt), Some(due)) => {
-                    let wait = Duration::from_nanos(due.saturating_sub(unix_now_ns()));
+            let next = match &timer {
+                Some(rt) if due.is_some() || self.otlp.is_some() => {
+                    let mut wait = TICK;
+                    if let Some(due) = due {
+                        wait = wait.min(Duration::from_nanos(due.saturating_sub(unix_now_ns())));
+                    }
                     match rt.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
                         Ok(b) => b,
                         Err(_) => {
                             self.write_table(Some(unix_now_ns()), &mut st);
+                            if let Some(otlp) = &mut self.otlp {
+                                otlp.tick();
+                            }
                             continue;
                         }
                     }
                 }
-                (None, Some(_)) => {
-                    // No timer: rows are written as they come, each batch in order.
-                    self.write_table(None, &mut st);
+                _ => {
+                    if due.is_some() {
+                        // No timer: rows are written as they come, each batch in order.
+                        self.write_table(None, &mut st);
+                    }
                     rx.blocking_recv()
                 }
-                (_, None) => rx.blocking_recv(),
             };
             match next {
                 Some(batch) => self.batch(batch, &mut st),
                 None => break,
             }
+        }
+        if let Some(otlp) = &mut self.otlp {
+            otlp.tick();
         }
         self.write_table(None, &mut st);
         if !st.closed {

@@ -17,6 +17,11 @@
 //! are a probe's `metrics.labels`: the captured values as `gprobe.args.NAME` /
 //! `gprobe.returns.NAME`, at most `maxSeries` combinations per probe, further ones counted
 //! under `other` (and in `gprobe.metrics.overflow`).
+//!
+//! A probe with a `when:` or a `sample:` counts every call in `gprobe.calls` all the same:
+//! its kept calls with `gprobe.sampled` = `true` (and its labels, which only kept calls
+//! have), the calls it left out (its `filtered` and `sampled_out`) with `gprobe.sampled` =
+//! `false`, without labels. `gprobe.call.duration` has the kept calls.
 
 use super::spans::{probe_attributes, PerProbe};
 use crate::events::{CallRecord, Value, ValueKind};
@@ -40,6 +45,8 @@ fn by_symbol(stats: &Stats) -> BTreeMap<(Arc<str>, Arc<str>), ProbeStats> {
         s.too_deep += p.too_deep;
         s.returns_lost += p.returns_lost;
         s.join_incomplete += p.join_incomplete;
+        s.filtered += p.filtered;
+        s.sampled_out += p.sampled_out;
     }
     out
 }
@@ -177,6 +184,10 @@ pub struct CallRecorder {
     probes: PerProbe<ProbeSeries>,
     /// Overflowed calls per (spec, symbol), read by `gprobe.metrics.overflow`.
     overflow: OverflowCounts,
+    /// Where the calls left out by `when:` and `sample:` are counted.
+    stats: Stats,
+    /// Those already added to `gprobe.calls`, per (spec, symbol).
+    left_out: BTreeMap<(Arc<str>, Arc<str>), u64>,
 }
 
 /// A captured value as a metric attribute's value.
@@ -226,7 +237,7 @@ fn labels_of(rec: &CallRecord, labels: &[Arc<str>]) -> Vec<(String, String)> {
 }
 
 impl CallRecorder {
-    pub(crate) fn new(meter: &Meter) -> Self {
+    pub(crate) fn new(meter: &Meter, stats: Stats) -> Self {
         let overflow: OverflowCounts = Arc::default();
         let ov = overflow.clone();
         meter
@@ -257,6 +268,28 @@ impl CallRecorder {
                 .build(),
             probes: PerProbe::default(),
             overflow,
+            stats,
+            left_out: BTreeMap::new(),
+        }
+    }
+
+    /// Adds the calls left out by `when:` and `sample:` since the last time to
+    /// `gprobe.calls`, as `gprobe.sampled` = `false`.
+    pub fn count_left_out(&mut self) {
+        for ((spec, symbol), p) in by_symbol(&self.stats) {
+            let total = p.filtered + p.sampled_out;
+            let seen = self
+                .left_out
+                .entry((spec.clone(), symbol.clone()))
+                .or_default();
+            if total > *seen {
+                let [a, b] = attrs(&spec, &symbol);
+                self.calls.add(
+                    total - *seen,
+                    &[a, b, KeyValue::new("gprobe.sampled", false)],
+                );
+                *seen = total;
+            }
         }
     }
 
@@ -277,6 +310,9 @@ impl CallRecorder {
             });
             attrs.clear();
             attrs.extend_from_slice(&ps.base);
+            if rec.probe.selects {
+                attrs.push(KeyValue::new("gprobe.sampled", true));
+            }
             if let Some(m) = &rec.probe.metrics {
                 let labels = labels_of(rec, &m.labels);
                 let values: Vec<String> = labels.iter().map(|(_, v)| v.clone()).collect();
@@ -296,6 +332,7 @@ impl CallRecorder {
                 self.histogram.record(d as f64 / 1e9, &attrs);
             }
         }
+        self.count_left_out();
     }
 }
 

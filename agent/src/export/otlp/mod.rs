@@ -298,6 +298,12 @@ impl OtlpSink {
         self.durations.record(&batch);
         self.queue.push(batch)
     }
+
+    /// Counts the calls left out by `when:` and `sample:` since the last batch (call it
+    /// when no batch came for a while, and at the end).
+    pub fn tick(&mut self) {
+        self.durations.count_left_out();
+    }
 }
 
 /// The OTLP task and metrics provider, until [`OtlpHandle::finish`].
@@ -344,7 +350,7 @@ pub fn start(cfg: &OtlpConfig, stats: Stats) -> Result<(OtlpSink, OtlpHandle), O
     let metrics = metrics::Metrics::new(provider);
     let meter = metrics.meter().expect("provider just built");
     metrics::observe(&meter, &stats);
-    let durations = CallRecorder::new(&meter);
+    let durations = CallRecorder::new(&meter, stats.clone());
     let queue_spans = cfg.queue_spans.max(1);
     let held = queue::Held::new(queue_spans);
     let (queue, rx) = SpanQueue::new(held.clone(), stats.clone());
