@@ -1,11 +1,14 @@
 //! Calls a predicate leaves out are not exported over OTLP either: the spans a real
-//! receiver gets are exactly the JSONL records, and the calls the predicate holds for.
+//! receiver gets are exactly the JSONL records, and the calls the predicate holds for;
+//! `gprobe.calls` still counts every call, the kept ones apart.
 
 use super::go::{builds, calls, go_id, handle, named, ID, SRC, SYMBOL};
 use super::{assert_kept, records, spec, trace_with};
 use gprobe_e2e::harness::{program, require_trace};
 use gprobe_e2e::otlp_receiver::{attr, attr_str, grpc_receiver, spans};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumberValue;
 
 #[test]
 fn only_the_calls_a_predicate_keeps_are_exported_as_spans() {
@@ -24,7 +27,8 @@ fn only_the_calls_a_predicate_keeps_are_exported_as_spans() {
         &bin,
         handle(stripped, &[ID]).latency().when(when),
     )];
-    let (run, out) = trace_with(&specs, &["--otlp-endpoint", &endpoint], &bin, &["-n", "50"]);
+    let otlp = ["--otlp-endpoint", &endpoint, "--metrics-interval", "1s"];
+    let (run, out) = trace_with(&specs, &otlp, &bin, &["-n", "50"]);
     let calls = calls(&out);
     let kept: Vec<bool> = calls
         .iter()
@@ -61,6 +65,40 @@ fn only_the_calls_a_predicate_keeps_are_exported_as_spans() {
         .collect();
     jsonl.sort_unstable();
     assert_eq!(jsonl, want);
+    // gprobe.calls counts every call: the kept ones as gprobe.sampled = true, the others
+    // as false (the last export holds the totals).
+    let mut counted = std::collections::BTreeMap::<bool, i64>::new();
+    for req in rec.metrics.lock().unwrap().iter() {
+        for m in req
+            .resource_metrics
+            .iter()
+            .flat_map(|rm| &rm.scope_metrics)
+            .flat_map(|sm| &sm.metrics)
+            .filter(|m| m.name == "gprobe.calls")
+        {
+            let Some(Data::Sum(sum)) = &m.data else {
+                panic!("gprobe.calls is not a sum: {m:?}");
+            };
+            for p in &sum.data_points {
+                if attr_str(&p.attributes, "gprobe.probe").as_deref() != Some("otlp-api") {
+                    continue;
+                }
+                let sampled = match attr(&p.attributes, "gprobe.sampled") {
+                    Some(AnyValue::BoolValue(b)) => *b,
+                    other => panic!("gprobe.sampled is {other:?}: {p:?}"),
+                };
+                if let Some(NumberValue::AsInt(v)) = p.value {
+                    counted.insert(sampled, v);
+                }
+            }
+        }
+    }
+    let kept_n = want.len() as i64;
+    assert_eq!(
+        counted,
+        [(false, calls.len() as i64 - kept_n), (true, kept_n)].into(),
+        "gprobe.calls by gprobe.sampled"
+    );
     let s = run.summary();
     assert_eq!(s.otlp.spans_exported, want.len() as u64, "{:?}", s.otlp);
     assert_eq!(
