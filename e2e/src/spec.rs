@@ -200,6 +200,20 @@ impl ProbeBuilder {
         self
     }
 
+    /// `when: PREDICATE`: keep only the calls for which it holds (the others are counted
+    /// as `filtered`).
+    pub fn when(mut self, predicate: &str) -> Self {
+        self.0.when = Some(predicate.to_string());
+        self
+    }
+
+    /// `sample: RATIO`: keep this share of the calls that pass `when` (the others are
+    /// counted as `sampled_out`).
+    pub fn sample(mut self, ratio: f64) -> Self {
+        self.0.sample = Some(ratio);
+        self
+    }
+
     /// The typed probe.
     pub fn build(self) -> Probe {
         self.0
@@ -245,7 +259,11 @@ mod tests {
                     .capture(["url", "err"])
                     .latency(),
             )
-            .probe(ProbeBuilder::new("main.nope"))
+            .probe(
+                ProbeBuilder::new("main.nope")
+                    .when(r#"hasPrefix(p, "/api/") && n > 5"#)
+                    .sample(0.25),
+            )
             .events_per_second(50)
             .yaml();
         let specs = gprobe_crds::load_specs(&yaml, "spec.yaml").unwrap();
@@ -257,6 +275,12 @@ mod tests {
         assert_eq!(s.spec.probes[0].capture, ["url", "err"]);
         assert!(s.spec.probes[0].latency);
         assert!(!s.spec.probes[1].latency && s.spec.probes[1].signature.is_none());
+        assert_eq!(s.spec.probes[0].when, None);
+        assert_eq!(
+            s.spec.probes[1].when.as_deref(),
+            Some(r#"hasPrefix(p, "/api/") && n > 5"#)
+        );
+        assert_eq!(s.spec.probes[1].sample, Some(0.25));
         assert_eq!(s.spec.limits.events_per_second, 50);
         assert_eq!(s.spec.limits.max_string_bytes, 256);
         assert!(!yaml.contains("status"), "{yaml}");

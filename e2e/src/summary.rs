@@ -45,6 +45,15 @@ pub struct ProbeSummary {
     pub throttled: u64,
     pub unfinished: u64,
     pub abandoned: u64,
+    /// Calls nested deeper than the pairing stack (not recorded).
+    #[serde(default)]
+    pub too_deep: u64,
+    /// Calls for which the probe's `when` did not hold.
+    #[serde(default)]
+    pub filtered: u64,
+    /// Calls that passed `when` but were left out by `sample`.
+    #[serde(default)]
+    pub sampled_out: u64,
     /// How the kernel runs its sites, once attached.
     #[serde(default)]
     pub site: Option<SiteSummary>,
