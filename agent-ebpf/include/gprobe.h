@@ -245,7 +245,8 @@ struct gp_stats {
 			   * a handler's traceparent may have been missed; GP_PROBE_HTTP_OUT: a
 			   * request sent without one, as it may have had its own */
 	__u64 filtered;  /* calls that failed the probe's `when:` (at the entry, or at the return:
-			  * then its entry was recorded, and the RETURN says GP_EV_FILTERED) */
+			  * then its entry was recorded, and the RETURN says GP_EV_FILTERED);
+			  * GP_PROBE_HTTP_WRITE: traceparents written as not sampled */
 };
 
 struct gp_inflight_key {

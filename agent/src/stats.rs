@@ -197,6 +197,8 @@ pub struct Propagation {
     pub active: bool,
     pub requests: u64,
     pub written: u64,
+    /// Of `written`, the traceparents that said the trace is not sampled (`sample:`).
+    pub unsampled: u64,
     /// Requests made inside propagating spans whose header map could not be searched to
     /// the end: sent as they were (they may have had a traceparent of their own).
     pub incomplete: u64,
@@ -213,6 +215,7 @@ pub struct Propagation {
 pub struct PropagationCounts {
     pub requests: u64,
     pub written: u64,
+    pub unsampled: u64,
     pub incomplete: u64,
 }
 
@@ -220,6 +223,7 @@ impl std::ops::AddAssign for PropagationCounts {
     fn add_assign(&mut self, o: Self) {
         self.requests += o.requests;
         self.written += o.written;
+        self.unsampled += o.unsampled;
         self.incomplete += o.incomplete;
     }
 }
@@ -447,6 +451,7 @@ impl Stats {
         total += now;
         p.requests = total.requests;
         p.written = total.written;
+        p.unsampled = total.unsampled;
         p.incomplete = total.incomplete;
         if error.is_some() {
             p.error = error;

@@ -101,6 +101,8 @@ static __always_inline int http_write_line(struct x86_regs *r, const struct gp_p
 			return 0;
 	}
 	st->emitted++;
+	if (out.flags & GP_SPAN_UNSAMPLED)
+		st->filtered++; /* written as not sampled */
 	return 0;
 }
 
