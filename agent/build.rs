@@ -99,6 +99,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_filter", &["n_terms", "n_ops", "n_out", "ops", "terms"]),
     ("gp_fval", &["word", "len", "state", "n", "bytes"]),
     ("gp_fvals", &["v"]),
+    ("gp_durations", &["n"]),
 ];
 
 /// How every BPF source is compiled: the programs, and each header alone (`check_headers`).
@@ -322,6 +323,7 @@ fn main() -> Result<()> {
         "GP_FTF_SIGNED",
         "GP_FTF_STR",
         "GP_FTF_NIL_ZERO",
+        "GP_DUR_BUCKETS",
         "GP_FCAP_DURATION",
         "GP_FCAP_ENTRY",
         "GP_FCAP_NONE",

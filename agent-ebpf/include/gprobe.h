@@ -268,6 +268,17 @@ struct gp_inflight {
  * no id; its record lost: the id it had, so that its span still closes): its return pops
  * the place, and records nothing, instead of taking an outer call's entry. */
 #define GP_CALL_UNRECORDED (1ULL << 63)
+/* With GP_CALL_UNRECORDED: the entry failed its probe's `when:`; its return counts its
+ * duration in `left_out`. */
+#define GP_CALL_FILTERED (1ULL << 62)
+
+/* The durations of the calls a probe's `when:` left out, by floor(log2(ns)) (bucket i:
+ * [2^i, 2^(i+1)) ns; bucket 0 also holds 0): map left_out, per CPU, keyed by the slot of
+ * the probe's return configuration. */
+#define GP_DUR_BUCKETS 64
+struct gp_durations {
+	__u64 n[GP_DUR_BUCKETS];
+};
 
 /* A goroutine of a process: the key of the spans open on it. */
 struct gp_span_key {

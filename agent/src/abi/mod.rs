@@ -478,7 +478,8 @@ macro_rules! for_each_record {
             GpProcEvent,
             GpProcExec,
             GpFilter,
-            GpFvals
+            GpFvals,
+            GpDurations
         );
     };
 }
@@ -525,6 +526,27 @@ check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_i
     kind => OFFSETOF_GP_EVENT_KIND, data_len => OFFSETOF_GP_EVENT_DATA_LEN);
 check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => OFFSETOF_GP_VALUE_FLAGS,
     len => OFFSETOF_GP_VALUE_LEN, full_len => OFFSETOF_GP_VALUE_FULL_LEN);
+/// Buckets of `gp_durations`: bucket i holds the durations in [2^i, 2^(i+1)) ns.
+pub const DUR_BUCKETS: usize = c::GP_DUR_BUCKETS;
+
+/// `left_out`'s value: the durations of the calls a probe's `when:` left out, by
+/// floor(log2(ns)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpDurations {
+    pub n: [u64; DUR_BUCKETS],
+}
+
+impl Default for GpDurations {
+    fn default() -> Self {
+        Self {
+            n: [0; DUR_BUCKETS],
+        }
+    }
+}
+
+check_layout!(GpDurations, SIZEOF_GP_DURATIONS, n => OFFSETOF_GP_DURATIONS_N);
+
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
     lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
     too_deep => OFFSETOF_GP_STATS_TOO_DEEP, incomplete => OFFSETOF_GP_STATS_INCOMPLETE,

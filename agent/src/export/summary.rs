@@ -302,7 +302,7 @@ mod tests {
                 returns_lost: 2,
                 too_deep: 3,
                 incomplete: 5,
-                filtered: 0,
+                ..Default::default()
             },
         );
         st.add_unfinished(&tick, 2);
