@@ -381,15 +381,13 @@ int gprobe_uprobe(struct x86_regs *r)
 	}
 	s->hdr_map = 0;
 	/* Left out by its `when:` (or over the rate limit after it): at the entry, nothing was
-	 * written; at the return, a record that drops the entry. */
-	if (h.drop == EMIT_FILTERED) {
-		st->filtered++;
-		if (cfg->kind == GP_PROBE_RETURN)
-			count_left_out(id, h.duration);
-	}
-	else if (h.drop == EMIT_THROTTLED)
-		st->throttled++;
+	 * written; at the return, a record that drops the entry, counted once it is written
+	 * (lost, the entry is delivered without its return, as any call whose RETURN was). */
 	if (err == EMIT_FILTERED || err == EMIT_THROTTLED) {
+		if (err == EMIT_FILTERED)
+			st->filtered++;
+		else
+			st->throttled++;
 		/* Its return pops its place and records nothing (but the duration of a call
 		 * left out by its `when:`). */
 		h.call_id |= GP_CALL_UNRECORDED | (err == EMIT_FILTERED ? GP_CALL_FILTERED : 0);
@@ -401,6 +399,12 @@ int gprobe_uprobe(struct x86_regs *r)
 	} else {
 		s->lost = 0;
 		st->emitted++;
+		if (h.drop == EMIT_FILTERED) {
+			st->filtered++;
+			count_left_out(id, h.duration);
+		} else if (h.drop == EMIT_THROTTLED) {
+			st->throttled++;
+		}
 	}
 
 	/* Decided on values read back from maps, not on this hit's own constants (kind, what
