@@ -10,6 +10,7 @@ mod c;
 mod edges;
 mod go;
 mod goroutines;
+mod kinds;
 mod otlp;
 mod sample;
 
