@@ -5,7 +5,7 @@
 //	call id=7 n=5 path=/api/orders/7 ok=false customer=yes name=acorn items=1 price=10.5 total=11 err=odd dur_ns=1234
 //
 // (customer=nil and an empty name= when the order has no customer; err=nil without an
-// error), and one line of its call of kinds
+// error, err=code for a nil *codeErr, which is a non-nil error), and one line of its call of kinds
 //
 //	kinds id=7 x=0 y=21 small=-63 u16=14000 big=9223372036854775815 b=3 body=POST:/y map=true len=3 flag=false
 //
@@ -45,6 +45,11 @@ type Order struct {
 
 var errOdd = errors.New("odd")
 
+// codeErr's nil pointer is an error all the same: a non-nil interface.
+type codeErr struct{ code int }
+
+func (e *codeErr) Error() string { return "code" }
+
 // sink keeps *Order's runtime type descriptor (and those of the types it holds) in the
 // binary: a stripped build describes its types only through them.
 var (
@@ -63,6 +68,9 @@ func handle(o *Order, path string, n int64, ok bool) (total int64, err error) {
 	}
 	if o.ID%4 == 3 {
 		err = errOdd
+	} else if o.ID%9 == 5 {
+		var typedNil *codeErr
+		err = typedNil
 	}
 	return total, err
 }
