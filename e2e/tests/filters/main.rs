@@ -12,6 +12,7 @@ mod go;
 mod goroutines;
 mod kinds;
 mod otlp;
+mod pressure;
 mod sample;
 
 use gprobe_crds::ProbeSpec;
