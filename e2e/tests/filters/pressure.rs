@@ -65,11 +65,13 @@ fn a_full_ring_buffer_with_predicates_counts_every_call_once() {
         assert!(
             failing.is_empty(),
             "{name}: {} calls that fail the predicate (i < 50000) delivered, e.g. i = {:?}; \
-             {} records unfinished, e.g. i = {:?}; {p:?}",
+             {} records unfinished, e.g. i = {:?}; delivered + filtered + lost + throttled = \
+             {}; {p:?}",
             failing.len(),
             &failing[..failing.len().min(8)],
             unfinished.len(),
             &unfinished[..unfinished.len().min(8)],
+            p.delivered + p.filtered + p.lost + p.throttled,
         );
         assert_eq!(
             p.delivered + p.filtered + p.lost + p.throttled,
