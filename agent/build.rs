@@ -35,6 +35,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
             "rate_limit",
             "cost_ns",
             "aux",
+            "sample_bound",
             "caps",
         ],
     ),
@@ -75,12 +76,13 @@ const STRUCTS: &[(&str, &[&str])] = &[
         "gp_inflight",
         &["depth", "overflow", "ts", "call_id", "fbits"],
     ),
-    ("gp_out", &["trace", "span", "map", "writer", "ts"]),
+    ("gp_out", &["trace", "span", "map", "writer", "ts", "flags"]),
     ("gp_out_key", &["writer", "tgid"]),
     (
         "gp_span_ctx",
         &[
             "depth",
+            "flags",
             "trace",
             "span",
             "call_id",
@@ -97,6 +99,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_filter", &["n_terms", "n_ops", "n_out", "ops", "terms"]),
     ("gp_fval", &["word", "len", "state", "n", "bytes"]),
     ("gp_fvals", &["v"]),
+    ("gp_durations", &["n"]),
 ];
 
 /// How every BPF source is compiled: the programs, and each header alone (`check_headers`).
@@ -320,6 +323,7 @@ fn main() -> Result<()> {
         "GP_FTF_SIGNED",
         "GP_FTF_STR",
         "GP_FTF_NIL_ZERO",
+        "GP_DUR_BUCKETS",
         "GP_FCAP_DURATION",
         "GP_FCAP_ENTRY",
         "GP_FCAP_NONE",

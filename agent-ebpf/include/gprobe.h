@@ -182,6 +182,9 @@ struct gp_probe_cfg {
 			   * start): added to the process's budget slot (the cookie's high half) */
 	__u64 aux;        /* GP_PROBE_HTTP_WRITE: the *bufio.Writer type descriptor's address;
 			   * GP_CFG_PROPAGATE entry: 1 + the index of its GP_CAP_HEADER, or 0 */
+	__u64 sample_bound; /* GP_CFG_PROPAGATE entry with `sample:`: a trace it starts is
+			     * sampled when the low 64 bits of its id, shifted right once, are
+			     * below this (OpenTelemetry's TraceIdRatioBased); 0: every trace */
 	struct gp_capture caps[GP_MAX_CAPTURES];
 };
 
@@ -242,7 +245,8 @@ struct gp_stats {
 			   * a handler's traceparent may have been missed; GP_PROBE_HTTP_OUT: a
 			   * request sent without one, as it may have had its own */
 	__u64 filtered;  /* calls that failed the probe's `when:` (at the entry, or at the return:
-			  * then its entry was recorded, and the RETURN says GP_EV_FILTERED) */
+			  * then its entry was recorded, and the RETURN says GP_EV_FILTERED);
+			  * GP_PROBE_HTTP_WRITE: traceparents written as not sampled */
 };
 
 struct gp_inflight_key {
@@ -264,6 +268,17 @@ struct gp_inflight {
  * no id; its record lost: the id it had, so that its span still closes): its return pops
  * the place, and records nothing, instead of taking an outer call's entry. */
 #define GP_CALL_UNRECORDED (1ULL << 63)
+/* With GP_CALL_UNRECORDED: the entry failed its probe's `when:`; its return counts its
+ * duration in `left_out`. */
+#define GP_CALL_FILTERED (1ULL << 62)
+
+/* The durations of the calls a probe's `when:` left out, by floor(log2(ns)) (bucket i:
+ * [2^i, 2^(i+1)) ns; bucket 0 also holds 0): map left_out, per CPU, keyed by the slot of
+ * the probe's return configuration. */
+#define GP_DUR_BUCKETS 64
+struct gp_durations {
+	__u64 n[GP_DUR_BUCKETS];
+};
 
 /* A goroutine of a process: the key of the spans open on it. */
 struct gp_span_key {
@@ -275,7 +290,8 @@ struct gp_span_key {
 /* The propagating spans open on a goroutine (GP_CFG_PROPAGATE), innermost last. */
 struct gp_span_ctx {
 	__u32 depth;
-	__u32 _pad;
+	__u32 flags; /* GP_SPAN_UNSAMPLED: the trace of its spans is not sampled;
+		      * GP_SPAN_PARENT_UNSAMPLED: nor parent_trace */
 	__u64 trace[2]; /* the trace of them all: high, low */
 	__u64 span[GP_MAX_DEPTH];
 	__u64 call_id[GP_MAX_DEPTH];
@@ -294,7 +310,11 @@ struct gp_out {
 	__u64 map;    /* the request's header map (req.Header) */
 	__u64 writer; /* the *bufio.Writer of the connection it was handed to; 0: none yet */
 	__u64 ts;     /* when it was handed to that connection */
+	__u64 flags;  /* GP_SPAN_UNSAMPLED: its traceparent says not sampled */
 };
+
+#define GP_SPAN_UNSAMPLED 1
+#define GP_SPAN_PARENT_UNSAMPLED 2
 
 /* A connection's *bufio.Writer in a process: where the header writer finds the goroutine
  * whose request that connection is sending (value: its runtime.g). */

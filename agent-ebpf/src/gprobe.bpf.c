@@ -93,6 +93,23 @@ static __always_inline void inflight_skip(const struct gp_inflight_key *ik)
 
 #include "record.h"
 
+/* A call its `when:` left out returned after `ns`: counted in its bucket (map left_out,
+ * entry `id`: the return configuration's slot). */
+static __always_inline void count_left_out(__u32 id, __u64 ns)
+{
+	struct gp_durations *d = bpf_map_lookup_elem(&left_out, &id);
+	if (!d)
+		return;
+	__u32 b = 0;
+	if (ns >> 32) { ns >>= 32; b += 32; }
+	if (ns >> 16) { ns >>= 16; b += 16; }
+	if (ns >> 8) { ns >>= 8; b += 8; }
+	if (ns >> 4) { ns >>= 4; b += 4; }
+	if (ns >> 2) { ns >>= 2; b += 2; }
+	if (ns >> 1) { b += 1; }
+	d->n[b & (GP_DUR_BUCKETS - 1)]++;
+}
+
 #include "inplace.h"
 
 #include "captures.h"
@@ -304,15 +321,21 @@ int gprobe_uprobe(struct x86_regs *r)
 		__u64 entered;
 		h.call_id = inflight_pop(&ik, in, &entered, &h.fpre);
 		__u64 unrecorded = h.call_id & GP_CALL_UNRECORDED;
-		h.call_id &= ~GP_CALL_UNRECORDED;
+		__u64 left = h.call_id & GP_CALL_FILTERED;
+		h.call_id &= ~(GP_CALL_UNRECORDED | GP_CALL_FILTERED);
 		h.duration = h.now - entered;
 		h.kind = GP_EV_RETURN;
 		if (h.call_id && (cfg->flags & GP_CFG_PROPAGATE))
 			span_exit(ik.tgid, ik.goroutine, h.call_id);
 		if (h.call_id && (cfg->flags & GP_CFG_NEWPROC))
 			span_spawned(s, h.pid_tgid, r->ax);
-		if (unrecorded)
-			return 0; /* counted at its entry (throttled or lost) */
+		if (unrecorded) {
+			/* Counted at its entry (filtered, throttled or lost); a call its `when:`
+			 * left out still has its duration counted. */
+			if (left)
+				count_left_out(id, h.duration);
+			return 0;
+		}
 	} else {
 		/* With a `when:`, the limit applies to the calls it keeps (emit_any). */
 		if (cfg->rate_limit && !(cfg->flags & GP_CFG_FILTER) &&
@@ -359,13 +382,17 @@ int gprobe_uprobe(struct x86_regs *r)
 	s->hdr_map = 0;
 	/* Left out by its `when:` (or over the rate limit after it): at the entry, nothing was
 	 * written; at the return, a record that drops the entry. */
-	if (h.drop == EMIT_FILTERED)
+	if (h.drop == EMIT_FILTERED) {
 		st->filtered++;
+		if (cfg->kind == GP_PROBE_RETURN)
+			count_left_out(id, h.duration);
+	}
 	else if (h.drop == EMIT_THROTTLED)
 		st->throttled++;
 	if (err == EMIT_FILTERED || err == EMIT_THROTTLED) {
-		/* Its return pops its place and records nothing. */
-		h.call_id |= GP_CALL_UNRECORDED;
+		/* Its return pops its place and records nothing (but the duration of a call
+		 * left out by its `when:`). */
+		h.call_id |= GP_CALL_UNRECORDED | (err == EMIT_FILTERED ? GP_CALL_FILTERED : 0);
 	} else if (err) {
 		st->lost++;
 		s->lost = 1;

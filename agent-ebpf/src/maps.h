@@ -86,6 +86,16 @@ struct {
 	__type(value, struct gp_filter);
 } filters SEC(".maps");
 
+/* What the calls left out by a `when:` took (struct gp_durations), by the slot of the
+ * probe's return configuration: added by the agent with the configuration. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct gp_durations);
+} left_out SEC(".maps");
+
 struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */

@@ -48,6 +48,10 @@ pub struct ProbeStats {
     pub filtered: u64,
     /// Calls that passed `when:` and were left out by `sample:` (decided by trace id).
     pub sampled_out: u64,
+    /// The durations of the calls `when:` left out whose return was seen (counted in BPF).
+    pub filtered_durations: DurationBuckets,
+    /// The durations of the calls `sample:` left out.
+    pub sampled_out_durations: DurationBuckets,
     /// Uprobe hits seen in the kernel.
     pub hits: u64,
     /// Calls whose request's header map could not be searched to the end (too many headers,
@@ -69,6 +73,37 @@ pub struct KernelCounts {
     pub incomplete: u64,
     /// Calls that failed the probe's `when:` (`gp_stats.filtered`).
     pub filtered: u64,
+    /// Their durations, where their return was seen (map `left_out`).
+    pub filtered_durations: DurationBuckets,
+}
+
+/// Call durations by floor(log2(ns)): bucket i holds [2^i, 2^(i+1)) ns (and 0 ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationBuckets(pub [u64; crate::abi::DUR_BUCKETS]);
+
+impl Default for DurationBuckets {
+    fn default() -> Self {
+        Self([0; crate::abi::DUR_BUCKETS])
+    }
+}
+
+impl DurationBuckets {
+    pub fn add_ns(&mut self, ns: u64) {
+        self.0[ns.max(1).ilog2() as usize] += 1;
+    }
+
+    /// A duration that stands for bucket `i`: its middle, in seconds.
+    pub fn middle_s(i: usize) -> f64 {
+        1.5 * (1u64 << i.min(62)) as f64 / 1e9
+    }
+}
+
+impl std::ops::AddAssign for DurationBuckets {
+    fn add_assign(&mut self, o: Self) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+    }
 }
 
 impl std::ops::AddAssign for KernelCounts {
@@ -81,6 +116,7 @@ impl std::ops::AddAssign for KernelCounts {
         self.too_deep += o.too_deep;
         self.incomplete += o.incomplete;
         self.filtered += o.filtered;
+        self.filtered_durations += o.filtered_durations;
     }
 }
 
@@ -197,6 +233,8 @@ pub struct Propagation {
     pub active: bool,
     pub requests: u64,
     pub written: u64,
+    /// Of `written`, the traceparents that said the trace is not sampled (`sample:`).
+    pub unsampled: u64,
     /// Requests made inside propagating spans whose header map could not be searched to
     /// the end: sent as they were (they may have had a traceparent of their own).
     pub incomplete: u64,
@@ -213,6 +251,7 @@ pub struct Propagation {
 pub struct PropagationCounts {
     pub requests: u64,
     pub written: u64,
+    pub unsampled: u64,
     pub incomplete: u64,
 }
 
@@ -220,6 +259,7 @@ impl std::ops::AddAssign for PropagationCounts {
     fn add_assign(&mut self, o: Self) {
         self.requests += o.requests;
         self.written += o.written;
+        self.unsampled += o.unsampled;
         self.incomplete += o.incomplete;
     }
 }
@@ -331,11 +371,14 @@ impl Stats {
             .unfinished += n;
     }
 
-    pub fn add_sampled_out(&self, key: &ProbeKey, n: u64) {
-        lock(&self.0.probes)
-            .entry(key.clone())
-            .or_default()
-            .sampled_out += n;
+    /// A call `sample:` left out, and its duration (none: unfinished, or no latency).
+    pub fn add_sampled_out(&self, key: &ProbeKey, duration_ns: Option<u64>) {
+        let mut probes = lock(&self.0.probes);
+        let p = probes.entry(key.clone()).or_default();
+        p.sampled_out += 1;
+        if let Some(ns) = duration_ns {
+            p.sampled_out_durations.add_ns(ns);
+        }
     }
 
     pub fn add_abandoned(&self, key: &ProbeKey, n: u64) {
@@ -356,6 +399,7 @@ impl Stats {
         p.too_deep = k.too_deep;
         p.join_incomplete = k.incomplete;
         p.filtered = k.filtered;
+        p.filtered_durations = k.filtered_durations;
     }
 
     /// Calls of `key` delivered from `pid` so far.
@@ -447,6 +491,7 @@ impl Stats {
         total += now;
         p.requests = total.requests;
         p.written = total.written;
+        p.unsampled = total.unsampled;
         p.incomplete = total.incomplete;
         if error.is_some() {
             p.error = error;

@@ -7,9 +7,10 @@
  * GP_PROBE_HTTP_WRITE at net/http.Header.writeSubset(h, w io.Writer, ...), where the
  * connection's writer goroutine writes the request's headers: when w is the writer of a
  * connection a request was handed to, that request's round trip is still in progress and
- * h is its header map, "Traceparent: 00-<trace>-<span>-01\r\n" is written into w's
- * buffer (w must be the *bufio.Writer the transport writes through, with room), and its
- * count of buffered bytes moved past it. Whatever else w is, nothing is written to it.
+ * h is its header map, "Traceparent: 00-<trace>-<span>-01\r\n" (-00 for a trace not
+ * sampled) is written into w's buffer (w must be the *bufio.Writer the transport writes
+ * through, with room), and its count of buffered bytes moved past it. Whatever else w
+ * is, nothing is written to it.
  * HTTP/1 only: HTTP/2 encodes headers elsewhere.
  * Counts (gp_stats): emitted = headers written; lost = not written (a stale hand-off, no
  * room, another writer type). The program comes twice: with the writes, and without them

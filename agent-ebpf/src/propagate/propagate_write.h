@@ -79,7 +79,7 @@ static __always_inline int http_write_line(struct x86_regs *r, const struct gp_p
 	hex16(line + 49, out.span);
 	line[65] = '-';
 	line[66] = '0';
-	line[67] = '1';
+	line[67] = (out.flags & GP_SPAN_UNSAMPLED) ? '0' : '1';
 	line[68] = '\r';
 	line[69] = '\n';
 	if (write) {
@@ -101,6 +101,8 @@ static __always_inline int http_write_line(struct x86_regs *r, const struct gp_p
 			return 0;
 	}
 	st->emitted++;
+	if (out.flags & GP_SPAN_UNSAMPLED)
+		st->filtered++; /* written as not sampled */
 	return 0;
 }
 

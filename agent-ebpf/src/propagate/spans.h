@@ -27,6 +27,7 @@ struct gp_spawn {
 	__u64 g;
 	__u64 span;
 	__u64 trace[2];
+	__u32 unsampled; /* the trace is not sampled */
 };
 
 struct {
@@ -38,9 +39,9 @@ struct {
 
 /* The innermost propagating span open for goroutine `k`: its own, else, for a goroutine
  * started inside one, that span while it is still open in its goroutine. 1 when there is
- * one (*trace, *span). */
+ * one (*trace, *span; *unsampled: its trace is not sampled). */
 static __always_inline int span_current(struct gp_span_ctx *sc, __u32 tgid, __u64 *trace,
-					__u64 *span)
+					__u64 *span, __u32 *unsampled)
 {
 	if (!sc)
 		return 0;
@@ -48,6 +49,7 @@ static __always_inline int span_current(struct gp_span_ctx *sc, __u32 tgid, __u6
 		trace[0] = sc->trace[0];
 		trace[1] = sc->trace[1];
 		*span = sc->span[(sc->depth - 1) & (GP_MAX_DEPTH - 1)];
+		*unsampled = sc->flags & GP_SPAN_UNSAMPLED;
 		return 1;
 	}
 	if (!sc->parent_g)
@@ -66,6 +68,7 @@ static __always_inline int span_current(struct gp_span_ctx *sc, __u32 tgid, __u6
 			trace[0] = sc->parent_trace[0];
 			trace[1] = sc->parent_trace[1];
 			*span = want;
+			*unsampled = !!(sc->flags & GP_SPAN_PARENT_UNSAMPLED);
 			return 1;
 		}
 	}
@@ -78,7 +81,7 @@ static __always_inline void spawn_enter(const struct x86_regs *r, __u64 pid_tgid
 	struct gp_span_key k = { .goroutine = r->bx, .tgid = pid_tgid >> 32 };
 	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
 	struct gp_spawn sp = {};
-	if (span_current(sc, k.tgid, sp.trace, &sp.span)) {
+	if (span_current(sc, k.tgid, sp.trace, &sp.span, &sp.unsampled)) {
 		/* A grandchild inherits what its parent inherited: the same span. */
 		sp.g = sc->depth > 0 ? k.goroutine : sc->parent_g;
 		bpf_map_update_elem(&spawning, &pid_tgid, &sp, BPF_ANY);
@@ -111,7 +114,8 @@ static __always_inline __u64 hexn(const char *p, __u32 n, __u8 *bad)
 
 /* The caller's span from the W3C traceparent (version 00) of the request this hit's
  * handler serves, read by the configuration's GP_CAP_HEADER capture (caps[aux - 1]):
- * s->span[0..1] (trace) and s->span[3] (parent). 1 when there is a valid one. */
+ * s->span[0..1] (trace) and s->span[3] (parent). 1 when there is a valid one whose
+ * sampled flag is set, 3 when it is clear; 0 when there is none. */
 __attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_probe_cfg *cfg)
 {
 	if (!s || !cfg)
@@ -145,7 +149,7 @@ __attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_p
 	__u64 version = hexn(t, 2, &bad);
 	__u64 hi = hexn(t + 3, 16, &bad), lo = hexn(t + 19, 16, &bad);
 	__u64 span = hexn(t + 36, 16, &bad);
-	hexn(t + 53, 2, &bad); /* the flags */
+	__u64 flags = hexn(t + 53, 2, &bad);
 	if (bad || !(hi | lo) || !span || version == 0xff)
 		return 0;
 	if ((version == 0 && s->hdr[1] != 55) || (s->hdr[1] > 55 && t[55] != '-'))
@@ -153,7 +157,7 @@ __attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_p
 	s->span[0] = hi;
 	s->span[1] = lo;
 	s->span[3] = span;
-	return 1;
+	return (flags & 1) ? 1 : 3;
 }
 
 /* A propagating probe's entry: its span, in s->span, and pushed on its goroutine's. Its
@@ -164,22 +168,31 @@ static __always_inline void span_enter(const struct x86_regs *r, const struct gp
 {
 	struct gp_span_key k = { .goroutine = g, .tgid = tgid };
 	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, &k);
-	if (span_current(sc, tgid, s->span, &s->span[3])) {
+	__u32 unsampled = 0;
+	if (span_current(sc, tgid, s->span, &s->span[3], &unsampled)) {
 		if (sc->depth == 0 || sc->depth > GP_MAX_DEPTH) {
 			/* The goroutine's first: in the span it was started inside. */
 			sc->depth = 0;
 			sc->trace[0] = s->span[0];
 			sc->trace[1] = s->span[1];
+			sc->flags = (sc->flags & ~GP_SPAN_UNSAMPLED) | unsampled;
 		}
 	} else {
 		save_regs(s->regs, r);
-		if (!gp_remote_ctx(s, cfg)) {
+		int remote = gp_remote_ctx(s, cfg);
+		if (remote) {
+			/* The caller decided. */
+			unsampled = remote == 3;
+		} else {
 			s->span[0] = rand64();
 			s->span[1] = rand64();
 			s->span[3] = 0;
+			/* A new trace: sampled as the agent's reader decides for its calls. */
+			unsampled = cfg->sample_bound && (s->span[1] >> 1) >= cfg->sample_bound;
 		}
 		if (!sc) {
 			s->fresh.depth = 0;
+			s->fresh.flags = 0;
 			s->fresh.parent_g = 0;
 			if (bpf_map_update_elem(&spanctx, &k, &s->fresh, BPF_NOEXIST) &&
 			    bpf_map_update_elem(&spanctx, &k, &s->fresh, BPF_ANY))
@@ -191,6 +204,7 @@ static __always_inline void span_enter(const struct x86_regs *r, const struct gp
 		sc->depth = 0;
 		sc->trace[0] = s->span[0];
 		sc->trace[1] = s->span[1];
+		sc->flags = (sc->flags & ~GP_SPAN_UNSAMPLED) | unsampled;
 	}
 	if (sc->depth < GP_MAX_DEPTH) {
 		__u32 d = sc->depth & (GP_MAX_DEPTH - 1);
@@ -215,6 +229,7 @@ static __always_inline void span_spawned(struct scratch *s, __u64 pid_tgid, __u6
 		return;
 	}
 	s->fresh.depth = 0;
+	s->fresh.flags = sp->unsampled ? GP_SPAN_PARENT_UNSAMPLED : 0;
 	s->fresh.parent_g = sp->g;
 	s->fresh.parent_span = sp->span;
 	s->fresh.parent_trace[0] = sp->trace[0];
@@ -283,8 +298,10 @@ static __always_inline int http_out(struct x86_regs *r, const struct gp_probe_cf
 	bpf_map_delete_elem(&requests, k);
 	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, k);
 	struct gp_out out = {};
-	if (!span_current(sc, k->tgid, out.trace, &out.span))
+	__u32 unsampled = 0;
+	if (!span_current(sc, k->tgid, out.trace, &out.span, &unsampled))
 		return 0; /* no propagating span open: nothing to carry */
+	out.flags = unsampled ? GP_SPAN_UNSAMPLED : 0;
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	if (!s)

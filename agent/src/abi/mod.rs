@@ -364,6 +364,7 @@ pub struct GpOut {
     pub map: u64,
     pub writer: u64,
     pub ts: u64,
+    pub flags: u64,
 }
 
 /// `conns`' key: a connection's writer in a process (`gp_out_key`, propagate/spans.h).
@@ -380,7 +381,7 @@ pub struct GpOutKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GpSpanCtx {
     pub depth: u32,
-    pub _pad: u32,
+    pub flags: u32,
     pub trace: [u64; 2],
     pub span: [u64; GP_MAX_DEPTH],
     pub call_id: [u64; GP_MAX_DEPTH],
@@ -404,6 +405,9 @@ pub struct GpProbeCfg {
     pub cost_ns: u32,
     /// `PROBE_HTTP_WRITE`: the link-time address of the `*bufio.Writer` type descriptor.
     pub aux: u64,
+    /// A propagating entry with `sample:`: the bound its new traces' ids are sampled
+    /// under (`crate::plan::sample_bound`); 0: every trace.
+    pub sample_bound: u64,
     pub caps: [GpCapture; GP_MAX_CAPTURES],
 }
 
@@ -474,7 +478,8 @@ macro_rules! for_each_record {
             GpProcEvent,
             GpProcExec,
             GpFilter,
-            GpFvals
+            GpFvals,
+            GpDurations
         );
     };
 }
@@ -513,13 +518,35 @@ check_layout!(GpProbeCfg, SIZEOF_GP_PROBE_CFG, func_id => OFFSETOF_GP_PROBE_CFG_
     kind => OFFSETOF_GP_PROBE_CFG_KIND, n_captures => OFFSETOF_GP_PROBE_CFG_N_CAPTURES,
     flags => OFFSETOF_GP_PROBE_CFG_FLAGS, jcc => OFFSETOF_GP_PROBE_CFG_JCC,
     rate_limit => OFFSETOF_GP_PROBE_CFG_RATE_LIMIT, cost_ns => OFFSETOF_GP_PROBE_CFG_COST_NS,
-    aux => OFFSETOF_GP_PROBE_CFG_AUX, caps => OFFSETOF_GP_PROBE_CFG_CAPS);
+    aux => OFFSETOF_GP_PROBE_CFG_AUX, sample_bound => OFFSETOF_GP_PROBE_CFG_SAMPLE_BOUND,
+    caps => OFFSETOF_GP_PROBE_CFG_CAPS);
 check_layout!(GpEvent, SIZEOF_GP_EVENT, ts_ns => OFFSETOF_GP_EVENT_TS_NS, call_id => OFFSETOF_GP_EVENT_CALL_ID,
     goroutine => OFFSETOF_GP_EVENT_GOROUTINE, duration_ns => OFFSETOF_GP_EVENT_DURATION_NS,
     pid => OFFSETOF_GP_EVENT_PID, tid => OFFSETOF_GP_EVENT_TID, probe_id => OFFSETOF_GP_EVENT_PROBE_ID,
     kind => OFFSETOF_GP_EVENT_KIND, data_len => OFFSETOF_GP_EVENT_DATA_LEN);
 check_layout!(GpValue, SIZEOF_GP_VALUE, cap => OFFSETOF_GP_VALUE_CAP, flags => OFFSETOF_GP_VALUE_FLAGS,
     len => OFFSETOF_GP_VALUE_LEN, full_len => OFFSETOF_GP_VALUE_FULL_LEN);
+/// Buckets of `gp_durations`: bucket i holds the durations in [2^i, 2^(i+1)) ns.
+pub const DUR_BUCKETS: usize = c::GP_DUR_BUCKETS;
+
+/// `left_out`'s value: the durations of the calls a probe's `when:` left out, by
+/// floor(log2(ns)).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpDurations {
+    pub n: [u64; DUR_BUCKETS],
+}
+
+impl Default for GpDurations {
+    fn default() -> Self {
+        Self {
+            n: [0; DUR_BUCKETS],
+        }
+    }
+}
+
+check_layout!(GpDurations, SIZEOF_GP_DURATIONS, n => OFFSETOF_GP_DURATIONS_N);
+
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
     lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
     too_deep => OFFSETOF_GP_STATS_TOO_DEEP, incomplete => OFFSETOF_GP_STATS_INCOMPLETE,
@@ -536,9 +563,11 @@ check_layout!(GpInflight, SIZEOF_GP_INFLIGHT, depth => OFFSETOF_GP_INFLIGHT_DEPT
     overflow => OFFSETOF_GP_INFLIGHT_OVERFLOW, ts => OFFSETOF_GP_INFLIGHT_TS,
     call_id => OFFSETOF_GP_INFLIGHT_CALL_ID, fbits => OFFSETOF_GP_INFLIGHT_FBITS);
 check_layout!(GpOut, SIZEOF_GP_OUT, trace => OFFSETOF_GP_OUT_TRACE, span => OFFSETOF_GP_OUT_SPAN,
-    map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS);
+    map => OFFSETOF_GP_OUT_MAP, writer => OFFSETOF_GP_OUT_WRITER, ts => OFFSETOF_GP_OUT_TS,
+    flags => OFFSETOF_GP_OUT_FLAGS);
 check_layout!(GpOutKey, SIZEOF_GP_OUT_KEY, writer => OFFSETOF_GP_OUT_KEY_WRITER,
     tgid => OFFSETOF_GP_OUT_KEY_TGID);
 check_layout!(GpSpanCtx, SIZEOF_GP_SPAN_CTX, depth => OFFSETOF_GP_SPAN_CTX_DEPTH,
+    flags => OFFSETOF_GP_SPAN_CTX_FLAGS,
     trace => OFFSETOF_GP_SPAN_CTX_TRACE, span => OFFSETOF_GP_SPAN_CTX_SPAN,
     call_id => OFFSETOF_GP_SPAN_CTX_CALL_ID);

@@ -9,7 +9,7 @@ use super::BpfTracer;
 use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use crate::engine::{CfgId, ProbeConfig, TraceError};
 use crate::plan::ProbePlan;
-use crate::stats::KernelCounts;
+use crate::stats::{DurationBuckets, KernelCounts};
 
 impl BpfTracer {
     /// The configurations of `plan`'s probe: one per entry group and one for the returns
@@ -44,6 +44,18 @@ impl BpfTracer {
         // taken for a later one's).
         for (id, c) in ids.iter().zip(cfgs.iter_mut()) {
             c.func_id = ids[0];
+            // The durations of the calls its `when:` leaves out, counted at the return.
+            if c.kind == abi::PROBE_RETURN && plan.filter.is_some() {
+                let zeros =
+                    aya::maps::PerCpuValues::try_from(vec![abi::GpDurations::default(); self.cpus])
+                        .expect("one value per possible CPU");
+                if let Err(e) = self.left_out.insert(abi::cfg_slot(*id), zeros, 0) {
+                    for id in &ids {
+                        self.remove_config(*id);
+                    }
+                    return Err(trace_map_err("left_out")(e));
+                }
+            }
             // Its `when:` first: a configuration whose predicate is missing keeps every call.
             if let Some(f) = filter_of(plan, c.kind).filter(|_| c.flags & abi::CFG_FILTER != 0) {
                 if let Err(e) = self.filters.insert(abi::cfg_slot(*id), f, 0) {
@@ -136,7 +148,19 @@ impl BpfTracer {
         let _ = self.probes.set(id, freed, 0);
         // A program still running the freed configuration sees FREED and reads no filter.
         let _ = self.filters.remove(&id);
+        let _ = self.left_out.remove(&id);
         self.slots.free(handle);
+    }
+
+    /// The durations of the calls left out by the `when:` of return configuration `handle`.
+    fn left_out_of(&self, handle: CfgId) -> DurationBuckets {
+        let mut sum = DurationBuckets::default();
+        if let Ok(per_cpu) = self.left_out.get(&abi::cfg_slot(handle), 0) {
+            for d in per_cpu.iter() {
+                sum += DurationBuckets(d.n);
+            }
+        }
+        sum
     }
 
     fn stats_of(&self, handle: CfgId) -> GpStats {
@@ -170,14 +194,15 @@ impl BpfTracer {
             k.incomplete += e.incomplete;
             k.filtered += e.filtered;
         }
-        if let Some(r) = cfg.ret {
-            let r = self.stats_of(r);
+        if let Some(ret) = cfg.ret {
+            let r = self.stats_of(ret);
             // The ENTRY of such a call was delivered: it is not a lost call.
             k.returns_lost = r.lost;
             // Failed its `when:` at the return, or over the rate limit after it: its entry
             // is dropped by the reader.
             k.filtered += r.filtered;
             k.throttled += r.throttled;
+            k.filtered_durations = self.left_out_of(ret);
         }
         k
     }

@@ -109,6 +109,12 @@ fn config(
             .iter()
             .position(|c| plan.role == Role::Propagating && c.bpf.kind == abi::CAP_HEADER)
             .map_or(0, |i| i as u64 + 1),
+        // The traces a propagating entry starts are sampled in BPF, for its requests.
+        sample_bound: if plan.role == Role::Propagating && kind != abi::PROBE_RETURN {
+            plan.sample_bound
+        } else {
+            0
+        },
         ..Default::default()
     };
     for (slot, c) in cfg.caps.iter_mut().zip(caps) {

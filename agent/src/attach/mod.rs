@@ -30,7 +30,7 @@ use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
 use crate::plan::ProbePlan;
 use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap};
 use aya::programs::UProbe;
 use aya::{Btf, Ebpf, EbpfLoader};
 use detach::DetachPool;
@@ -93,6 +93,8 @@ pub struct BpfTracer {
     errtypes: BpfHashMap<MapData, abi::GpErrKey, abi::GpErrType>,
     /// The `when:` predicates of the configurations that have one, by slot.
     filters: BpfHashMap<MapData, u32, abi::GpFilter>,
+    /// The durations of the calls a `when:` left out, by return configuration's slot.
+    left_out: PerCpuHashMap<MapData, u32, abi::GpDurations>,
     /// What each (process, spec) pair's probes cost, and which have their returns off.
     budget: budget::BudgetMaps,
     /// The exec, fork and exit hooks: detached when this is dropped.
@@ -165,6 +167,7 @@ impl BpfTracer {
             procs: holdmaps::HoldMaps::take(&mut ebpf, pin, orphans)?,
             errtypes: take(&mut ebpf, "errtypes")?,
             filters: take(&mut ebpf, "filters")?,
+            left_out: take(&mut ebpf, "left_out")?,
             budget: budget::BudgetMaps::take(&mut ebpf)?,
             _hooks: hooks,
             ebpf,

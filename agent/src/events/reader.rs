@@ -223,7 +223,7 @@ impl Processor {
         recs.retain(|r| {
             let keep = self.sampler.keeps(r);
             if let (false, Some(st)) = (keep, &self.counts) {
-                st.add_sampled_out(&r.probe.key, 1);
+                st.add_sampled_out(&r.probe.key, r.duration_ns);
             }
             keep
         });

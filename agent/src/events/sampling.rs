@@ -57,11 +57,10 @@ impl Sampler {
 /// OpenTelemetry's TraceIdRatioBased decision: the trace id's low 8 bytes (big-endian, as
 /// in its hex form), shifted right once, below `ratio` * 2^63.
 pub fn ratio_keeps(trace_id: u128, ratio: f64) -> bool {
-    if ratio >= 1.0 {
-        return true;
+    match crate::plan::sample_bound(ratio) {
+        0 => ratio >= 1.0 || ratio.is_nan(),
+        bound => ((trace_id as u64) >> 1) < bound,
     }
-    let bound = (ratio.max(0.0) * (1u64 << 63) as f64) as u64;
-    ((trace_id as u64) >> 1) < bound
 }
 
 /// The trace id and the sampled flag of a `traceparent` value (`00-<32>-<16>-<2>`).

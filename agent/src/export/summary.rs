@@ -94,6 +94,8 @@ pub struct OtlpSummary {
 pub struct PropagationSummary {
     pub requests: u64,
     pub written: u64,
+    /// Of `written`, the traceparents that said the trace is not sampled (`sample:`).
+    pub unsampled: u64,
     /// Requests whose header map could not be searched to the end for one of their own:
     /// sent as they were.
     pub incomplete: u64,
@@ -207,6 +209,7 @@ impl Summary {
                 PropagationSummary {
                     requests: p.requests,
                     written: p.written,
+                    unsampled: p.unsampled,
                     incomplete: p.incomplete,
                     error: p.error,
                     dry_run: p.dry_run,
@@ -299,7 +302,7 @@ mod tests {
                 returns_lost: 2,
                 too_deep: 3,
                 incomplete: 5,
-                filtered: 0,
+                ..Default::default()
             },
         );
         st.add_unfinished(&tick, 2);

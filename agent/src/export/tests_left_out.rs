@@ -33,7 +33,9 @@ async fn calls_left_out_by_when_and_sample_are_counted_apart_from_the_kept_ones(
             ..Default::default()
         },
     );
-    stats.add_sampled_out(&key, 5);
+    for _ in 0..5 {
+        stats.add_sampled_out(&key, Some(2_000));
+    }
     tx.send(calls(&p, 9, 3)).await.unwrap();
     drop(tx);
     handle.finish(Instant::now() + Duration::from_secs(5)).await;
@@ -78,5 +80,6 @@ async fn calls_left_out_by_when_and_sample_are_counted_apart_from_the_kept_ones(
         BTreeMap::from([("true".to_string(), 3), ("false".to_string(), 45)]),
         "3 kept, 40 filtered and 5 sampled out: every call counted"
     );
-    assert_eq!(durations, 3, "the durations are the kept calls'");
+    // The kept calls' 3, and the 5 sampled out (the 40 filtered had no return seen).
+    assert_eq!(durations, 3 + 5, "every duration seen is in the histogram");
 }

@@ -195,6 +195,20 @@ pub struct ProbePlan {
     pub role: Role,
     /// The probe's `when:`, compiled for each of its sites (`resolve/when.rs`).
     pub filter: Option<PlanFilter>,
+    /// The probe's `sample:` as [`sample_bound`] gives it (0: every call): a propagating
+    /// probe decides in BPF whether a trace it starts is sampled, for its outgoing
+    /// requests' `traceparent`, as the reader decides for its calls.
+    pub sample_bound: u64,
+}
+
+/// OpenTelemetry's TraceIdRatioBased bound for `ratio`: a trace is sampled when the low 64
+/// bits of its id, shifted right once, are below it. 0 (every trace) for a ratio of 1 or
+/// more.
+pub fn sample_bound(ratio: f64) -> u64 {
+    if ratio >= 1.0 || ratio.is_nan() {
+        return 0;
+    }
+    (ratio.max(0.0) * (1u64 << 63) as f64) as u64
 }
 
 /// A probe's `when:` as BPF evaluates it at each kind of site: the same terms, each read

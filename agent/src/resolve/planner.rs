@@ -20,6 +20,13 @@ pub fn plan_probe(
     probe: &Probe,
     max_string_bytes: u32,
 ) -> Result<ProbePlan, PlanError> {
+    let mut plan = plan_when(bin, probe, max_string_bytes)?;
+    plan.sample_bound = probe.sample.map_or(0, crate::plan::sample_bound);
+    Ok(plan)
+}
+
+/// Plans `probe` with its `when:`, if it has one.
+fn plan_when(bin: &Binary, probe: &Probe, max_string_bytes: u32) -> Result<ProbePlan, PlanError> {
     let Some(w) = when::parse(probe)? else {
         return plan_kind(bin, probe, max_string_bytes);
     };

@@ -179,7 +179,7 @@ func serve(addr, path string, h http.HandlerFunc) {
 	panic(srv.Serve(ln))
 }
 
-func client(front string, n int, every time.Duration) {
+func client(front string, n int, every time.Duration, plain bool) {
 	c := &http.Client{}
 	if every > 0 {
 		waitFor(front)
@@ -193,9 +193,9 @@ func client(front string, n int, every time.Duration) {
 			panic(err)
 		}
 		// Valid traceparents (version 00, and a later version with one more field), an
-		// invalid one (flags not hex) and none.
+		// invalid one (flags not hex) and none; -plain: none at all.
 		tp, valid := "-", 0
-		switch i % 6 {
+		switch i % 6 * map[bool]int{false: 1, true: 0}[plain] {
 		case 1, 3:
 			tp, valid = "00-"+randomHex(16)+"-"+randomHex(8)+"-01", 1
 		case 5:
@@ -206,7 +206,7 @@ func client(front string, n int, every time.Duration) {
 		if tp != "-" {
 			req.Header.Set("Traceparent", tp)
 		}
-		if i%4 >= 2 {
+		if i%4 >= 2 && !plain {
 			// A bigger header map: more buckets (Go <= 1.23) or a table of several
 			// groups (Go >= 1.24) to search.
 			for k := 0; k < 20; k++ {
@@ -343,6 +343,7 @@ func main() {
 	log := flag.String("log", "", "write the lines to this file instead of stdout")
 	addr := flag.String("addr", "127.0.0.1:0", "back, front: the address to listen on")
 	every := flag.Duration("every", 0, "client: wait for the front service, then a request every this long (-n 0: for ever)")
+	plain := flag.Bool("plain", false, "client: requests without a traceparent or extra headers")
 	flag.Parse()
 	if *log != "" {
 		f, err := os.Create(*log)
@@ -358,7 +359,7 @@ func main() {
 		backend = *back
 		serve(*addr, "/front", frontHandler)
 	case "client":
-		client(*front, *n, *every)
+		client(*front, *n, *every, *plain)
 	case "headers":
 		headers(*back, *n, *total, *first)
 	case "shared":

@@ -11,6 +11,7 @@
 //! calls on many goroutines at once, each carry their own call's span. They need root
 //! (BPF).
 
+mod sampled;
 mod service;
 mod shared;
 mod two_services;
@@ -77,6 +78,24 @@ fn a_requests_spans_form_one_trace_across_two_services() {
             assert_eq!(prop["written"], 2 * REQUESTS, "{what}: {prop}");
             assert_eq!(prop["dry_run"], true, "{what}: {prop}");
         }
+    }
+}
+
+#[test]
+fn sampling_keeps_the_same_requests_in_both_services() {
+    let _serial = serial();
+    require_trace("sampling_keeps_the_same_requests_in_both_services");
+    let bin = program("e2e/testdata/services", GoVersion::Go127, true);
+    if !sampled::run_sampled(&bin, &[], "Go 1.27 stripped") {
+        // The kernel forbids the write: the back service decides on traces of its own.
+        // The dry run makes every line but writes none: those of the calls left out must
+        // say "not sampled".
+        eprintln!("traceparent writes refused by this kernel: the dry run checks the lines");
+        assert!(!sampled::run_sampled(
+            &bin,
+            &["--propagate-dry-run"],
+            "dry run"
+        ));
     }
 }
 

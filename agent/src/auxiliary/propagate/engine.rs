@@ -123,14 +123,16 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             ret: None,
         };
         let out = self.tracer.counters(&one(p.cfg.entry));
-        let written = p
+        let writer = p
             .cfg
             .extra_entries
             .first()
-            .map_or(0, |&w| self.tracer.counters(&one(w)).emitted);
+            .map(|&w| self.tracer.counters(&one(w)));
         PropagationCounts {
             requests: out.emitted,
-            written,
+            written: writer.map_or(0, |w| w.emitted),
+            // The writer counts the traceparents it wrote as not sampled as `filtered`.
+            unsampled: writer.map_or(0, |w| w.filtered),
             incomplete: out.incomplete,
         }
     }

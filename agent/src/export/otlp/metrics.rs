@@ -21,11 +21,13 @@
 //! A probe with a `when:` or a `sample:` counts every call in `gprobe.calls` all the same:
 //! its kept calls with `gprobe.sampled` = `true` (and its labels, which only kept calls
 //! have), the calls it left out (its `filtered` and `sampled_out`) with `gprobe.sampled` =
-//! `false`, without labels. `gprobe.call.duration` has the kept calls.
+//! `false`, without labels; so does `gprobe.call.duration`, the durations of the calls
+//! left out (where their return was seen) each standing at the middle of its power-of-two
+//! bucket (BPF counts them by floor(log2(ns))).
 
 use super::spans::{probe_attributes, PerProbe};
 use crate::events::{CallRecord, Value, ValueKind};
-use crate::stats::{ProbeStats, Stats};
+use crate::stats::{DurationBuckets, ProbeStats, Stats};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::metrics::{Aggregation, Instrument, SdkMeterProvider, Stream};
@@ -47,6 +49,8 @@ fn by_symbol(stats: &Stats) -> BTreeMap<(Arc<str>, Arc<str>), ProbeStats> {
         s.join_incomplete += p.join_incomplete;
         s.filtered += p.filtered;
         s.sampled_out += p.sampled_out;
+        s.filtered_durations += p.filtered_durations;
+        s.sampled_out_durations += p.sampled_out_durations;
     }
     out
 }
@@ -186,8 +190,8 @@ pub struct CallRecorder {
     overflow: OverflowCounts,
     /// Where the calls left out by `when:` and `sample:` are counted.
     stats: Stats,
-    /// Those already added to `gprobe.calls`, per (spec, symbol).
-    left_out: BTreeMap<(Arc<str>, Arc<str>), u64>,
+    /// Those already added to `gprobe.calls` and `gprobe.call.duration`, per (spec, symbol).
+    left_out: BTreeMap<(Arc<str>, Arc<str>), (u64, DurationBuckets)>,
 }
 
 /// A captured value as a metric attribute's value.
@@ -278,18 +282,29 @@ impl CallRecorder {
     pub fn count_left_out(&mut self) {
         for ((spec, symbol), p) in by_symbol(&self.stats) {
             let total = p.filtered + p.sampled_out;
-            let seen = self
+            let mut durations = p.filtered_durations;
+            durations += p.sampled_out_durations;
+            let (calls, seen) = self
                 .left_out
                 .entry((spec.clone(), symbol.clone()))
                 .or_default();
-            if total > *seen {
-                let [a, b] = attrs(&spec, &symbol);
-                self.calls.add(
-                    total - *seen,
-                    &[a, b, KeyValue::new("gprobe.sampled", false)],
-                );
-                *seen = total;
+            if total <= *calls && durations == *seen {
+                continue;
             }
+            let [a, b] = attrs(&spec, &symbol);
+            let attrs = [a, b, KeyValue::new("gprobe.sampled", false)];
+            if total > *calls {
+                self.calls.add(total - *calls, &attrs);
+                *calls = total;
+            }
+            // The SDK's histogram takes values one at a time: each bucket's new calls at
+            // its middle (a few hundred thousand a second cost it a few ms).
+            for (i, (now, before)) in durations.0.iter().zip(seen.0).enumerate() {
+                for _ in before..*now {
+                    self.histogram.record(DurationBuckets::middle_s(i), &attrs);
+                }
+            }
+            *seen = durations;
         }
     }
 

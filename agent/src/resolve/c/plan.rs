@@ -81,6 +81,7 @@ pub(crate) fn plan(
         role: Role::Traced,
         type_names: None,
         filter: None,
+        sample_bound: 0,
     })
 }
 

@@ -92,6 +92,7 @@ pub(crate) fn plan(
             Role::Traced
         },
         filter: None,
+        sample_bound: 0,
     })
 }
 
