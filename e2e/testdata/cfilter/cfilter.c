@@ -3,8 +3,13 @@
  *
  *   call id=3 n=-2 s=/api/x3 null=false r0=3
  *
- * (s= empty and null=true for a NULL s), then "calls=N", so a test knows which calls a
- * predicate on handle holds for.
+ * (s= empty and null=true for a NULL s), and its calls of greet (the first len bytes of
+ * buf) and of the recursive fact (the outer call: fact(n) makes n calls in all),
+ *
+ *   greet id=3 buf=xyzzy-hello len=11 r0=131
+ *   fact n=4 r0=24
+ *
+ * then "calls=N", so a test knows which calls a predicate holds for.
  *
  *   cfilter [-n N] [-delay-ms D]
  */
@@ -17,6 +22,12 @@ __attribute__((noinline)) int handle(int n, const char *s)
 {
 	return n * 2 + (s ? (int)strlen(s) : 0);
 }
+
+/* Bytes with a length: buf[:len]. */
+__attribute__((noinline)) size_t greet(const char *buf, size_t len) { return len + (unsigned char)buf[0]; }
+
+/* Recursive: fact(n) calls fact(n - 1) down to fact(1). */
+__attribute__((noinline)) long fact(long n) { return n <= 1 ? 1 : n * fact(n - 1); }
 
 int main(int argc, char **argv)
 {
@@ -66,6 +77,12 @@ int main(int argc, char **argv)
 		int n = (i * 7) % 11 - 3;
 		int r = handle(n, s);
 		printf("call id=%d n=%d s=%s null=%s r0=%d\n", i, n, s ? s : "", s ? "false" : "true", r);
+		static const size_t lens[] = {0, 3, 5, 11};
+		size_t len = lens[i % 4];
+		size_t g = greet("xyzzy-hello", len);
+		printf("greet id=%d buf=%.*s len=%zu r0=%zu\n", i, (int)len, "xyzzy-hello", len, g);
+		long f = fact(i % 9 + 1);
+		printf("fact n=%d r0=%ld\n", i % 9 + 1, f);
 	}
 	printf("calls=%d\n", calls);
 	return 0;

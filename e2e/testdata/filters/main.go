@@ -5,7 +5,11 @@
 //	call id=7 n=5 path=/api/orders/7 ok=false customer=yes name=acorn items=1 price=10.5 total=11 err=odd dur_ns=1234
 //
 // (customer=nil and an empty name= when the order has no customer; err=nil without an
-// error), then "calls=N". A tracer's filter on handle keeps exactly the calls its predicate
+// error, err=code for a nil *codeErr, which is a non-nil error), and one line of its call of kinds
+//
+//	kinds id=7 x=0 y=21 small=-63 u16=14000 big=9223372036854775815 b=3 body=POST:/y map=true len=3 flag=false
+//
+// then "calls=N". A tracer's filter on handle keeps exactly the calls its predicate
 // holds for; the test computes which from these lines.
 //
 //	filters [-n N] [-goroutines G] [-sleep] [-delay D]
@@ -41,6 +45,11 @@ type Order struct {
 
 var errOdd = errors.New("odd")
 
+// codeErr's nil pointer is an error all the same: a non-nil interface.
+type codeErr struct{ code int }
+
+func (e *codeErr) Error() string { return "code" }
+
 // sink keeps *Order's runtime type descriptor (and those of the types it holds) in the
 // binary: a stripped build describes its types only through them.
 var (
@@ -59,8 +68,57 @@ func handle(o *Order, path string, n int64, ok bool) (total int64, err error) {
 	}
 	if o.ID%4 == 3 {
 		err = errOdd
+	} else if o.ID%9 == 5 {
+		var typedNil *codeErr
+		err = typedNil
 	}
 	return total, err
+}
+
+// Point is passed by value: its fields in registers.
+type Point struct {
+	X, Y int32
+}
+
+// kinds takes integers of every size and sign, a struct by value, and a []byte, a map and
+// a bool that fall to the stack (the registers run out).
+//
+//go:noinline
+func kinds(id int64, p Point, small int8, u16 uint16, big uint64, b byte, body []byte, m map[string]int, flag bool) int {
+	r := int(id) + int(p.X) + int(small) + int(u16) + int(big%7) + int(b) + len(body) + len(m)
+	if flag {
+		r++
+	}
+	return r
+}
+
+var bodies = [][]byte{nil, []byte("GET:/x"), []byte("POST:/y"), {}, []byte("GET")}
+
+// callKinds calls kinds with arguments made from i and returns its line.
+func callKinds(i int64) string {
+	p := Point{X: int32(i%5 - 2), Y: int32(i * 3)}
+	small := int8(-i * 9)
+	u16 := uint16(i * 2000)
+	big := uint64(i)
+	if i%2 == 1 {
+		big += 1 << 63
+	}
+	b := byte(i * 37)
+	body := bodies[i%int64(len(bodies))]
+	var m map[string]int
+	if i%3 != 0 {
+		m = map[string]int{}
+		for k := int64(0); k < i%4; k++ {
+			m[fmt.Sprint(k)] = int(k)
+		}
+	}
+	flag := i%7 < 3
+	sinkMu.Lock()
+	sink = p
+	sinkMu.Unlock()
+	kinds(i, p, small, u16, big, b, body, m, flag)
+	return fmt.Sprintf("kinds id=%d x=%d y=%d small=%d u16=%d big=%d b=%d body=%s map=%t len=%d flag=%t\n",
+		i, p.X, p.Y, small, u16, big, b, body, m != nil, len(m), flag)
 }
 
 var paths = []string{
@@ -121,7 +179,7 @@ func main() {
 		go func(g int64) {
 			defer wg.Done()
 			for i := g; i < *n; i += *goroutines {
-				lines[i] = call(i, *sleep)
+				lines[i] = call(i, *sleep) + callKinds(i)
 			}
 		}(g)
 	}

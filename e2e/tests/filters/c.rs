@@ -125,3 +125,126 @@ fn c_terms_on_integers_strings_and_results() {
         }
     }
 }
+
+/// A call of `greet(buf, len)`: the first `len` bytes of `buf`.
+#[derive(Debug)]
+struct Greet {
+    buf: String,
+    len: i64,
+    r0: i64,
+}
+
+/// A call of the recursive `fact(n)` (nested ones too).
+#[derive(Debug)]
+struct Fact {
+    n: i64,
+    r0: i64,
+}
+
+#[test]
+fn c_bytes_with_a_length_and_results_of_nested_calls() {
+    require_trace("C filters, greet and fact");
+    let dir = TempDir::new("cfilter-more");
+    let greets: [Case<Greet>; 4] = [
+        Case {
+            name: "bytes-prefix",
+            when: r#"hasPrefix(buf[:len], "xyzzy")"#,
+            keep: |g| g.buf.starts_with("xyzzy"),
+        },
+        Case {
+            name: "bytes-eq",
+            when: r#"buf[:len] == "xyz""#,
+            keep: |g| g.buf == "xyz",
+        },
+        Case {
+            name: "bytes-ne",
+            when: r#"buf[:len] != "xyzzy-hello" && len != 0"#,
+            keep: |g| g.buf != "xyzzy-hello" && g.len != 0,
+        },
+        Case {
+            name: "size-result",
+            when: "r0 > 124",
+            keep: |g| g.r0 > 124,
+        },
+    ];
+    let facts: [Case<Fact>; 3] = [
+        Case {
+            name: "fact-entry",
+            when: "n >= 5",
+            keep: |f| f.n >= 5,
+        },
+        Case {
+            name: "fact-result",
+            when: "r0 > 1000",
+            keep: |f| f.r0 > 1000,
+        },
+        Case {
+            name: "fact-both",
+            when: "r0 > 100 && n != 8",
+            keep: |f| f.r0 > 100 && f.n != 8,
+        },
+    ];
+    for dwarf in [true, false] {
+        let what = if dwarf {
+            "C with DWARF"
+        } else {
+            "C from a prototype"
+        };
+        let bin = cfilter(dir.path(), dwarf);
+        let sig = |p: ProbeBuilder, s: &str| if dwarf { p } else { p.signature(s) };
+        let mut specs: Vec<ProbeSpec> = greets
+            .iter()
+            .map(|c| {
+                let p = ProbeBuilder::new("greet").capture(["len"]).when(c.when);
+                let p = sig(p, "size_t greet(const char *buf, size_t len)");
+                spec(c.name, &bin, p)
+            })
+            .collect();
+        specs.extend(facts.iter().map(|c| {
+            let p = ProbeBuilder::new("fact").capture(["n"]).when(c.when);
+            spec(c.name, &bin, sig(p, "long fact(long n)"))
+        }));
+        let (run, out) = trace(&specs, &bin, &["-n", "27"]);
+
+        let calls: Vec<Greet> = program_lines(&out, "greet ")
+            .iter()
+            .map(|l| Greet {
+                buf: l["buf"].clone(),
+                len: l["len"].parse().unwrap(),
+                r0: l["r0"].parse().unwrap(),
+            })
+            .collect();
+        assert_eq!(calls.len(), 27, "{out}");
+        let ids: Vec<(String, String)> = calls
+            .iter()
+            .map(|g| (g.len.to_string(), format!("{g:?}")))
+            .collect();
+        let len_of = |r: &Value| r["args"]["len"].as_i64().unwrap().to_string();
+        for c in &greets {
+            let kept: Vec<bool> = calls.iter().map(c.keep).collect();
+            let what = format!("{what}, when: {}", c.when);
+            assert_kept(&run, "greet", c.name, &ids, &kept, len_of, &what);
+        }
+
+        // fact(n) makes the calls fact(n), fact(n - 1) ... fact(1).
+        let mut calls = Vec::new();
+        for l in program_lines(&out, "fact ") {
+            let n: i64 = l["n"].parse().unwrap();
+            calls.extend((1..=n).map(|k| Fact {
+                n: k,
+                r0: (1..=k).product(),
+            }));
+            assert_eq!(l["r0"].parse::<i64>().unwrap(), calls.last().unwrap().r0);
+        }
+        let ids: Vec<(String, String)> = calls
+            .iter()
+            .map(|f| (f.n.to_string(), format!("{f:?}")))
+            .collect();
+        let n_of = |r: &Value| r["args"]["n"].as_i64().unwrap().to_string();
+        for c in &facts {
+            let kept: Vec<bool> = calls.iter().map(c.keep).collect();
+            let what = format!("{what}, when: {}", c.when);
+            assert_kept(&run, "fact", c.name, &ids, &kept, n_of, &what);
+        }
+    }
+}

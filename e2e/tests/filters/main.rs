@@ -10,7 +10,9 @@ mod c;
 mod edges;
 mod go;
 mod goroutines;
+mod kinds;
 mod otlp;
+mod pressure;
 mod sample;
 
 use gprobe_crds::ProbeSpec;

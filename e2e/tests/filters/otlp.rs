@@ -1,12 +1,13 @@
 //! Calls a predicate leaves out are not exported over OTLP either: the spans a real
 //! receiver gets are exactly the JSONL records, and the calls the predicate holds for;
-//! `gprobe.calls` still counts every call, the kept ones apart.
+//! `gprobe.calls` and `gprobe.call.duration` still count every call, the kept ones apart.
 
 use super::go::{builds, calls, go_id, handle, named, ID, SRC, SYMBOL};
 use super::{assert_kept, records, spec, trace_with};
 use gprobe_e2e::harness::{program, require_trace};
 use gprobe_e2e::otlp_receiver::{attr, attr_str, grpc_receiver, spans};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumberValue;
 
@@ -68,26 +69,45 @@ fn only_the_calls_a_predicate_keeps_are_exported_as_spans() {
     // gprobe.calls counts every call: the kept ones as gprobe.sampled = true, the others
     // as false (the last export holds the totals).
     let mut counted = std::collections::BTreeMap::<bool, i64>::new();
+    // gprobe.call.duration too: every call seen returning (all of them here), by sampled.
+    let mut timed = std::collections::BTreeMap::<bool, u64>::new();
     for req in rec.metrics.lock().unwrap().iter() {
         for m in req
             .resource_metrics
             .iter()
             .flat_map(|rm| &rm.scope_metrics)
             .flat_map(|sm| &sm.metrics)
-            .filter(|m| m.name == "gprobe.calls")
         {
+            let sampled_of = |attrs: &[KeyValue]| -> Option<bool> {
+                if attr_str(attrs, "gprobe.probe").as_deref() != Some("otlp-api") {
+                    return None;
+                }
+                match attr(attrs, "gprobe.sampled") {
+                    Some(AnyValue::BoolValue(b)) => Some(*b),
+                    other => panic!("gprobe.sampled is {other:?}: {attrs:?}"),
+                }
+            };
+            if m.name == "gprobe.call.duration" {
+                let Some(Data::ExponentialHistogram(h)) = &m.data else {
+                    panic!("gprobe.call.duration is not an exponential histogram: {m:?}");
+                };
+                for p in &h.data_points {
+                    if let Some(sampled) = sampled_of(&p.attributes) {
+                        timed.insert(sampled, p.count);
+                    }
+                }
+                continue;
+            }
+            if m.name != "gprobe.calls" {
+                continue;
+            }
             let Some(Data::Sum(sum)) = &m.data else {
                 panic!("gprobe.calls is not a sum: {m:?}");
             };
             for p in &sum.data_points {
-                if attr_str(&p.attributes, "gprobe.probe").as_deref() != Some("otlp-api") {
-                    continue;
-                }
-                let sampled = match attr(&p.attributes, "gprobe.sampled") {
-                    Some(AnyValue::BoolValue(b)) => *b,
-                    other => panic!("gprobe.sampled is {other:?}: {p:?}"),
-                };
-                if let Some(NumberValue::AsInt(v)) = p.value {
+                if let (Some(sampled), Some(NumberValue::AsInt(v))) =
+                    (sampled_of(&p.attributes), p.value)
+                {
                     counted.insert(sampled, v);
                 }
             }
@@ -98,6 +118,15 @@ fn only_the_calls_a_predicate_keeps_are_exported_as_spans() {
         counted,
         [(false, calls.len() as i64 - kept_n), (true, kept_n)].into(),
         "gprobe.calls by gprobe.sampled"
+    );
+    assert_eq!(
+        timed,
+        [
+            (false, (calls.len() - want.len()) as u64),
+            (true, want.len() as u64)
+        ]
+        .into(),
+        "gprobe.call.duration's counts by gprobe.sampled"
     );
     let s = run.summary();
     assert_eq!(s.otlp.spans_exported, want.len() as u64, "{:?}", s.otlp);
