@@ -48,6 +48,9 @@ pub struct ProbeStats {
     pub filtered: u64,
     /// Calls that passed `when:` and were left out by `sample:` (decided by trace id).
     pub sampled_out: u64,
+    /// Calls whose `when:` needed their return, which never came (its record lost to a full
+    /// ring buffer, or the process ended in the call): not delivered.
+    pub undecided: u64,
     /// The durations of the calls `when:` left out whose return was seen (counted in BPF).
     pub filtered_durations: DurationBuckets,
     /// The durations of the calls `sample:` left out.
@@ -379,6 +382,13 @@ impl Stats {
         if let Some(ns) = duration_ns {
             p.sampled_out_durations.add_ns(ns);
         }
+    }
+
+    pub fn add_undecided(&self, key: &ProbeKey, n: u64) {
+        lock(&self.0.probes)
+            .entry(key.clone())
+            .or_default()
+            .undecided += n;
     }
 
     pub fn add_abandoned(&self, key: &ProbeKey, n: u64) {

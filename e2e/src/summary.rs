@@ -54,6 +54,9 @@ pub struct ProbeSummary {
     /// Calls that passed `when` but were left out by `sample`.
     #[serde(default)]
     pub sampled_out: u64,
+    /// Calls whose `when` needed their return, which never came (not delivered).
+    #[serde(default)]
+    pub undecided: u64,
     /// How the kernel runs its sites, once attached.
     #[serde(default)]
     pub site: Option<SiteSummary>,

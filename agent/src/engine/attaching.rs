@@ -294,6 +294,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                         internal: None,
                         sample: sp.probe.sample,
                         selects: sp.probe.when.is_some() || sp.probe.sample.is_some(),
+                        when_at_return: plan.filter.is_some_and(|f| f.ret.is_some()),
                     })
                 };
                 // Every entry group reads the same names with the same decoders.

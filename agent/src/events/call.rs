@@ -32,6 +32,9 @@ pub struct ProbeMeta {
     /// The probe has a `when:` or a `sample:`: the series of its kept calls say so
     /// (`gprobe.sampled`), and its calls left out are counted apart.
     pub selects: bool,
+    /// Its `when:` is decided at the return (a result, the duration): a call whose return
+    /// is never seen is undecided, and not delivered.
+    pub when_at_return: bool,
 }
 
 /// gprobe's own probes.
@@ -69,6 +72,7 @@ impl ProbeMeta {
             internal: None,
             sample: None,
             selects: false,
+            when_at_return: false,
         }
     }
 }

@@ -366,8 +366,18 @@ impl Processor {
         self.unfinished(out)
     }
 
-    /// Calls that ended unfinished: those `sample:` keeps, counted.
-    fn unfinished(&self, recs: Vec<CallRecord>) -> Vec<CallRecord> {
+    /// Calls that ended unfinished: those `sample:` keeps, counted. A call whose `when:`
+    /// needed its return (lost to a full ring buffer, or never made) is undecided: counted,
+    /// never delivered (it may not hold).
+    fn unfinished(&self, mut recs: Vec<CallRecord>) -> Vec<CallRecord> {
+        recs.retain(|r| {
+            if r.probe.when_at_return {
+                if let Some(st) = &self.counts {
+                    st.add_undecided(&r.probe.key, 1);
+                }
+            }
+            !r.probe.when_at_return
+        });
         let recs = self.sampled(recs);
         if let Some(st) = &self.counts {
             for r in &recs {

@@ -29,6 +29,8 @@ pub struct ProbeSummary {
     pub filtered: u64,
     /// Calls that passed `when:` and were left out by `sample:`.
     pub sampled_out: u64,
+    /// Calls whose `when:` needed their return, which never came: not delivered.
+    pub undecided: u64,
     /// Calls whose request's header map could not be searched to the end for a
     /// `traceparent` (more headers than gprobe searches, or unreadable memory).
     pub join_incomplete: u64,
@@ -177,6 +179,7 @@ impl Summary {
                 too_deep: p.too_deep,
                 filtered: p.filtered,
                 sampled_out: p.sampled_out,
+                undecided: p.undecided,
                 join_incomplete: p.join_incomplete,
                 site: p.costs.map(|c| SiteSummary::of(c, sites::kernel())),
             })
@@ -359,7 +362,7 @@ mod tests {
             &serde_json::json!({"spec": "http-client-urls", "symbol": "net/http.(*Client).Get",
                 "attached": true, "error": null, "delivered": 812, "lost": 0, "throttled": 0,
                 "unfinished": 0, "abandoned": 0, "returns_lost": 0, "too_deep": 0,
-                "filtered": 0, "sampled_out": 0,
+                "filtered": 0, "sampled_out": 0, "undecided": 0,
                 "join_incomplete": 0, "site": {"entry": "unmeasured"}})
         );
         let tick = &v["probes"][0];

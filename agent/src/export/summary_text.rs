@@ -63,6 +63,15 @@ impl Summary {
             );
             detail(
                 &mut s,
+                p.undecided,
+                &format!(
+                    "{} not delivered: its when: needed the return, which never came (lost to \
+                     a full ring buffer, or the process ended in the call)",
+                    count(p.undecided, "call", "calls")
+                ),
+            );
+            detail(
+                &mut s,
                 p.sampled_out,
                 &format!(
                     "{} left out by the probe's sample: (counted, not delivered)",

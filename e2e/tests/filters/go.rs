@@ -1,5 +1,5 @@
 //! The Go program, e2e/testdata/filters: `main.handle(o *Order, path string, n int64, ok bool)
-//! (int64, error)`, on Go 1.27 stripped (with a signature) and Go 1.21 with DWARF.
+//! (int64, error)`, on Go 1.27 stripped (with a signature) and Go 1.19 with DWARF.
 
 use super::{assert_kept, probe_of, records, spec, trace, Case};
 use gprobe_crds::ProbeSpec;
@@ -60,7 +60,7 @@ pub(crate) fn calls(out: &str) -> Vec<Call> {
 /// The two builds every Go test runs on: Go 1.27 stripped (types from the signature and
 /// the runtime type descriptors) and the oldest Go with DWARF (no signature).
 pub(crate) fn builds() -> [(GoVersion, bool); 2] {
-    [(GoVersion::Go127, true), (GoVersion::Go121, false)]
+    [(GoVersion::Go127, true), (GoVersion::Go119, false)]
 }
 
 pub(crate) fn what(v: GoVersion, stripped: bool) -> String {

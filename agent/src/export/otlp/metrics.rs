@@ -20,7 +20,7 @@
 //!
 //! A probe with a `when:` or a `sample:` counts every call in `gprobe.calls` all the same:
 //! its kept calls with `gprobe.sampled` = `true` (and its labels, which only kept calls
-//! have), the calls it left out (its `filtered` and `sampled_out`) with `gprobe.sampled` =
+//! have), the calls it left out (`filtered`, `sampled_out`, `undecided`) with `gprobe.sampled` =
 //! `false`, without labels; so does `gprobe.call.duration`, the durations of the calls
 //! left out (where their return was seen) each standing at the middle of its power-of-two
 //! bucket (BPF counts them by floor(log2(ns))).
@@ -49,6 +49,7 @@ fn by_symbol(stats: &Stats) -> BTreeMap<(Arc<str>, Arc<str>), ProbeStats> {
         s.join_incomplete += p.join_incomplete;
         s.filtered += p.filtered;
         s.sampled_out += p.sampled_out;
+        s.undecided += p.undecided;
         s.filtered_durations += p.filtered_durations;
         s.sampled_out_durations += p.sampled_out_durations;
     }
@@ -281,7 +282,7 @@ impl CallRecorder {
     /// `gprobe.calls`, as `gprobe.sampled` = `false`.
     pub fn count_left_out(&mut self) {
         for ((spec, symbol), p) in by_symbol(&self.stats) {
-            let total = p.filtered + p.sampled_out;
+            let total = p.filtered + p.sampled_out + p.undecided;
             let mut durations = p.filtered_durations;
             durations += p.sampled_out_durations;
             let (calls, seen) = self
