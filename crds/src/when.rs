@@ -71,7 +71,8 @@ pub enum Test {
     Int(CmpOp, i128),
     /// A string: equal, not equal, or starting with.
     Str(StrOp, Vec<u8>),
-    /// A pointer, interface, error, map, slice or function: `== nil` (true) or `!= nil`.
+    /// A pointer, interface, error, map, channel or function: `== nil` (true) or `!= nil`
+    /// (a slice is compared by `len(x)`: planning refuses `nil` on one).
     Nil(bool),
     /// A bool equal to this.
     Bool(bool),
