@@ -45,6 +45,9 @@ pub struct ProbeSummary {
     pub throttled: u64,
     pub unfinished: u64,
     pub abandoned: u64,
+    /// Delivered calls whose RETURN record found the ring buffer full.
+    #[serde(default)]
+    pub returns_lost: u64,
     /// Calls nested deeper than the pairing stack (not recorded).
     #[serde(default)]
     pub too_deep: u64,

@@ -196,8 +196,16 @@ impl BpfTracer {
         }
         if let Some(ret) = cfg.ret {
             let r = self.stats_of(ret);
-            // The ENTRY of such a call was delivered: it is not a lost call.
-            k.returns_lost = r.lost;
+            // The ENTRY of such a call was delivered: it is not a lost call. Unless the
+            // probe's `when:` needed that return: the reader then counts the call undecided
+            // and delivers nothing of it.
+            let decided_here = self
+                .probes
+                .get(&abi::cfg_slot(ret), 0)
+                .is_ok_and(|c| c.flags & abi::CFG_FILTER != 0);
+            if !decided_here {
+                k.returns_lost = r.lost;
+            }
             // Failed its `when:` at the return, or over the rate limit after it: its entry
             // is dropped by the reader.
             k.filtered += r.filtered;

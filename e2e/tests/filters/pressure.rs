@@ -82,6 +82,10 @@ fn a_full_ring_buffer_with_predicates_counts_every_call_once() {
         );
         if name == "entry" {
             assert_eq!(p.undecided, 0, "{name}: decided at the entry: {p:?}");
+        } else {
+            // Its lost RETURNs made their calls undecided: none was delivered without it.
+            assert_eq!(p.returns_lost, 0, "{name}: {p:?}");
+            assert_eq!(p.unfinished, 0, "{name}: {p:?}");
         }
         // The calls that fail the predicate (half) are filtered or lost.
         assert!(p.filtered <= calls / 2, "{name}: {p:?}");
