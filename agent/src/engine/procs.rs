@@ -329,7 +329,9 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
     pub(super) fn drop_spec_from_process(&mut self, pid: u32, sid: SpecId) {
         match self.detach_spec(pid, sid) {
             Some(true) => self.untrack(pid),
-            Some(false) => self.watch_propagate(pid),
+            // gprobe's own probes follow the specs left: the newproc and loader hooks go
+            // with the last spec that wanted them, as the propagation probes do.
+            Some(false) => self.rewatch(pid),
             None => {}
         }
     }

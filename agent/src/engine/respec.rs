@@ -70,7 +70,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
 
     /// gprobe's own probes in `pid` (dynamic loader, runtime.newproc1, propagation) follow
     /// its specs: removed where no spec wants them any more, placed where one now does.
-    fn rewatch(&mut self, pid: u32) {
+    pub(super) fn rewatch(&mut self, pid: u32) {
         let (loader, newproc) = (self.has_library_probes(pid), self.wants_newproc(pid));
         if let Some(p) = self.procs.get_mut(&pid) {
             let unwanted = [

@@ -73,3 +73,42 @@ fn latency_probes_bring_the_newproc_probe_and_take_it_away() {
         assert_eq!(live_links(&w, pid), 0);
     }
 }
+
+#[test]
+fn the_newproc_probe_goes_with_the_last_spec_that_wanted_it() {
+    let mut w = world(Mode::Local);
+    w.engine
+        .add_spec(spec(
+            "plain",
+            None,
+            "{executable: /app/go}",
+            "[{symbol: main.a}]",
+        ))
+        .unwrap();
+    let lat = w
+        .engine
+        .add_spec(spec(
+            "lat",
+            None,
+            "{executable: /app/go}",
+            "[{symbol: main.b, latency: true}]",
+        ))
+        .unwrap();
+    let pid = NEWPROC_PIDS[0];
+    w.engine
+        .process_seen(proc(pid, "/app/go", 12), Origin::Running);
+    assert_eq!(
+        live_links(&w, pid),
+        3,
+        "main.a, main.b and runtime.newproc1"
+    );
+    // The spec with the latency probe is deleted; the other still selects the process.
+    w.engine.remove_spec(lat);
+    assert_eq!(
+        live_links(&w, pid),
+        1,
+        "main.a alone: main.b and the newproc probe went with their spec"
+    );
+    w.engine.process_exited(pid);
+    assert_eq!(live_links(&w, pid), 0);
+}
