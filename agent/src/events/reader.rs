@@ -215,19 +215,16 @@ impl Processor {
     /// `sample:` keeps it).
     pub fn process(&mut self, raw: &[u8]) -> Option<CallRecord> {
         let rec = self.process_record(raw)?;
-        self.sampled(vec![rec]).pop()
+        self.sample_keeps(&rec).then_some(rec)
     }
 
-    /// The calls of `recs` that their probes' `sample:` keeps; the others are counted.
-    fn sampled(&self, mut recs: Vec<CallRecord>) -> Vec<CallRecord> {
-        recs.retain(|r| {
-            let keep = self.sampler.keeps(r);
-            if let (false, Some(st)) = (keep, &self.counts) {
-                st.add_sampled_out(&r.probe.key, r.duration_ns);
-            }
-            keep
-        });
-        recs
+    /// Whether `rec`'s probe's `sample:` keeps it; one it leaves out is counted.
+    fn sample_keeps(&self, rec: &CallRecord) -> bool {
+        let keep = self.sampler.keeps(rec);
+        if let (false, Some(st)) = (keep, &self.counts) {
+            st.add_sampled_out(&rec.probe.key, rec.duration_ns);
+        }
+        keep
     }
 
     fn process_record(&mut self, raw: &[u8]) -> Option<CallRecord> {
@@ -375,10 +372,10 @@ impl Processor {
                 if let Some(st) = &self.counts {
                     st.add_undecided(&r.probe.key, 1);
                 }
+                return false;
             }
-            !r.probe.when_at_return
+            self.sample_keeps(r)
         });
-        let recs = self.sampled(recs);
         if let Some(st) = &self.counts {
             for r in &recs {
                 st.add_unfinished(&r.probe.key, 1);
