@@ -34,6 +34,7 @@ use opentelemetry_sdk::metrics::{Aggregation, Instrument, SdkMeterProvider, Stre
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Per probe counts summed by (spec, symbol): the metrics' attribute set. Two probes of
 /// one spec on one symbol would otherwise report the same series twice.
@@ -169,6 +170,10 @@ pub(crate) fn observe(meter: &Meter, stats: &Stats) {
         .build();
 }
 
+/// How often a stream of batches adds the calls left out to the metrics (the output
+/// thread's tick does too, when no batch comes, and at the end).
+const LEFT_OUT_EVERY: Duration = Duration::from_secs(1);
+
 /// Calls counted under `other`, per (spec, symbol): shared by the recorder and the
 /// observable counter that reports them.
 type OverflowCounts = Arc<Mutex<BTreeMap<(Arc<str>, Arc<str>), Arc<AtomicU64>>>>;
@@ -193,6 +198,9 @@ pub struct CallRecorder {
     stats: Stats,
     /// Those already added to `gprobe.calls` and `gprobe.call.duration`, per (spec, symbol).
     left_out: BTreeMap<(Arc<str>, Arc<str>), (u64, DurationBuckets)>,
+    /// When they were last added: a batch adds them at most once a second (reading them
+    /// copies every probe's counts).
+    left_out_at: Instant,
 }
 
 /// A captured value as a metric attribute's value.
@@ -275,12 +283,14 @@ impl CallRecorder {
             overflow,
             stats,
             left_out: BTreeMap::new(),
+            left_out_at: Instant::now(),
         }
     }
 
     /// Adds the calls left out by `when:` and `sample:` since the last time to
     /// `gprobe.calls`, as `gprobe.sampled` = `false`.
     pub fn count_left_out(&mut self) {
+        self.left_out_at = Instant::now();
         for ((spec, symbol), p) in by_symbol(&self.stats) {
             let total = p.filtered + p.sampled_out + p.undecided;
             let mut durations = p.filtered_durations;
@@ -348,7 +358,9 @@ impl CallRecorder {
                 self.histogram.record(d as f64 / 1e9, &attrs);
             }
         }
-        self.count_left_out();
+        if self.left_out_at.elapsed() >= LEFT_OUT_EVERY {
+            self.count_left_out();
+        }
     }
 }
 
