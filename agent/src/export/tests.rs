@@ -16,8 +16,11 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
+use opentelemetry_proto::tonic::metrics::v1::Metric;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -365,6 +368,38 @@ pub(super) async fn receiver() -> (String, Received) {
     (format!("http://{addr}"), (trx, mrx))
 }
 
+/// Every metric the receiver got so far, in the order it got them.
+pub(super) fn received_metrics(
+    rx: &mut mpsc::UnboundedReceiver<ExportMetricsServiceRequest>,
+) -> Vec<Metric> {
+    let mut out = Vec::new();
+    while let Ok(req) = rx.try_recv() {
+        out.extend(
+            req.resource_metrics
+                .into_iter()
+                .flat_map(|r| r.scope_metrics)
+                .flat_map(|s| s.metrics),
+        );
+    }
+    out
+}
+
+/// The value of attribute `key`: a string as it is, a bool as `true` or `false`, another
+/// value in its debug form; empty when absent.
+pub(super) fn attr(attrs: &[KeyValue], key: &str) -> String {
+    attrs
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+        .map(|v| match v {
+            AnyValue::StringValue(s) => s.clone(),
+            AnyValue::BoolValue(b) => b.to_string(),
+            other => format!("{other:?}"),
+        })
+        .unwrap_or_default()
+}
+
 fn span_count(req: &ExportTraceServiceRequest) -> usize {
     req.resource_spans
         .iter()
@@ -419,27 +454,20 @@ async fn spans_are_flushed_by_the_timer_without_new_calls_and_metrics_come_from_
 
     // The final metrics: counts from Stats, durations from the output thread.
     let mut seen = BTreeMap::new();
-    while let Ok(req) = metrics.try_recv() {
-        for m in req
-            .resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-        {
-            let v = match &m.data {
-                Some(Data::Sum(s)) => s
-                    .data_points
-                    .iter()
-                    .map(|p| match p.value {
-                        Some(Number::AsInt(v)) => v as u64,
-                        _ => 0,
-                    })
-                    .sum(),
-                Some(Data::ExponentialHistogram(h)) => h.data_points.iter().map(|p| p.count).sum(),
-                _ => 0,
-            };
-            seen.insert(m.name.clone(), v);
-        }
+    for m in received_metrics(&mut metrics) {
+        let v = match &m.data {
+            Some(Data::Sum(s)) => s
+                .data_points
+                .iter()
+                .map(|p| match p.value {
+                    Some(Number::AsInt(v)) => v as u64,
+                    _ => 0,
+                })
+                .sum(),
+            Some(Data::ExponentialHistogram(h)) => h.data_points.iter().map(|p| p.count).sum(),
+            _ => 0,
+        };
+        seen.insert(m.name.clone(), v);
     }
     assert_eq!(seen.get("gprobe.calls"), Some(&6), "{seen:?}");
     assert_eq!(seen.get("gprobe.call.duration"), Some(&6), "{seen:?}");
@@ -491,55 +519,34 @@ async fn metrics_are_cut_by_captured_values_up_to_the_series_cap_then_other() {
     let mut calls_by: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut durations_by: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut overflow = 0;
-    while let Ok(req) = metrics.try_recv() {
-        for m in req
-            .resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-        {
-            let label = |attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], k: &str| {
-                attrs
-                    .iter()
-                    .find(|a| a.key == k)
-                    .and_then(|a| a.value.as_ref())
-                    .and_then(|v| v.value.as_ref())
-                    .map(|v| match v {
-                        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
-                            s,
-                        ) => s.clone(),
-                        other => format!("{other:?}"),
-                    })
-                    .unwrap_or_default()
-            };
-            let key = |attrs: &[_]| {
-                (
-                    label(attrs, "gprobe.args.method"),
-                    label(attrs, "gprobe.returns.err"),
-                )
-            };
-            match (m.name.as_str(), &m.data) {
-                ("gprobe.calls", Some(Data::Sum(s))) => {
-                    for p in &s.data_points {
-                        if let Some(Number::AsInt(v)) = p.value {
-                            calls_by.insert(key(&p.attributes), v as u64);
-                        }
+    for m in received_metrics(&mut metrics) {
+        let key = |attrs: &[_]| {
+            (
+                attr(attrs, "gprobe.args.method"),
+                attr(attrs, "gprobe.returns.err"),
+            )
+        };
+        match (m.name.as_str(), &m.data) {
+            ("gprobe.calls", Some(Data::Sum(s))) => {
+                for p in &s.data_points {
+                    if let Some(Number::AsInt(v)) = p.value {
+                        calls_by.insert(key(&p.attributes), v as u64);
                     }
                 }
-                ("gprobe.call.duration", Some(Data::ExponentialHistogram(h))) => {
-                    for p in &h.data_points {
-                        durations_by.insert(key(&p.attributes), p.count);
-                    }
-                }
-                ("gprobe.metrics.overflow", Some(Data::Sum(s))) => {
-                    for p in &s.data_points {
-                        if let Some(Number::AsInt(v)) = p.value {
-                            overflow = v;
-                        }
-                    }
-                }
-                _ => {}
             }
+            ("gprobe.call.duration", Some(Data::ExponentialHistogram(h))) => {
+                for p in &h.data_points {
+                    durations_by.insert(key(&p.attributes), p.count);
+                }
+            }
+            ("gprobe.metrics.overflow", Some(Data::Sum(s))) => {
+                for p in &s.data_points {
+                    if let Some(Number::AsInt(v)) = p.value {
+                        overflow = v;
+                    }
+                }
+            }
+            _ => {}
         }
     }
     let k = |m: &str, e: &str| (m.to_string(), e.to_string());

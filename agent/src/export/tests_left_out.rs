@@ -1,11 +1,10 @@
 //! `gprobe.calls` counts every call of a probe with a `when:` or a `sample:`: the kept ones
 //! as `gprobe.sampled` = true, those left out (from the counts) as false.
 
-use super::tests::{calls, otlp_cfg, receiver, Lines};
+use super::tests::{attr, calls, otlp_cfg, received_metrics, receiver, Lines};
 use super::*;
 use crate::events::ProbeMeta;
 use crate::stats::{KernelCounts, ProbeKey};
-use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
 use std::collections::BTreeMap;
@@ -43,36 +42,19 @@ async fn calls_left_out_by_when_and_sample_are_counted_apart_from_the_kept_ones(
     // gprobe.sampled -> calls, and the histogram's count.
     let mut calls_by: BTreeMap<String, u64> = BTreeMap::new();
     let mut durations = 0;
-    while let Ok(req) = metrics.try_recv() {
-        for m in req
-            .resource_metrics
-            .iter()
-            .flat_map(|r| &r.scope_metrics)
-            .flat_map(|s| &s.metrics)
-        {
-            match (m.name.as_str(), &m.data) {
-                ("gprobe.calls", Some(Data::Sum(s))) => {
-                    for dp in &s.data_points {
-                        let sampled = dp
-                            .attributes
-                            .iter()
-                            .find(|a| a.key == "gprobe.sampled")
-                            .and_then(|a| a.value.as_ref()?.value.clone())
-                            .map(|v| match v {
-                                Any::BoolValue(b) => b.to_string(),
-                                other => format!("{other:?}"),
-                            })
-                            .unwrap_or_else(|| "absent".into());
-                        if let Some(Number::AsInt(v)) = dp.value {
-                            calls_by.insert(sampled, v as u64);
-                        }
+    for m in received_metrics(&mut metrics) {
+        match (m.name.as_str(), &m.data) {
+            ("gprobe.calls", Some(Data::Sum(s))) => {
+                for dp in &s.data_points {
+                    if let Some(Number::AsInt(v)) = dp.value {
+                        calls_by.insert(attr(&dp.attributes, "gprobe.sampled"), v as u64);
                     }
                 }
-                ("gprobe.call.duration", Some(Data::ExponentialHistogram(h))) => {
-                    durations = h.data_points.iter().map(|d| d.count).sum();
-                }
-                _ => {}
             }
+            ("gprobe.call.duration", Some(Data::ExponentialHistogram(h))) => {
+                durations = h.data_points.iter().map(|d| d.count).sum();
+            }
+            _ => {}
         }
     }
     assert_eq!(
