@@ -49,13 +49,20 @@ pub async fn watch_specs(client: Client, tx: mpsc::Sender<SpecEvent>) {
     }
 }
 
-/// Creates or updates the ProbeAttachment of `spec` on `node` (server-side apply; owned by
-/// the ProbeSpec so it goes when the spec goes), then its status.
+/// Writes the status of the ProbeAttachment of `spec` on `node` (server-side apply).
+///
+/// The object itself (owned by the ProbeSpec, so it goes when the spec goes) is applied
+/// first unless `object_applied`: it depends only on the spec's name, uid and the node, so
+/// once this agent has applied it for this spec, a status change is one request, not two
+/// (1,000 nodes with 10 specs changing every 30 s are 333 writes a second, not 666). A
+/// status subresource is never created by a write to it, so when the object has gone since
+/// (deleted by hand), the 404 makes this apply it again and write the status once more.
 pub async fn apply_attachment(
     client: &Client,
     spec: &ProbeSpec,
     node: &str,
     status: &ProbeAttachmentStatus,
+    object_applied: bool,
 ) -> Result<(), kube::Error> {
     let ns = spec
         .metadata
@@ -66,12 +73,18 @@ pub async fn apply_attachment(
     let obj = new_attachment(spec, node);
     let name = obj.metadata.name.clone().unwrap_or_default();
     let pp = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &pp, &Patch::Apply(&obj)).await?;
     let body = serde_json::json!({
         "apiVersion": gprobe_crds::API_VERSION,
         "kind": "ProbeAttachment",
         "status": status,
     });
+    if object_applied {
+        match api.patch_status(&name, &pp, &Patch::Apply(&body)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            r => return r.map(drop),
+        }
+    }
+    api.patch(&name, &pp, &Patch::Apply(&obj)).await?;
     api.patch_status(&name, &pp, &Patch::Apply(&body)).await?;
     Ok(())
 }
@@ -168,10 +181,78 @@ mod tests {
             }],
             ..Default::default()
         };
-        apply_attachment(&client, &spec(), "node-1", &status)
+        apply_attachment(&client, &spec(), "node-1", &status, false)
             .await
             .unwrap();
         server.await.unwrap();
+    }
+
+    fn reply(status: u16, body: &serde_json::Value) -> Response<Body> {
+        Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap()
+    }
+
+    fn not_found() -> serde_json::Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "NotFound", "code": 404, "message": "probeattachments \"urls-node-1\" not found"})
+    }
+
+    /// The requests an agent makes for one write, as (method, path suffix), answering the
+    /// first status write with `first_status` (the rest with 200).
+    async fn requests_of_one_write(object_applied: bool, first_status: u16) -> Vec<String> {
+        let (svc, mut handle): (_, Handle) = tower_test::mock::pair();
+        let client = Client::new(svc, "default");
+        let write = tokio::spawn(async move {
+            apply_attachment(
+                &client,
+                &spec(),
+                "node-1",
+                &ProbeAttachmentStatus::default(),
+                object_applied,
+            )
+            .await
+        });
+        let mut seen = Vec::new();
+        let mut status_code = first_status;
+        while let Some((req, send)) = handle.next_request().await {
+            let path = req.uri().path().to_string();
+            let mut body = body_json(req).await;
+            body["metadata"] = serde_json::json!({"name": "urls-node-1", "namespace": "shop"});
+            body["spec"] = serde_json::json!({"probeSpec": "urls", "nodeName": "node-1"});
+            if path.ends_with("/status") {
+                let code = std::mem::replace(&mut status_code, 200);
+                let answer = if code == 404 { not_found() } else { body };
+                send.send_response(reply(code, &answer));
+            } else {
+                send.send_response(reply(200, &body));
+            }
+            seen.push(path.rsplit('/').next().unwrap().to_string());
+        }
+        write.await.unwrap().unwrap();
+        seen
+    }
+
+    #[tokio::test]
+    async fn an_applied_attachment_gets_its_status_alone() {
+        assert_eq!(
+            requests_of_one_write(true, 200).await,
+            ["status"],
+            "one request per status change once the object is applied"
+        );
+        assert_eq!(
+            requests_of_one_write(false, 200).await,
+            ["urls-node-1", "status"]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_attachment_deleted_since_is_applied_again() {
+        assert_eq!(
+            requests_of_one_write(true, 404).await,
+            ["status", "urls-node-1", "status"]
+        );
     }
 
     #[tokio::test]

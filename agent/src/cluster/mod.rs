@@ -59,6 +59,9 @@ struct Publisher<'a> {
     client: Option<&'a kube::Client>,
     report_file: Option<&'a Path>,
     last: BTreeMap<String, (ProbeAttachmentStatus, Instant)>,
+    /// The ProbeAttachment objects this agent has applied, by key, with the uid of the spec
+    /// they were applied for: later writes of their status are one request.
+    applied: BTreeMap<String, String>,
 }
 
 /// How often a ProbeAttachment is written when only its links' counts (hits, lost,
@@ -124,14 +127,19 @@ impl Publisher<'_> {
                 continue;
             }
             if let Some(c) = self.client {
-                if let Err(e) = api::apply_attachment(c, spec, self.node, st).await {
+                let uid = spec.metadata.uid.clone().unwrap_or_default();
+                let object_applied = self.applied.get(&key) == Some(&uid);
+                if let Err(e) = api::apply_attachment(c, spec, self.node, st, object_applied).await
+                {
                     tracing::warn!("updating the ProbeAttachment of {key}: {e}");
+                    self.applied.remove(&key);
                     continue;
                 }
+                self.applied.insert(key.clone(), uid);
             }
             self.last.insert(key, (cmp, now));
         }
-        self.last.retain(|k, _| {
+        let live = |k: &String| {
             statuses.iter().any(|(s, _)| {
                 *k == format!(
                     "{}/{}",
@@ -139,7 +147,9 @@ impl Publisher<'_> {
                     s.display_name()
                 )
             })
-        });
+        };
+        self.last.retain(|k, _| live(k));
+        self.applied.retain(|k, _| live(k));
         if let Some(path) = self.report_file {
             let doc: BTreeMap<String, &ProbeAttachmentStatus> = statuses
                 .iter()
@@ -192,6 +202,7 @@ pub async fn run(
         client: client.as_ref(),
         report_file: opts.report_file.as_deref(),
         last: BTreeMap::new(),
+        applied: BTreeMap::new(),
     };
     let mut stop = crate::pipeline::StopSignal::new(opts.duration)?;
     let mut poll = tokio::time::interval(opts.container_poll);
