@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up this machine (idempotently) and runs every check and test of gprobe: formatting,
 # clippy, unit and end-to-end tests (real uprobes on real Go programs, real OTLP receivers,
-# real containers through containerd's CRI), and the Helm chart checks. Needs root.
+# real containers through containerd's CRI), the Helm chart checks, and gprobe installed
+# with Helm on a real one-node Kubernetes cluster (e2e/cluster_test.sh). Needs root.
 #
 # Every step runs even when an earlier one failed, and every crate's tests run even when
 # another's fail (cargo test --no-fail-fast); the script exits non-zero at the end, naming
@@ -51,6 +52,11 @@ step "cargo test" cargo test --workspace --locked --no-fail-fast
 # Each fuzz target of the parsers of binary input for a fixed time (scripts/fuzz.sh).
 step "fuzz" scripts/fuzz.sh
 step "Helm chart" bash e2e/chart_test.sh
+# gprobe on a real one-node Kubernetes cluster of this machine (scripts/cluster.sh): helm
+# install, kubectl apply, spans in Jaeger, metrics in Prometheus, RBAC and admission. It
+# starts the cluster and stops it again; the components are built once into the cache
+# (about 8 min on 2 cores the first time: Kubernetes, etcd, Jaeger, Prometheus).
+step "cluster e2e" bash e2e/cluster_test.sh
 
 if ((${#failed[@]})); then
   echo "== FAILED steps: ${failed[*]}" >&2

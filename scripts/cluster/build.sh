@@ -15,15 +15,20 @@
 go_build() {
   local mod="$1" out="$2" ldflags="$3"
   shift 3
-  # Debian's golang-go puts Go 1.19 at /usr/bin/go: prefer the machine's own newer Go.
-  local go="${GO:-}" v
-  if [[ -z "$go" ]]; then
-    if [[ -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go; else go="$(command -v go)" || true; fi
-  fi
-  v="$("$go" env GOVERSION 2>/dev/null)" ||
-    die "no Go toolchain (set GO=/path/to/go): Go 1.26 is needed to build the cluster's components"
-  [[ "$(printf '%s\ngo1.26\n' "$v" | sort -V | head -n1)" == go1.26 ]] ||
-    die "$go is $v: Go 1.26 or later is needed (set GO=/path/to/go)"
+  # Debian's golang-go puts Go 1.19 at /usr/bin/go: take the first Go >= 1.26 of $GO, the
+  # machine's own (/usr/local/go, PATH), or those scripts/setup.sh --test installs from PyPI.
+  local go="" v c
+  for c in "${GO:-}" /usr/local/go/bin/go "$(command -v go || true)" "$root/.cache/venv/bin/go" \
+    "$root/.cache/go1.26/bin/go"; do
+    [[ -n "$c" && -x "$c" ]] || continue
+    v="$("$c" env GOVERSION 2>/dev/null)" || continue
+    if [[ "$(printf '%s\ngo1.26\n' "$v" | sort -V | head -n1)" == go1.26 ]]; then
+      go="$c"
+      break
+    fi
+    [[ -z "${GO:-}" ]] || die "$GO is $v: Go 1.26 or later is needed to build the cluster's components"
+  done
+  [[ -n "$go" ]] || die "no Go 1.26 or later (set GO=/path/to/go, or run scripts/setup.sh --test)"
   local work="$cache/go"
   rm -rf "$out.tmp"
   mkdir -p "$work" "$out.tmp"
