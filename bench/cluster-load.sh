@@ -70,7 +70,7 @@ hz="$(getconf CLK_TCK)"
 audit="$(dirname "$kubeconfig")/log/audit.log"
 
 # Sample once a second while the load tool runs.
-"$root/target/release/attachment-load" --nodes "$nodes" --specs "$specs" --period "$period" \
+"${CARGO_TARGET_DIR:-$root/target}/release/attachment-load" --nodes "$nodes" --specs "$specs" --period "$period" \
   --duration "$duration" --concurrency "${CONCURRENCY:-64}" >"$tmp/load.out" 2>"$tmp/load.err" &
 load_pid=$!
 t0="$(date +%s.%N)"
