@@ -15,7 +15,8 @@
 #   - the CRDs: charts/gprobe/crds/crds.yaml must equal the generated crds/crds.yaml, be
 #     valid apiextensions.k8s.io/v1 CustomResourceDefinitions, define what the RBAC names,
 #     and accept the example ProbeSpecs;
-#   - the Grafana dashboard JSON parses (file and rendered ConfigMap);
+#   - the Grafana dashboard JSON parses (file and rendered ConfigMap) and is valid for the
+#     dashboard schema Grafana publishes (scripts/cluster/grafana-schema; needs Go 1.26);
 #   - security facts of the rendered agent DaemonSet, operator Deployment and RBAC.
 #   - shellcheck over the e2e and cluster scripts, hadolint over the Dockerfiles.
 # Tools: helm from .cache/helm/helm/helm (or $HELM), kubernetes-validate from
@@ -299,6 +300,15 @@ ids = [p["id"] for p in dash["panels"]]
 assert len(ids) == len(set(ids)), f"duplicate panel ids {ids}"
 print(f"{len(dash['panels'])} panels")
 EOF
+# Grafana cannot run here (AGPL); its published dashboard schema can: the strict decoders of
+# its foundation SDK (scripts/cluster/grafana-schema, built once from its Go module) check
+# every field of the dashboard, each panel's options and field config, and every query.
+if gs="$("$root/scripts/cluster.sh" tool grafana-schema 2>"$tmp/gs.err")"; then
+  check "dashboard is valid for Grafana's published schema (panels, options, Prometheus queries)" \
+    "$gs" "$chart/dashboards/gprobe.json"
+else
+  fail "dashboard schema check built (scripts/cluster.sh tool grafana-schema)" "$tmp/gs.err"
+fi
 check "dashboard is off by default" "$py" -c '
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]

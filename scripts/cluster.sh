@@ -14,7 +14,8 @@
 #   scripts/cluster.sh cri-socket      print the node's CRI socket (the chart's agent.criSocket.path)
 #   scripts/cluster.sh clean-build-cache  remove the Go caches of the builds (keeps the binaries)
 #   scripts/cluster.sh tool NAME       build (once) and print the path of kubectl, prometheus
-#                                      or jaeger (the cluster test's receivers)
+#                                      or jaeger (the cluster test's receivers), or of
+#                                      grafana-schema (the chart test's dashboard check)
 #
 # Components, every one from a package registry, pinned and built once into
 # ${XDG_CACHE_HOME:-$HOME/.cache}/gprobe/<component>-<version>/ (nice'd: builds are CPU-heavy):
@@ -479,14 +480,15 @@ tool)
   prometheus) build_prometheus ;;
   jaeger) build_jaeger ;;
   kubectl) build_kubernetes && echo "$k8s_bin/kubectl" ;;
-  *) die "usage: cluster.sh tool prometheus|jaeger|kubectl (builds it once, prints its path)" ;;
+  grafana-schema) build_grafana_schema ;;
+  *) die "usage: cluster.sh tool prometheus|jaeger|kubectl|grafana-schema (builds it once, prints its path)" ;;
   esac
   ;;
 kubeconfig) echo "$kubeconfig" ;;
 cri-socket) echo "$sock" ;;
 clean-build-cache) chmod -R u+w "$cache/go" 2>/dev/null; rm -rf "$cache/go" ;;
 *)
-  sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
   ;;
 esac

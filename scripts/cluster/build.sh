@@ -91,6 +91,16 @@ build_jaeger() {
   echo "$out/jaeger"
 }
 
+# The checker of the chart's Grafana dashboard against Grafana's published schema (for
+# e2e/chart_test.sh), keyed by its sources.
+build_grafana_schema() {
+  local dir="$here/cluster/grafana-schema" key
+  key="$(cat "$dir/main.go" "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-12)"
+  local out="$cache/grafana-schema-$key/bin"
+  [[ -x "$out/grafana-schema" ]] || go_build "$dir" "$out" "" .
+  echo "$out/grafana-schema"
+}
+
 build_all() {
   build_kubernetes
   build_etcd
