@@ -17,16 +17,17 @@ go_build() {
   shift 3
   # Debian's golang-go puts Go 1.19 at /usr/bin/go: take the first Go >= 1.26 of $GO, the
   # machine's own (/usr/local/go, PATH), or those scripts/setup.sh --test installs from PyPI.
-  local go="" v c
-  for c in "${GO:-}" /usr/local/go/bin/go "$(command -v go || true)" "$root/.cache/venv/bin/go" \
-    "$root/.cache/go1.26/bin/go"; do
+  local go="" v c candidates=("${GO:-}")
+  [[ -n "${GO:-}" ]] ||
+    candidates=(/usr/local/go/bin/go "$(command -v go || true)" "$root/.cache/venv/bin/go" "$root/.cache/go1.26/bin/go")
+  for c in "${candidates[@]}"; do
     [[ -n "$c" && -x "$c" ]] || continue
     v="$("$c" env GOVERSION 2>/dev/null)" || continue
     if [[ "$(printf '%s\ngo1.26\n' "$v" | sort -V | head -n1)" == go1.26 ]]; then
       go="$c"
       break
     fi
-    [[ -z "${GO:-}" ]] || die "$GO is $v: Go 1.26 or later is needed to build the cluster's components"
+    [[ -z "${GO:-}" ]] || die "GO=$GO is $v: Go 1.26 or later is needed to build the cluster's components"
   done
   [[ -n "$go" ]] || die "no Go 1.26 or later (set GO=/path/to/go, or run scripts/setup.sh --test)"
   local work="$cache/go"
