@@ -99,6 +99,26 @@ pub(super) fn probe() -> Arc<ProbeMeta> {
     ))
 }
 
+/// Starts the export stage with JSONL into a [`Lines`] (its count returned) and OTLP to
+/// `endpoint`, counting into `stats`.
+pub(super) fn start_otlp(
+    endpoint: String,
+    stats: &Stats,
+) -> (
+    mpsc::Sender<Vec<CallRecord>>,
+    ExportHandle,
+    watch::Receiver<usize>,
+) {
+    let (out, lines) = Lines::new();
+    let (tx, handle) = start(
+        ExportOptions::new(Format::Jsonl, Some(otlp_cfg(endpoint))),
+        Box::new(out),
+        stats.clone(),
+    )
+    .unwrap();
+    (tx, handle, lines)
+}
+
 pub(super) fn otlp_cfg(endpoint: String) -> OtlpConfig {
     OtlpConfig::new(endpoint, Protocol::Grpc, Duration::from_secs(60))
 }
@@ -211,13 +231,7 @@ async fn a_collector_that_never_answers_holds_back_neither_output_nor_exit() {
     let stuck = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", stuck.local_addr().unwrap());
     let stats = Stats::new();
-    let (out, mut lines) = Lines::new();
-    let (tx, handle) = start(
-        ExportOptions::new(Format::Jsonl, Some(otlp_cfg(endpoint))),
-        Box::new(out),
-        stats.clone(),
-    )
-    .unwrap();
+    let (tx, handle, mut lines) = start_otlp(endpoint, &stats);
     let output_took = send_and_wait_for_output(&tx, &mut lines, 100_000).await;
     // Every call reached the output while no export had ended (the collector's first
     // answer would come after the 60 s export timeout): the output waited for none.
@@ -414,13 +428,7 @@ async fn spans_are_flushed_by_the_timer_without_new_calls_and_metrics_come_from_
     let stats = Stats::new();
     stats.process_matched(&[]);
     stats.process_traced(&[]);
-    let (out, _) = Lines::new();
-    let (tx, handle) = start(
-        ExportOptions::new(Format::Jsonl, Some(otlp_cfg(endpoint))),
-        Box::new(out),
-        stats.clone(),
-    )
-    .unwrap();
+    let (tx, handle, _) = start_otlp(endpoint, &stats);
     let p = probe();
     // Two small batches, far from a full one: only the timer sends them.
     for round in 0..2 {
@@ -482,13 +490,7 @@ async fn spans_are_flushed_by_the_timer_without_new_calls_and_metrics_come_from_
 async fn metrics_are_cut_by_captured_values_up_to_the_series_cap_then_other() {
     let (endpoint, (_traces, mut metrics)) = receiver().await;
     let stats = Stats::new();
-    let (out, _) = Lines::new();
-    let (tx, handle) = start(
-        ExportOptions::new(Format::Jsonl, Some(otlp_cfg(endpoint))),
-        Box::new(out),
-        stats.clone(),
-    )
-    .unwrap();
+    let (tx, handle, _) = start_otlp(endpoint, &stats);
     let mut meta = ProbeMeta::simple("shop", "main.handle", true);
     meta.metrics = Some(crate::events::MetricLabels {
         labels: vec!["method".into(), "err".into()],

@@ -1,7 +1,7 @@
 //! `gprobe.calls` counts every call of a probe with a `when:` or a `sample:`: the kept ones
 //! as `gprobe.sampled` = true, those left out (from the counts) as false.
 
-use super::tests::{attr, calls, otlp_cfg, received_metrics, receiver, Lines};
+use super::tests::{attr, calls, received_metrics, receiver, start_otlp};
 use super::*;
 use crate::events::ProbeMeta;
 use crate::stats::{KernelCounts, ProbeKey};
@@ -14,13 +14,7 @@ use std::sync::Arc;
 async fn calls_left_out_by_when_and_sample_are_counted_apart_from_the_kept_ones() {
     let (endpoint, (_traces, mut metrics)) = receiver().await;
     let stats = Stats::new();
-    let (out, _) = Lines::new();
-    let (tx, handle) = start(
-        ExportOptions::new(Format::Jsonl, Some(otlp_cfg(endpoint))),
-        Box::new(out),
-        stats.clone(),
-    )
-    .unwrap();
+    let (tx, handle, _) = start_otlp(endpoint, &stats);
     let mut meta = ProbeMeta::simple("shop", "main.handle", true);
     meta.selects = true;
     let p = Arc::new(meta);
