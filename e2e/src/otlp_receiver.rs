@@ -50,6 +50,15 @@ impl MetricsService for Received {
     }
 }
 
+/// The runtime the receivers of a test run on (one worker thread: they only collect).
+pub fn receiver_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// A gRPC OTLP receiver on loopback; stops when the runtime is dropped.
 pub fn grpc_receiver(rt: &tokio::runtime::Runtime) -> (Received, String) {
     let rec = Received::default();

@@ -5,7 +5,7 @@
 use gprobe_e2e::cri::{require_containers, Containerd, Pod, PodSpec};
 use gprobe_e2e::go::{GoVersion, TempDir};
 use gprobe_e2e::harness::{self, gprobe_bin, require_trace, serial};
-use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, spans};
+use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, receiver_runtime, spans};
 use gprobe_e2e::procmem::{byte_at_file_offset, probe_offset, INT3};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use std::collections::{BTreeMap, BTreeSet};
@@ -135,11 +135,7 @@ fn agent_traces_selected_pods_only_follows_new_ones_and_detaches_removed_ones() 
     require_containers("cluster cri");
     let bin = harness::program("examples/http-client", GoVersion::Go127, false);
     let _guard = serial();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = receiver_runtime();
     let (rec, endpoint) = grpc_receiver(&rt);
     let ctrd = Containerd::start().expect("containerd");
     for image in [

@@ -3,17 +3,13 @@
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{build_dir, program, require_trace, run_program, serial, Gprobe};
-use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, http_receiver};
+use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, http_receiver, receiver_runtime};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use std::collections::BTreeSet;
 
 fn check(protocol: &str) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = receiver_runtime();
     let (rec, endpoint) = if protocol == "grpc" {
         grpc_receiver(&rt)
     } else {
@@ -175,11 +171,7 @@ fn spans_and_metrics_reach_an_otlp_http_protobuf_receiver() {
 #[test]
 fn nested_calls_and_their_goroutines_reach_the_receiver_as_span_trees() {
     require_trace("nested_calls_and_their_goroutines_reach_the_receiver_as_span_trees");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = receiver_runtime();
     let (rec, endpoint) = grpc_receiver(&rt);
     let bin = program("e2e/testdata/nest", GoVersion::Go127, false);
     let _guard = serial();

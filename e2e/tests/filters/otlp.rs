@@ -5,7 +5,7 @@
 use super::go::{builds, calls, go_id, handle, named, ID, SRC, SYMBOL};
 use super::{assert_kept, records, spec, trace_with};
 use gprobe_e2e::harness::{program, require_trace};
-use gprobe_e2e::otlp_receiver::{attr, attr_str, grpc_receiver, spans};
+use gprobe_e2e::otlp_receiver::{attr, attr_str, grpc_receiver, receiver_runtime, spans};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
@@ -14,11 +14,7 @@ use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as NumberV
 #[test]
 fn only_the_calls_a_predicate_keeps_are_exported_as_spans() {
     require_trace("otlp");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = receiver_runtime();
     let (rec, endpoint) = grpc_receiver(&rt);
     let (v, stripped) = builds()[0];
     let bin = program(SRC, v, stripped);

@@ -18,7 +18,7 @@ mod two_services;
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{program, program_lines, require_trace, run_program, serial, Gprobe};
-use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, Received};
+use gprobe_e2e::otlp_receiver::{attr_str, grpc_receiver, receiver_runtime, Received};
 use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
 use service::{attached, ctx, id, Service};
 use shared::run_shared;
@@ -28,11 +28,7 @@ use two_services::{run_services, REQUESTS};
 fn a_requests_spans_form_one_trace_across_two_services() {
     let _serial = serial();
     require_trace("a_requests_spans_form_one_trace_across_two_services");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = receiver_runtime();
     // Go 1.19: buckets of the old map layout; Go 1.27 stripped: swiss maps, and the
     // handlers' types from their signatures and Go's runtime type data.
     for (v, stripped) in [(GoVersion::Go119, false), (GoVersion::Go127, true)] {
@@ -141,11 +137,7 @@ const MANY_HEADERS: [(usize, usize, usize, bool); 5] = [
 fn a_handler_joins_the_trace_of_a_request_with_many_headers() {
     let _serial = serial();
     require_trace("a_handler_joins_the_trace_of_a_request_with_many_headers");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = receiver_runtime();
     // Go 1.19: buckets with overflow chains, old buckets while the map grows; Go 1.27
     // stripped: swiss tables, a directory of several for 1,000 headers.
     for (v, stripped) in [(GoVersion::Go119, false), (GoVersion::Go127, true)] {
