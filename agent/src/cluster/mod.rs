@@ -14,7 +14,7 @@ use crate::engine::Mode;
 use crate::pipeline::{warn_new_losses, Pipeline, PipelineError, PipelineOptions, RunSummary};
 use gprobe_crds::ProbeAttachmentStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -97,6 +97,12 @@ fn without_counts(status: &ProbeAttachmentStatus) -> ProbeAttachmentStatus {
     s
 }
 
+/// A spec's key in what was written: `namespace/name`.
+fn spec_key(spec: &gprobe_crds::ProbeSpec) -> String {
+    let ns = spec.metadata.namespace.as_deref().unwrap_or("default");
+    format!("{ns}/{}", spec.display_name())
+}
+
 impl Publisher<'_> {
     /// Writes each spec's attachment status where it goes if it changed.
     async fn publish(&mut self, pipeline: &Pipeline, health: &health::Health) {
@@ -115,11 +121,7 @@ impl Publisher<'_> {
                 .sum(),
         );
         for (spec, st) in &statuses {
-            let key = format!(
-                "{}/{}",
-                spec.metadata.namespace.as_deref().unwrap_or("default"),
-                spec.display_name()
-            );
+            let key = spec_key(spec);
             let mut cmp = st.clone();
             cmp.update_time = None;
             let now = Instant::now();
@@ -139,25 +141,12 @@ impl Publisher<'_> {
             }
             self.last.insert(key, (cmp, now));
         }
-        let live = |k: &String| {
-            statuses.iter().any(|(s, _)| {
-                *k == format!(
-                    "{}/{}",
-                    s.metadata.namespace.as_deref().unwrap_or("default"),
-                    s.display_name()
-                )
-            })
-        };
-        self.last.retain(|k, _| live(k));
-        self.applied.retain(|k, _| live(k));
+        let live: BTreeSet<String> = statuses.iter().map(|(s, _)| spec_key(s)).collect();
+        self.last.retain(|k, _| live.contains(k));
+        self.applied.retain(|k, _| live.contains(k));
         if let Some(path) = self.report_file {
-            let doc: BTreeMap<String, &ProbeAttachmentStatus> = statuses
-                .iter()
-                .map(|(s, st)| {
-                    let ns = s.metadata.namespace.as_deref().unwrap_or("default");
-                    (format!("{ns}/{}", s.display_name()), st)
-                })
-                .collect();
+            let doc: BTreeMap<String, &ProbeAttachmentStatus> =
+                statuses.iter().map(|(s, st)| (spec_key(s), st)).collect();
             let tmp = path.with_extension("tmp");
             if let Ok(text) = serde_json::to_vec_pretty(&doc) {
                 if let Err(e) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, path))
