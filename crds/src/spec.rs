@@ -176,6 +176,12 @@ pub struct Probe {
         "sample is a share of the calls: more than 0, at most 1 (0.01 keeps 1 in 100)"
     ))]
     pub sample: Option<f64>,
+    /// A log2 histogram of this probe's call durations, in bpftrace's layout: local mode
+    /// (`gprobe run`, `gprobe trace`) prints it on stderr at the end, every
+    /// `--hist-interval` and on SIGUSR1. It counts every call that returned, the ones
+    /// `when:` or `sample:` left out included. Needs `latency: true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hist: bool,
 }
 
 /// Captured values as attributes of a probe's metrics.
@@ -239,6 +245,7 @@ impl Default for Probe {
             propagate: false,
             when: None,
             sample: None,
+            hist: false,
         }
     }
 }

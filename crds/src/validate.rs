@@ -357,6 +357,14 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                     .into(),
             );
         }
+        if p.hist && !p.latency {
+            probe_issue(
+                ".hist".into(),
+                "a histogram of durations needs `latency: true` (the duration is measured at \
+                 the call's return)"
+                    .into(),
+            );
+        }
         if p.latency && p.usdt.is_some() {
             probe_issue(
                 ".latency".into(),

@@ -517,3 +517,18 @@ fn sample_is_a_share_of_the_calls() {
     // The CRD's rule says the same to kubectl.
     assert!(crate::crds_yaml().contains(when_checks::SAMPLE_RANGE));
 }
+
+#[test]
+fn a_histogram_needs_the_calls_timed() {
+    let s = spec_with("    - {symbol: main.f, hist: true}\n");
+    let issues = issues_of(&s);
+    assert_eq!(issues.len(), 1, "{issues:#?}");
+    assert_eq!(issues[0].0, "spec.probes[0].hist");
+    assert!(
+        issues[0].1.contains("needs `latency: true`"),
+        "{}",
+        issues[0].1
+    );
+    let s = spec_with("    - {symbol: main.f, hist: true, latency: true}\n");
+    assert_eq!(issues_of(&s), []);
+}
