@@ -8,6 +8,7 @@ pub mod ctype;
 pub mod glob;
 pub mod gopath;
 pub mod signature;
+pub mod oneliner;
 mod spec;
 mod validate;
 pub mod when;
