@@ -20,5 +20,6 @@ pub mod plan;
 pub mod resolve;
 pub mod stats;
 pub mod symbols;
+pub mod trace;
 pub mod types;
 pub mod util;

@@ -3,9 +3,11 @@
 //! starts it held until its probes are attached and stops when it exits.
 
 use crate::command::{self, ChildStdout, CommandError, ExitedWith, Received};
+use crate::discover::procs::start_time;
 use crate::engine::driver::Input;
 use crate::engine::select::Selector;
 use crate::engine::Mode;
+use crate::export::hist::HistProbes;
 use crate::pipeline::{warn_new_losses, Pipeline, PipelineError, PipelineOptions, RunSummary};
 use crate::util::printable;
 use gprobe_crds::{load_specs, LoadError, ProbeSpec};
@@ -19,7 +21,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub spec_files: Vec<PathBuf>,
+    /// Specs given whole (`gprobe trace`), run with those of the files.
+    pub specs: Vec<ProbeSpec>,
     pub duration: Option<Duration>,
+    /// Print the histograms of `hist: true` probes this often too (besides at the end and
+    /// on SIGUSR1).
+    pub hist_interval: Option<Duration>,
     pub pipeline: PipelineOptions,
     /// `-- CMD ARGS...`: the program to start and trace.
     pub command: Option<CommandOptions>,
@@ -53,6 +60,9 @@ pub enum RunError {
     /// A signal stopped gprobe before the command was started.
     #[error("stopped by {} before the command was started", command::signal_name(*.0))]
     Interrupted(i32),
+    /// `--pid` names no running process.
+    #[error("--pid {0}: no such process")]
+    NoProcess(u32),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -118,6 +128,12 @@ pub fn selects_nothing_locally(spec: &ProbeSpec) -> Option<String> {
     ))
 }
 
+/// Writes to stderr (the histograms: stdout carries the calls); a closed stderr is not worth
+/// a panic.
+fn say(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
 /// What ends a run.
 enum Stop {
     /// SIGINT, SIGTERM or `--duration`.
@@ -142,6 +158,12 @@ pub async fn run(
         None => Stop::Signal(crate::pipeline::StopSignal::new(opts.duration)?),
     };
     let mut specs = load_all(&opts.spec_files)?;
+    specs.extend(opts.specs.iter().cloned());
+    let only = match opts.pipeline.only_pid {
+        Some(pid) => Some((pid, start_time(pid).ok_or(RunError::NoProcess(pid))?)),
+        None => None,
+    };
+    let hist = HistProbes::of(&specs);
     // Said at once, rather than waiting for processes that cannot come.
     let mut blind = Vec::new();
     specs.retain(|s| match selects_nothing_locally(s) {
@@ -191,6 +213,18 @@ pub async fn run(
     };
 
     let mut stats_tick = tokio::time::interval(Duration::from_secs(1));
+    let mut hist_tick = opts
+        .hist_interval
+        .filter(|_| !hist.is_empty())
+        .map(|d| tokio::time::interval_at(tokio::time::Instant::now() + d, d));
+    // SIGUSR1 prints the histograms (only where there are some: it ends gprobe otherwise,
+    // as it always has).
+    let mut usr1 = match hist.is_empty() {
+        true => None,
+        false => Some(tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::user_defined1(),
+        )?),
+    };
     let mut last = crate::pipeline::LastCounts::new();
     let mut closed = pipeline.output_closed();
     // With OTLP, a closed output leaves the spans to deliver: the run goes on.
@@ -206,7 +240,19 @@ pub async fn run(
     }
     loop {
         tokio::select! {
-            _ = stats_tick.tick() => warn_new_losses(&pipeline.stats, &mut last),
+            _ = stats_tick.tick() => {
+                warn_new_losses(&pipeline.stats, &mut last);
+                if let Some((pid, start)) = only {
+                    if start_time(pid) != Some(start) {
+                        tracing::info!("process {pid} has exited: stopping");
+                        break;
+                    }
+                }
+            }
+            _ = async { hist_tick.as_mut().expect("an interval").tick().await },
+                if hist_tick.is_some() => say(&hist.render(&pipeline.stats)),
+            _ = async { usr1.as_mut().expect("a signal stream").recv().await },
+                if usr1.is_some() => say(&hist.render(&pipeline.stats)),
             ev = next_stop(&mut stop) => {
                 let StopEvent::Signal(r) = ev else { break };
                 let pid = pid.expect("signals are read only with a command");
@@ -251,6 +297,9 @@ pub async fn run(
     // The final counters: losses since the last tick are logged too (a short run can end
     // before the next one).
     warn_new_losses(&summary.stats, &mut last);
+    if !hist.is_empty() {
+        say(&hist.render(&summary.stats));
+    }
     Ok(RunOutcome {
         summary,
         command: command_end,

@@ -2,15 +2,19 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use gprobe_agent::attach::LoadOptions;
 use gprobe_agent::check;
-use gprobe_agent::cli::{Cli, Command, OutputFormat};
+use gprobe_agent::cli::{Cli, Command, OutputFormat, RunFlags};
 use gprobe_agent::cluster::{self, AgentOptions};
 use gprobe_agent::command::ChildStdout;
 use gprobe_agent::export::otlp::OtlpConfig;
 use gprobe_agent::export::Format;
 use gprobe_agent::local::{self, CommandOptions, RunError, RunOptions};
 use gprobe_agent::pipeline::PipelineOptions;
+use gprobe_agent::trace::{self, Target, TraceError};
 use gprobe_agent::util::{error_chain, printable};
+use gprobe_crds::oneliner::TraceOptions;
+use gprobe_crds::ProbeSpec;
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn init_logs(level: &str) -> Result<()> {
@@ -80,9 +84,19 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Exit status of `gprobe trace` when its probe expression (or a flag of it) is wrong:
+/// that of a usage error, as clap gives for a wrong flag.
+const EXIT_BAD_PROBE: u8 = 2;
+
 /// The exit status for an error: what a shell would give for a command that cannot run,
-/// 3 when nothing can be selected, 128 + N for a signal, else 1.
+/// 2 for a wrong probe expression, 3 when nothing can be selected, 128 + N for a signal,
+/// else 1.
 fn exit_code_of(e: &anyhow::Error) -> u8 {
+    match e.downcast_ref::<TraceError>() {
+        Some(TraceError::Probe(_)) => return EXIT_BAD_PROBE,
+        Some(TraceError::Command(c)) => return c.exit_code(),
+        _ => {}
+    }
     match e.downcast_ref::<RunError>() {
         Some(RunError::SelectsNothing(_)) => EXIT_NOTHING_ATTACHED,
         Some(RunError::Command(c)) => c.exit_code(),
@@ -218,6 +232,7 @@ fn run(command: Command) -> Result<ExitCode> {
                         propagate_dry_run: false,
                     },
                     poll_interval: std::time::Duration::from_millis(25),
+                    only_pid: None,
                 },
                 container_poll: container_poll_interval,
                 report_file,
@@ -230,90 +245,140 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Run {
             specs,
-            duration,
-            output,
-            output_file,
             command,
-            otlp,
-            ring_buffer_size,
-            wakeup_size,
-            poll_interval,
-            summary_file,
-            propagate_dry_run,
+            run,
+        } => run_local(specs, Vec::new(), command, run),
+        Command::Trace {
+            probe,
+            signature,
+            when,
+            sample,
+            library,
+            hist,
+            executable,
+            dry_run,
+            command,
+            run,
         } => {
-            // Before any thread starts, so that every thread inherits the blocked set.
-            let signals = if command.is_empty() {
-                None
-            } else {
-                Some(gprobe_agent::command::block().context("setting up signal handling")?)
+            let target = match (run.pid, executable) {
+                (Some(pid), _) => Target::Pid(pid),
+                (None, Some(exe)) => Target::Executable(exe),
+                (None, None) => Target::Command(command.clone()),
             };
-            let out: Box<dyn Write + Send> = match &output_file {
-                Some(p) => Box::new(
-                    std::fs::File::create(p)
-                        .with_context(|| format!("creating --output-file {}", p.display()))?,
-                ),
-                None => Box::new(std::io::stdout()),
+            let opts = TraceOptions {
+                signature,
+                when,
+                sample,
+                hist,
+                library,
             };
-            let format = match (output, &output_file) {
-                (None, Some(_)) => Format::Jsonl,
-                _ => format_of(output),
-            };
-            let otlp = OtlpConfig::from_flags_and_env(
-                otlp.otlp_endpoint,
-                otlp.otlp_protocol,
-                otlp.metrics_interval,
-            )?;
-            check_ring_size(ring_buffer_size)?;
-            check_wakeup_size(wakeup_size, ring_buffer_size)?;
-            let command = (!command.is_empty()).then(|| CommandOptions {
-                stdout: child_stdout(format, output_file.is_some()),
-                argv: command,
-            });
-            let opts = RunOptions {
-                spec_files: specs,
-                duration,
-                pipeline: PipelineOptions {
-                    format,
-                    otlp,
-                    load: LoadOptions {
-                        ring_buffer_bytes: ring_buffer_size as u32,
-                        wakeup_bytes: wakeup_size,
-                        propagate_dry_run,
-                    },
-                    poll_interval,
-                },
-                command,
-            };
-            let outcome = runtime()?.block_on(local::run(opts, out, signals))?;
-            let summary = outcome.summary;
-            let report = summary.summary();
-            say(&report.render());
-            if let Some(path) = summary_file {
-                report
-                    .write_file(&path)
-                    .with_context(|| format!("writing --summary-file {}", path.display()))?;
+            let spec = trace::spec(&probe, &opts, &target)?;
+            if dry_run {
+                return to_stdout(|out| {
+                    out.write_all(trace::dry_run_yaml(&spec, &target).as_bytes())
+                        .map(|()| 0)
+                });
             }
-            if !summary.any_attached() {
-                say(&format!(
-                    "{}: no probe was attached at any time: {}\n",
-                    if outcome.command.is_some() {
-                        "warning"
-                    } else {
-                        "error"
-                    },
-                    summary.why_nothing_attached()
-                ));
-            }
-            // A command's status is gprobe's, as with strace and perf record.
-            if let Some(end) = outcome.command {
-                return Ok(ExitCode::from(end.status()));
-            }
-            if !summary.any_attached() {
-                return Ok(ExitCode::from(EXIT_NOTHING_ATTACHED));
-            }
-            Ok(ExitCode::SUCCESS)
+            run_local(Vec::new(), vec![spec], command, run)
         }
     }
+}
+
+/// `gprobe run` (and `gprobe trace`, with its spec given whole): traces until stopped or
+/// until the command exits; the summary on stderr, the exit status of the contract.
+fn run_local(
+    spec_files: Vec<PathBuf>,
+    specs: Vec<ProbeSpec>,
+    command: Vec<std::ffi::OsString>,
+    flags: RunFlags,
+) -> Result<ExitCode> {
+    let RunFlags {
+        pid,
+        duration,
+        output,
+        output_file,
+        otlp,
+        ring_buffer_size,
+        wakeup_size,
+        poll_interval,
+        summary_file,
+        propagate_dry_run,
+        hist_interval,
+    } = flags;
+    // Before any thread starts, so that every thread inherits the blocked set.
+    let signals = if command.is_empty() {
+        None
+    } else {
+        Some(gprobe_agent::command::block().context("setting up signal handling")?)
+    };
+    let out: Box<dyn Write + Send> = match &output_file {
+        Some(p) => Box::new(
+            std::fs::File::create(p)
+                .with_context(|| format!("creating --output-file {}", p.display()))?,
+        ),
+        None => Box::new(std::io::stdout()),
+    };
+    let format = match (output, &output_file) {
+        (None, Some(_)) => Format::Jsonl,
+        _ => format_of(output),
+    };
+    let otlp = OtlpConfig::from_flags_and_env(
+        otlp.otlp_endpoint,
+        otlp.otlp_protocol,
+        otlp.metrics_interval,
+    )?;
+    check_ring_size(ring_buffer_size)?;
+    check_wakeup_size(wakeup_size, ring_buffer_size)?;
+    let command = (!command.is_empty()).then(|| CommandOptions {
+        stdout: child_stdout(format, output_file.is_some()),
+        argv: command,
+    });
+    let opts = RunOptions {
+        spec_files,
+        specs,
+        duration,
+        hist_interval,
+        pipeline: PipelineOptions {
+            format,
+            otlp,
+            load: LoadOptions {
+                ring_buffer_bytes: ring_buffer_size as u32,
+                wakeup_bytes: wakeup_size,
+                propagate_dry_run,
+            },
+            poll_interval,
+            only_pid: pid,
+        },
+        command,
+    };
+    let outcome = runtime()?.block_on(local::run(opts, out, signals))?;
+    let summary = outcome.summary;
+    let report = summary.summary();
+    say(&report.render());
+    if let Some(path) = summary_file {
+        report
+            .write_file(&path)
+            .with_context(|| format!("writing --summary-file {}", path.display()))?;
+    }
+    if !summary.any_attached() {
+        say(&format!(
+            "{}: no probe was attached at any time: {}\n",
+            if outcome.command.is_some() {
+                "warning"
+            } else {
+                "error"
+            },
+            summary.why_nothing_attached()
+        ));
+    }
+    // A command's status is gprobe's, as with strace and perf record.
+    if let Some(end) = outcome.command {
+        return Ok(ExitCode::from(end.status()));
+    }
+    if !summary.any_attached() {
+        return Ok(ExitCode::from(EXIT_NOTHING_ATTACHED));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Where a command's stdout goes: gprobe's stdout, unless that carries the calls to

@@ -35,6 +35,8 @@ pub struct PipelineOptions {
     pub otlp: Option<OtlpConfig>,
     pub load: LoadOptions,
     pub poll_interval: Duration,
+    /// Select this process only (`gprobe run --pid`).
+    pub only_pid: Option<u32>,
 }
 
 pub struct Pipeline {
@@ -89,7 +91,10 @@ impl Pipeline {
             tracer,
             BinaryResolver::default(),
             mode,
-            EngineOptions::default(),
+            EngineOptions {
+                only_pid: opts.only_pid,
+                ..EngineOptions::default()
+            },
             registry.clone(),
             stats.clone(),
         );

@@ -51,6 +51,8 @@ pub struct ProbeStats {
     /// Calls whose `when:` needed their return, which never came (its record lost to a full
     /// ring buffer, or the process ended in the call): not delivered.
     pub undecided: u64,
+    /// The durations of the calls delivered whose return was seen.
+    pub delivered_durations: DurationBuckets,
     /// The durations of the calls `when:` left out whose return was seen (counted in BPF).
     pub filtered_durations: DurationBuckets,
     /// The durations of the calls `sample:` left out.
@@ -98,6 +100,24 @@ impl DurationBuckets {
     /// A duration that stands for bucket `i`: its middle, in seconds.
     pub fn middle_s(i: usize) -> f64 {
         1.5 * (1u64 << i.min(62)) as f64 / 1e9
+    }
+}
+
+impl ProbeStats {
+    /// Every call that returned, by duration: those delivered and those `when:` or
+    /// `sample:` left out (what happened, not only what was kept).
+    pub fn durations(&self) -> gprobe_crds::hist::Log2Hist {
+        let mut h = gprobe_crds::hist::Log2Hist::default();
+        for d in [
+            &self.delivered_durations,
+            &self.filtered_durations,
+            &self.sampled_out_durations,
+        ] {
+            for (i, n) in d.0.iter().enumerate() {
+                h.add(i, *n);
+            }
+        }
+        h
     }
 }
 
@@ -364,6 +384,20 @@ impl Stats {
                 }
             }
             *by_pid.entry((key.clone(), pid)).or_default() += n;
+        }
+    }
+
+    /// Durations of delivered calls, one batch's per probe at a time.
+    pub fn add_delivered_durations<'a>(
+        &self,
+        durations: impl IntoIterator<Item = (&'a ProbeKey, DurationBuckets)>,
+    ) {
+        let mut probes = lock(&self.0.probes);
+        for (key, d) in durations {
+            match probes.get_mut(key) {
+                Some(p) => p.delivered_durations += d,
+                None => probes.entry(key.clone()).or_default().delivered_durations += d,
+            }
         }
     }
 

@@ -161,16 +161,26 @@ impl Run {
     }
 }
 
-/// How to run gprobe: a spec, more arguments, and whether to ask for a summary file.
+/// What gprobe is asked to run: `gprobe run SPEC` or `gprobe trace PROBE`.
+#[derive(Debug, Clone)]
+enum Invocation {
+    /// A spec's YAML text, written to a file for `gprobe run`.
+    Run(String),
+    /// A one-line probe for `gprobe trace`.
+    Trace(String),
+}
+
+/// How to run gprobe: a spec or a probe, more arguments, and whether to ask for a summary
+/// file.
 #[derive(Debug, Clone)]
 pub struct GprobeCmd {
-    spec: String,
+    what: Invocation,
     args: Vec<String>,
     summary_file: bool,
 }
 
 impl GprobeCmd {
-    /// Appends command-line arguments (after `run SPEC`).
+    /// Appends command-line arguments (after `run SPEC` or `trace PROBE`).
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|a| a.to_string()));
         self
@@ -184,10 +194,17 @@ impl GprobeCmd {
 
     /// Writes the spec into `dir` and returns the command and the summary file's path.
     fn command(&self, dir: &Path) -> (Command, Option<PathBuf>) {
-        let spec_path = dir.join("spec.yaml");
-        std::fs::write(&spec_path, &self.spec).unwrap();
         let mut cmd = Command::new(gprobe_bin());
-        cmd.arg("run").arg(&spec_path);
+        match &self.what {
+            Invocation::Run(spec) => {
+                let spec_path = dir.join("spec.yaml");
+                std::fs::write(&spec_path, spec).unwrap();
+                cmd.arg("run").arg(&spec_path);
+            }
+            Invocation::Trace(probe) => {
+                cmd.arg("trace").arg(probe);
+            }
+        }
         let summary = self.summary_file.then(|| dir.join("summary.json"));
         if let Some(s) = &summary {
             cmd.arg("--summary-file").arg(s);
@@ -241,7 +258,17 @@ impl Gprobe {
     /// How to run gprobe on `spec` (YAML text); `.start()` or `.once()` runs it.
     pub fn cmd(spec: &str) -> GprobeCmd {
         GprobeCmd {
-            spec: spec.to_string(),
+            what: Invocation::Run(spec.to_string()),
+            args: Vec::new(),
+            summary_file: false,
+        }
+    }
+
+    /// How to run `gprobe trace PROBE`; its target (`--pid`, `--executable`, `-- CMD`)
+    /// goes in `.args(..)`, a command last.
+    pub fn trace(probe: &str) -> GprobeCmd {
+        GprobeCmd {
+            what: Invocation::Trace(probe.to_string()),
             args: Vec::new(),
             summary_file: false,
         }
@@ -287,6 +314,12 @@ impl Gprobe {
         }
     }
 
+    /// Sends `signal` to gprobe (by pid), e.g. SIGUSR1 for its histograms.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own running child by its pid.
+        unsafe { libc::kill(self.pid() as i32, signal) };
+    }
+
     /// Sends SIGKILL (by pid): gprobe ends without its stop, as an OOM kill or a crash
     /// ends it. [`Gprobe::wait_exit`] reaps it.
     pub fn kill(&self) {
@@ -306,6 +339,24 @@ impl Gprobe {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until gprobe ends by itself (it stops when what it traces exits), without a
+    /// signal, and collects the output; panics (with the stderr) after `timeout`.
+    pub fn wait_end(mut self, timeout: Duration) -> Run {
+        assert!(
+            self.wait_exit(timeout),
+            "gprobe did not end by itself within {timeout:?}; stderr:\n{}",
+            self.stderr_now()
+        );
+        let mut child = self.child.take().expect("exited");
+        let status = child.wait().unwrap();
+        Run {
+            stdout: self.stdout_now(),
+            stderr: self.stderr_now(),
+            status,
+            summary: SummaryFile::read(self.summary_path.as_deref()),
         }
     }
 

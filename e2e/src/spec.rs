@@ -200,6 +200,12 @@ impl ProbeBuilder {
         self
     }
 
+    /// `hist: true`: a histogram of the call durations on stderr (needs `latency`).
+    pub fn hist(mut self) -> Self {
+        self.0.hist = true;
+        self
+    }
+
     /// `when: PREDICATE`: keep only the calls for which it holds (the others are counted
     /// as `filtered`).
     pub fn when(mut self, predicate: &str) -> Self {

@@ -207,6 +207,8 @@ pub struct EngineOptions {
     /// The hold deadline: a held process the engine has not resumed by then is resumed
     /// anyway (and counted missed), so a slow agent never stalls the program it holds.
     pub hold_timeout: Duration,
+    /// Select this process only (`--pid`): the specs' selectors must match it too.
+    pub only_pid: Option<u32>,
 }
 
 impl Default for EngineOptions {
@@ -214,6 +216,7 @@ impl Default for EngineOptions {
         Self {
             binary_ttl: Duration::from_secs(60),
             hold_timeout: Duration::from_secs(2),
+            only_pid: None,
         }
     }
 }

@@ -14,6 +14,9 @@ use std::time::Instant;
 impl<T: Tracer, R: Resolver> Engine<T, R> {
     /// The specs that select `info`.
     pub(super) fn matching_specs(&self, info: &ProcInfo) -> BTreeSet<SpecId> {
+        if self.opts.only_pid.is_some_and(|p| p != info.pid) {
+            return BTreeSet::new();
+        }
         let container = info
             .container_id
             .as_deref()

@@ -20,6 +20,7 @@
 //! sender when no more calls come (after the reader's last batch), then
 //! [`ExportHandle::finish`] with a deadline (e.g. `Instant::now() + FINISH_WITHIN`).
 
+pub mod hist;
 pub mod jsonl;
 pub mod otlp;
 pub mod ratelimit;

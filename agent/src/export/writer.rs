@@ -5,7 +5,7 @@ use super::otlp::OtlpSink;
 use super::ratelimit::{suppressed_note, LogLimiter, WARN_EVERY};
 use super::{jsonl, table};
 use crate::events::CallRecord;
-use crate::stats::{ProbeKey, Stats};
+use crate::stats::{DurationBuckets, ProbeKey, Stats};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Write};
 use std::time::Duration;
@@ -187,17 +187,30 @@ impl Writer {
         }
     }
 
-    /// Adds the batch to the delivered counts, once per probe and pid.
+    /// Adds the batch to the delivered counts, once per probe and pid, and the durations
+    /// of its calls, once per probe.
     fn count(&self, batch: &[CallRecord]) {
         let mut counts: HashMap<(usize, u32), (&ProbeKey, u64)> = HashMap::new();
+        let mut durations: HashMap<usize, (&ProbeKey, DurationBuckets)> = HashMap::new();
         for rec in batch {
+            let probe = std::sync::Arc::as_ptr(&rec.probe) as usize;
             counts
-                .entry((std::sync::Arc::as_ptr(&rec.probe) as usize, rec.pid))
+                .entry((probe, rec.pid))
                 .or_insert((&rec.probe.key, 0))
                 .1 += 1;
+            if let Some(ns) = rec.duration_ns {
+                durations
+                    .entry(probe)
+                    .or_insert_with(|| (&rec.probe.key, DurationBuckets::default()))
+                    .1
+                    .add_ns(ns);
+            }
         }
         self.stats
             .add_delivered(counts.into_iter().map(|((_, pid), (key, n))| (key, pid, n)));
+        if !durations.is_empty() {
+            self.stats.add_delivered_durations(durations.into_values());
+        }
     }
 
     fn write_failed(&self, e: std::io::Error, st: &mut State) {

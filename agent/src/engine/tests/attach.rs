@@ -150,3 +150,22 @@ fn exec_into_a_new_program_replaces_the_old_ones_probes() {
     assert_eq!(w.kernel.borrow().links.len(), 1);
     assert_eq!(w.exits.try_recv(), Ok(10));
 }
+
+#[test]
+fn with_only_pid_set_other_processes_of_the_file_are_left_alone() {
+    let mut w = world(Mode::Local);
+    w.engine.opts.only_pid = Some(11);
+    w.engine
+        .add_spec(spec("s", None, "{executable: \"**/shop\"}", TWO))
+        .unwrap();
+    w.engine
+        .process_seen(proc(10, "/app/shop", 7), exec(&w, 10, true));
+    w.engine
+        .process_seen(proc(11, "/app/shop", 7), Origin::Running);
+    let k = w.kernel.borrow();
+    assert!(!k.links.is_empty(), "pid 11 is traced");
+    assert!(k.links.values().all(|(p, _)| *p == 11), "nothing in pid 10");
+    assert_eq!(k.resumed, [10], "pid 10 runs on at once");
+    drop(k);
+    assert_eq!(w.stats.processes().matched, 1);
+}

@@ -400,6 +400,7 @@ fn world(mode: Mode) -> World {
         EngineOptions {
             binary_ttl: Duration::from_secs(60),
             hold_timeout: Duration::from_secs(2),
+            only_pid: None,
         },
         Arc::new(Registry::default()),
         stats.clone(),
