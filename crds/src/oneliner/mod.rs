@@ -280,6 +280,11 @@ pub fn spec_name(point: &str) -> String {
     }
 }
 
+/// A spec as YAML, as `--dry-run` prints it: what `gprobe run` and `kubectl apply` read.
+pub fn spec_yaml(spec: &ProbeSpec) -> String {
+    serde_yaml::to_string(spec).expect("a ProbeSpec serializes to YAML")
+}
+
 /// The ProbeSpec that `expr` and the flags `opts` stand for, selecting with `selector`,
 /// named `name` (default: made of the symbol, [`spec_name`]), with default limits; checked
 /// as a ProbeSpec file is ([`validate_spec`]). The first problem is the error.
