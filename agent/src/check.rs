@@ -125,6 +125,19 @@ fn read_specs(files: &[PathBuf], report: &mut Report) -> Vec<ProbeSpec> {
 pub fn check(files: &[PathBuf], target: &Target) -> Result<Report, CheckError> {
     let mut report = Report::default();
     let specs = read_specs(files, &mut report);
+    check_into(&specs, target, report)
+}
+
+/// Checks specs given whole (`gprobe trace`), and resolves their probes in `target`.
+pub fn check_specs(specs: &[ProbeSpec], target: &Target) -> Result<Report, CheckError> {
+    check_into(specs, target, Report::default())
+}
+
+fn check_into(
+    specs: &[ProbeSpec],
+    target: &Target,
+    mut report: Report,
+) -> Result<Report, CheckError> {
     let resolved = match target {
         Target::None => None,
         Target::Binary(p) => Some(Resolved {
@@ -144,7 +157,7 @@ pub fn check(files: &[PathBuf], target: &Target) -> Result<Report, CheckError> {
     if let Some(Resolved { exe: Err(e), .. }) = &resolved {
         report.problem(e.to_string());
     }
-    for spec in &specs {
+    for spec in specs {
         check_spec(spec, resolved.as_ref(), &mut report);
     }
     if resolved.is_none() && report.probes > 0 {

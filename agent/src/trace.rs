@@ -3,8 +3,9 @@
 //! `gprobe run`'s code path then runs (local.rs): same engine, output, summary and exit
 //! status.
 
+use crate::check::{self, CheckError};
 use crate::command::{find_program, CommandError};
-use gprobe_crds::oneliner::{build_spec, OneLinerError, TraceOptions};
+use gprobe_crds::oneliner::{build_spec, parse, OneLiner, OneLinerError, TraceOptions};
 use gprobe_crds::{ProbeSpec, Selector};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,8 @@ pub enum TraceError {
     NoFile { path: PathBuf, err: std::io::Error },
     #[error(transparent)]
     Command(#[from] CommandError),
+    #[error(transparent)]
+    Check(#[from] CheckError),
 }
 
 /// True when `s` holds a glob metacharacter (crds/src/glob.rs).
@@ -79,12 +82,51 @@ fn resolved(path: &Path) -> Result<String, TraceError> {
         })
 }
 
-/// The ProbeSpec `gprobe trace PROBE` with these flags stands for. A mistake in the
-/// expression is said before anything about the target.
+/// The ProbeSpec `gprobe trace PROBE` with these flags stands for, its probe resolved in
+/// the target's binary where there is one file to resolve it in: a symbol that is not
+/// there or a value that cannot be read is a mistake of the expression, said before
+/// anything starts. A mistake in the expression itself is said before anything about the
+/// target.
 pub fn spec(probe: &str, opts: &TraceOptions, target: &Target) -> Result<ProbeSpec, TraceError> {
-    gprobe_crds::oneliner::parse(probe)?;
+    let one = parse(probe)?;
     let sel = selector(target)?;
-    Ok(build_spec(probe, opts, sel, None)?)
+    let spec = build_spec(probe, opts, sel, None)?;
+    let binary = match target {
+        Target::Pid(pid) => Some(check::Target::Pid(*pid)),
+        Target::Executable(p) if is_glob(p) => None,
+        Target::Executable(_) | Target::Command(_) => spec
+            .spec
+            .selector
+            .executable
+            .as_ref()
+            .map(|p| check::Target::Binary(p.into())),
+    };
+    if let Some(b) = binary {
+        let report = check::check_specs(std::slice::from_ref(&spec), &b)?;
+        if let Some(problem) = report.problems.first() {
+            return Err(unplaceable(&one, spec.display_name(), problem).into());
+        }
+    }
+    Ok(spec)
+}
+
+/// A problem resolving the probe, as a mistake of the expression: the caret goes under the
+/// capture the problem quotes, or under the symbol.
+fn unplaceable(one: &OneLiner, spec_name: &str, problem: &str) -> OneLinerError {
+    let message = problem
+        .strip_prefix(spec_name)
+        .and_then(|p| p.strip_prefix(" / "))
+        .unwrap_or(problem);
+    let at = one
+        .captures()
+        .find(|c| message.contains(&format!("{:?}", c.text)))
+        .map_or(one.point.at(), |c| c.at);
+    OneLinerError {
+        expr: one.expr.clone(),
+        at: Some(at),
+        flag: None,
+        message: message.to_string(),
+    }
 }
 
 /// A word as a POSIX shell reads it back: quoted unless it is plainly safe.

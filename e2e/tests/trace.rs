@@ -509,6 +509,32 @@ fn a_wrong_probe_is_one_message_with_exit_2_and_nothing_starts() {
         );
         assert!(!marker.exists(), "{probe}: the command was started");
     }
+    // What the binary says (DWARF here) is checked before the program starts: a capture it
+    // lacks, or a symbol it does not have, is a mistake of the expression too.
+    let bin = adhoc(false);
+    for (probe, says, under) in [
+        ("main.work(id, nme)", "cannot capture \"nme\"", "nme)"),
+        (
+            "main.wrok(id)",
+            "symbol main.wrok not found",
+            "main.wrok(id)",
+        ),
+    ] {
+        let run = Gprobe::trace(probe)
+            .args(&["--", path(&bin), "-n", "3"])
+            .once();
+        assert_eq!(run.status.code(), Some(2), "{probe}: {}", run.stderr);
+        let lines: Vec<&str> = run.stderr.lines().collect();
+        assert_eq!(lines.len(), 3, "{probe}: one message: {}", run.stderr);
+        assert!(
+            lines[0].starts_with("error: invalid probe: ") && lines[0].contains(says),
+            "{}",
+            run.stderr
+        );
+        let col = lines[2].len() - 1 - 2;
+        assert_eq!(&probe[col..], under, "{}", run.stderr);
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+    }
     // Said before anything about the target (here a process that does not exist).
     let run = Gprobe::trace("main.work(id,, name)")
         .args(&["--pid", &u32::MAX.to_string()])
