@@ -165,6 +165,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_probe_is_resolved_in_the_targets_binary() {
+        // This test binary has DWARF and a symbol table: a Rust function of it.
+        let me = Target::Pid(std::process::id());
+        let e = spec("no_such_function_here(x)", &TraceOptions::default(), &me).unwrap_err();
+        let TraceError::Probe(e) = e else {
+            panic!("{e}")
+        };
+        assert_eq!(e.at, Some(0), "{e}");
+        assert!(e.message.contains("not found"), "{e}");
+    }
+
+    #[test]
     fn targets_select_the_resolved_executable() {
         let me = std::fs::canonicalize("/proc/self/exe").unwrap();
         let s = selector(&Target::Pid(std::process::id())).unwrap();
@@ -194,10 +206,15 @@ mod tests {
         ));
     }
 
+    /// The spec, not resolved in the target (its binary has no such function).
+    fn unresolved(probe: &str, t: &Target) -> ProbeSpec {
+        build_spec(probe, &TraceOptions::default(), selector(t).unwrap(), None).unwrap()
+    }
+
     #[test]
     fn dry_run_says_how_to_run_the_same() {
         let t = Target::Command(vec!["sh".into(), "-c".into(), "echo 'hi'".into()]);
-        let s = spec("main.f(x) -> r0", &TraceOptions::default(), &t).unwrap();
+        let s = unresolved("main.f(x) -> r0", &t);
         let text = dry_run_yaml(&s, &t);
         assert!(
             text.starts_with("# Run it with: gprobe run FILE.yaml -- sh -c 'echo '\\''hi'\\'''\n"),
@@ -206,10 +223,7 @@ mod tests {
         let back = gprobe_crds::load_specs(&text, "dry.yaml").unwrap();
         assert_eq!(back[0].spec, s.spec);
         let pid = Target::Pid(std::process::id());
-        let text = dry_run_yaml(
-            &spec("main.f()", &TraceOptions::default(), &pid).unwrap(),
-            &pid,
-        );
+        let text = dry_run_yaml(&unresolved("main.f()", &pid), &pid);
         assert!(
             text.starts_with(&format!(
                 "# Run it with: gprobe run FILE.yaml --pid {}\n",
