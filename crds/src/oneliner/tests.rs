@@ -432,3 +432,82 @@ fn entry_values_and_results_go_on_their_side_of_the_arrow() {
         .contains("is a parameter"));
     assert!(build_spec("SSL_write(buf[:num]) -> r0", &c, exe(), None).is_ok());
 }
+
+/// A small deterministic generator (xorshift64): the same inputs on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[test]
+fn any_text_parses_or_fails_with_a_place_in_it() {
+    const PIECES: &[&str] = &[
+        "(", ")", "[", "]", "{", "}", ",", "->", "-", ">", ".", "*", "/", " ", ":", "_", "a", "id",
+        "main", "usdt:", "r0", "len(", "[:", "é", "\t", "\"", "'", "0",
+    ];
+    let seeds = [
+        "main.work(id, name) -> r0",
+        "net/http.(*Client).Get(url) -> err",
+        "main.(*Ledger).Post(e.Account, e.Cents) -> err",
+        "main.F[go.shape.interface { M() }](x)",
+        "usdt:postgresql:query__start(arg0)",
+        "createStringObject(ptr[:len]) -> (a, b)",
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..20_000 {
+        let mut text: String = if round % 2 == 0 {
+            seeds[rng.below(seeds.len())].to_string()
+        } else {
+            String::new()
+        };
+        for _ in 0..rng.below(12) {
+            let piece = PIECES[rng.below(PIECES.len())];
+            let mut at = rng.below(text.len() + 1);
+            while !text.is_char_boundary(at) {
+                at -= 1;
+            }
+            if rng.below(3) == 0 && at < text.len() {
+                let end = (at + 1..=text.len())
+                    .find(|e| text.is_char_boundary(*e))
+                    .unwrap();
+                text.replace_range(at..end, "");
+            } else {
+                text.insert_str(at, piece);
+            }
+        }
+        match parse(&text) {
+            Ok(o) => {
+                for item in o.captures() {
+                    assert!(
+                        text[item.at..].starts_with(&item.text),
+                        "{text:?}: {item:?}"
+                    );
+                }
+                assert!(
+                    text[o.point.at()..].starts_with(&o.point.text()),
+                    "{text:?}"
+                );
+                let _ = build_spec(&text, &TraceOptions::default(), exe(), None);
+            }
+            Err(e) => {
+                if let Some(at) = e.at {
+                    assert!(
+                        at <= text.len() && text.is_char_boundary(at),
+                        "{text:?}: {e:?}"
+                    );
+                }
+                assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+}
