@@ -134,6 +134,21 @@ fn say(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
+/// Why `--pid PID` makes the run select nothing, if it does: no spec's selector matches
+/// that process (said at once: no other process may be traced).
+fn pid_not_selected(pid: u32, specs: &[ProbeSpec]) -> Option<String> {
+    let info = crate::discover::inspect(pid, None).ok()?;
+    let selected = specs
+        .iter()
+        .any(|s| Selector::new(s, None).is_ok_and(|sel| sel.selects(&info, None)));
+    (!selected).then(|| {
+        format!(
+            "--pid {pid}: no ProbeSpec's selector matches it ({}): check selector.executable",
+            printable(&info.exe.to_string_lossy())
+        )
+    })
+}
+
 /// What ends a run.
 enum Stop {
     /// SIGINT, SIGTERM or `--duration`.
@@ -173,6 +188,12 @@ pub async fn run(
         }
         None => true,
     });
+    if let Some((pid, _)) = only {
+        if let Some(why) = pid_not_selected(pid, &specs) {
+            blind.push(why);
+            return Err(RunError::SelectsNothing(blind));
+        }
+    }
     if specs.is_empty() && !blind.is_empty() {
         return Err(RunError::SelectsNothing(blind));
     }

@@ -199,6 +199,23 @@ fn a_running_process_by_pid_and_no_other_of_its_file() {
     let traced = Waiting::start(&bin, "5");
     let other = Waiting::start(&bin, "7");
     let pid = traced.child.id();
+    // gprobe run --pid: a spec must select that process, or nothing can run.
+    let elsewhere = SpecBuilder::new("elsewhere")
+        .executable("/usr/bin/true")
+        .probe(ProbeBuilder::new("main.work"))
+        .yaml();
+    let run = Gprobe::cmd(&elsewhere)
+        .args(&["--pid", &pid.to_string()])
+        .once();
+    assert_eq!(run.status.code(), Some(3), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "--pid {pid}: no ProbeSpec's selector matches it ({})",
+            path(&bin)
+        )),
+        "{}",
+        run.stderr
+    );
     let g = Gprobe::trace(WORK)
         .args(&["--pid", &pid.to_string()])
         .summary_file()
