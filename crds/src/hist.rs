@@ -141,6 +141,32 @@ impl Log2Hist {
     }
 }
 
+impl Log2Hist {
+    /// One probe's histogram as gprobe prints it: the heading `@ns[NAME]: N calls`, a line
+    /// saying how many of them `when:` or `sample:` left out (when some were), the rows,
+    /// and an empty line (as bpftrace ends each map).
+    pub fn block(&self, name: &str, left_out: u64) -> String {
+        let mut out = format!("@ns[{name}]: ");
+        match self.total() {
+            0 => out.push_str("no call has returned yet\n"),
+            1 => out.push_str("1 call\n"),
+            n => {
+                let _ = writeln!(out, "{n} calls");
+            }
+        }
+        if left_out > 0 {
+            // On a line of its own: the heading stays as bpftrace's.
+            let _ = writeln!(
+                out,
+                "  ({left_out} of them left out by when: or sample:, counted here)"
+            );
+        }
+        out.push_str(&self.rows());
+        out.push('\n');
+        out
+    }
+}
+
 /// 2^p as bpftrace labels it: the largest power of 1024 as a suffix (`1K`, `512M`).
 fn power_label(p: u32) -> String {
     let decade = (p / 10) as usize;
@@ -222,6 +248,22 @@ mod tests {
         assert_eq!(rows.lines().collect::<Vec<_>>(), expected, "\n{rows}");
         assert!(rows.ends_with("|\n"));
         assert_eq!(Log2Hist::default().rows(), "");
+    }
+
+    #[test]
+    fn a_block_is_a_heading_and_the_rows() {
+        let mut h = Log2Hist::default();
+        h.record(1500);
+        h.record(1600);
+        assert_eq!(
+            h.block("main.f", 1),
+            "@ns[main.f]: 2 calls\n  (1 of them left out by when: or sample:, counted here)\n\
+             [1K, 2K)               2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n"
+        );
+        assert_eq!(
+            Log2Hist::default().block("x", 0),
+            "@ns[x]: no call has returned yet\n\n"
+        );
     }
 
     #[test]
