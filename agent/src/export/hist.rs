@@ -12,7 +12,6 @@
 use crate::stats::{ProbeKey, ProbeStats, Stats};
 use gprobe_crds::ProbeSpec;
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// Which probes print a histogram: (spec name, probe index) of every `hist: true`.
@@ -65,27 +64,9 @@ fn render(probes: &[(ProbeKey, ProbeStats)]) -> String {
         } else {
             format!("{}, {}", k.spec, k.symbol)
         };
-        let h = p.durations();
         let mut left_out = p.filtered_durations;
         left_out += p.sampled_out_durations;
-        let left_out: u64 = left_out.0.iter().sum();
-        let _ = write!(out, "@ns[{name}]: ");
-        match h.total() {
-            0 => out.push_str("no call has returned yet\n"),
-            1 => out.push_str("1 call\n"),
-            n => {
-                let _ = writeln!(out, "{n} calls");
-            }
-        }
-        if left_out > 0 {
-            // On a line of its own: the heading stays as bpftrace's.
-            let _ = writeln!(
-                out,
-                "  ({left_out} of them left out by when: or sample:, counted here)"
-            );
-        }
-        out.push_str(&h.rows());
-        out.push('\n');
+        out.push_str(&p.durations().block(&name, left_out.0.iter().sum()));
     }
     out
 }
