@@ -143,9 +143,10 @@ impl Log2Hist {
 
 impl Log2Hist {
     /// One probe's histogram as gprobe prints it: the heading `@ns[NAME]: N calls`, a line
-    /// saying how many of them `when:` or `sample:` left out (when some were), the rows,
-    /// and an empty line (as bpftrace ends each map).
-    pub fn block(&self, name: &str, left_out: u64) -> String {
+    /// saying how many of them `when:` or `sample:` left out (when some were), one saying
+    /// how many calls are not in it (`not_counted`: throttled or lost, which have no
+    /// duration), the rows, and an empty line (as bpftrace ends each map).
+    pub fn block(&self, name: &str, left_out: u64, not_counted: u64) -> String {
         let mut out = format!("@ns[{name}]: ");
         match self.total() {
             0 => out.push_str("no call has returned yet\n"),
@@ -159,6 +160,12 @@ impl Log2Hist {
             let _ = writeln!(
                 out,
                 "  ({left_out} of them left out by when: or sample:, counted here)"
+            );
+        }
+        if not_counted > 0 {
+            let _ = writeln!(
+                out,
+                "  ({not_counted} more throttled or lost, without a duration: not counted)"
             );
         }
         out.push_str(&self.rows());
@@ -256,13 +263,14 @@ mod tests {
         h.record(1500);
         h.record(1600);
         assert_eq!(
-            h.block("main.f", 1),
+            h.block("main.f", 1, 0),
             "@ns[main.f]: 2 calls\n  (1 of them left out by when: or sample:, counted here)\n\
              [1K, 2K)               2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\n"
         );
         assert_eq!(
-            Log2Hist::default().block("x", 0),
-            "@ns[x]: no call has returned yet\n\n"
+            Log2Hist::default().block("x", 0, 3),
+            "@ns[x]: no call has returned yet\n  (3 more throttled or lost, without a duration: \
+             not counted)\n\n"
         );
     }
 
