@@ -66,7 +66,11 @@ fn render(probes: &[(ProbeKey, ProbeStats)]) -> String {
         };
         let mut left_out = p.filtered_durations;
         left_out += p.sampled_out_durations;
-        out.push_str(&p.durations().block(&name, left_out.0.iter().sum()));
+        let not_counted = p.throttled + p.lost;
+        out.push_str(
+            &p.durations()
+                .block(&name, left_out.0.iter().sum(), not_counted),
+        );
     }
     out
 }
@@ -103,6 +107,8 @@ mod tests {
             crate::stats::KernelCounts {
                 filtered: 1,
                 filtered_durations: filtered,
+                throttled: 2,
+                lost: 1,
                 ..Default::default()
             },
         );
@@ -117,7 +123,8 @@ mod tests {
         let hp = HistProbes::of(&spec);
         let text = hp.render(&st);
         let expected = "@ns[main.computeE]: 5 calls\n  \
-            (2 of them left out by when: or sample:, counted here)\n\
+            (2 of them left out by when: or sample:, counted here)\n  \
+            (3 more throttled or lost, without a duration: not counted)\n\
             [256K, 512K)           2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
             [512K, 1M)             2 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
             [1M, 2M)               0 |                                                    |\n\
