@@ -89,8 +89,8 @@ pub struct OtlpArgs {
 /// The flags of `gprobe run`, shared by `gprobe trace`.
 #[derive(Debug, Args)]
 pub struct RunFlags {
-    /// Trace this process only (the specs' selectors must match it too), and stop when it
-    /// exits.
+    /// Trace this process only, and stop when it exits (with `gprobe run`, a spec's
+    /// selector must match it too).
     #[arg(long, value_name = "PID")]
     pub pid: Option<u32>,
     /// Stop after this long (e.g. 30s, 5m); default: until SIGINT/SIGTERM.
