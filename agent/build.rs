@@ -229,12 +229,21 @@ fn main() -> Result<()> {
             run scripts/setup.sh)"
         );
     }
-    // The uprobe programs (loaded by aya), the process hooks (loaded by attach/hooks.rs), and
-    // the filter evaluator's test program (attach/filter_run.rs).
-    for name in ["gprobe", "procs", "filter_test"] {
+    // The uprobe programs (loaded by aya), the process hooks (loaded by attach/hooks.rs) in
+    // two builds: with kfuncs (6.13+), and without them for older kernels (procs_compat:
+    // holds released by the guardian process, forks not held), and the filter evaluator's
+    // test program (attach/filter_run.rs).
+    let objects = [
+        ("gprobe", "gprobe", None),
+        ("procs", "procs", None),
+        ("procs", "procs_compat", Some("-DGP_NO_KFUNCS")),
+        ("filter_test", "filter_test", None),
+    ];
+    for (name, output, define) in objects {
         run(
             Command::new(&clang)
                 .args(BPF_FLAGS)
+                .args(define)
                 .arg("-I")
                 .arg(&include)
                 // A header in a folder of src/ includes the shared ones by name ("maps.h").
@@ -243,7 +252,7 @@ fn main() -> Result<()> {
                 .arg("-c")
                 .arg(ebpf.join(format!("src/{name}.bpf.c")))
                 .arg("-o")
-                .arg(out.join(format!("{name}.bpf.o"))),
+                .arg(out.join(format!("{output}.bpf.o"))),
             "clang (BPF programs)",
         )?;
     }

@@ -53,7 +53,7 @@ while read -r archive _; do "$cluster" load "$archive"; done <"$tmp/images.txt"
   --set images.agent.repository=gprobe.local/gprobe-agent --set images.agent.tag=load \
   --set images.agent.pullPolicy=Never --set images.operator.repository=gprobe.local/gprobe-operator \
   --set images.operator.tag=load --set images.operator.pullPolicy=Never \
-  --set agent.criSocket.path="$("$cluster" cri-socket)" --set agent.raiseMemlock=false \
+  --set agent.criSocket.path="$("$cluster" cri-socket)" \
   --set-string agent.nodeSelector.gprobe-load-no-agent=true --wait --timeout 180s >/dev/null
 
 # The operator's process on the node, from its container's id.

@@ -8,7 +8,13 @@
  * process it held, before the kernel closes its files (and with them these hooks).
  *
  * Loaded by the agent's own loader (agent/src/attach/hooks.rs), not by aya: these programs
- * call kernel functions (kfuncs), which it links against the kernel's BTF. */
+ * call kernel functions (kfuncs), which it links against the kernel's BTF.
+ *
+ * Built a second time with GP_NO_KFUNCS (procs_compat.bpf.o) for kernels without those
+ * kfuncs (before 6.13): there the hooks hold only at exec (the current process stops
+ * itself, bpf_send_signal), a forked child is reported but not held (signalling another
+ * task needs bpf_send_signal_task), and what a dead agent held is resumed by its guardian
+ * process (agent/src/attach/guardian.rs) instead of the exit hook. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "gprobe.h"
@@ -48,26 +54,34 @@ struct task_struct {
 	struct signal_struct *signal;
 } __attribute__((preserve_access_index));
 
+#ifndef GP_NO_KFUNCS
 /* Kernel functions (kfuncs, Linux 6.13+ for the last); the loader links each call to the
  * kernel's function of that name. */
 extern struct task_struct *bpf_task_from_pid(__s32 pid);
 extern void bpf_task_release(struct task_struct *p);
 extern int bpf_send_signal_task(struct task_struct *task, int sig, int type, __u64 value);
+#endif
 
 /* Whether the agent may hold a process now: it renews its lease and it is alive (not
- * exiting: after kill -9 its hooks stay loaded while the kernel tears it down). */
+ * exiting: after kill -9 its hooks stay loaded while the kernel tears it down). Without
+ * kfuncs only the lease is known: the guardian ends it when the agent dies. */
 static __always_inline int agent_alive(const struct gp_control *ctl, __u64 now)
 {
 	if (!lease_fresh(ctl, now))
 		return 0;
+#ifdef GP_NO_KFUNCS
+	return 1;
+#else
 	struct task_struct *agent = bpf_task_from_pid(ctl->agent);
 	if (!agent)
 		return 0;
 	int dying = (agent->flags & GP_PF_EXITING) || (agent->signal->flags & GP_SIGNAL_GROUP_EXIT);
 	bpf_task_release(agent);
 	return !dying;
+#endif
 }
 
+#ifndef GP_NO_KFUNCS
 /* Sends `sig` to the process of `task`. The kernel queues a signal sent from here on a
  * per-CPU work item (a tracepoint runs with preemption off) and refuses another while that
  * one is queued (EBUSY), which its interrupt clears within microseconds: retried. */
@@ -78,6 +92,7 @@ static __always_inline int signal_process(struct task_struct *task, int sig)
 		r = bpf_send_signal_task(task, sig, GP_PIDTYPE_TGID, 0);
 	return r;
 }
+#endif
 
 /* Whether a process that just exec'd is one the agent may want: then it is stopped before
  * its first instruction, and the agent attaches before resuming it. */
@@ -128,6 +143,7 @@ int gprobe_fork(unsigned long long *ctx)
 	if (child->mm == parent->mm)
 		return 0; /* vfork (posix_spawn, os/exec): it runs no code of its own until it execs */
 	struct gp_proc_event ev = { .kind = GP_EV_FORK, .pid = child->tgid, .ppid = parent->tgid };
+#ifndef GP_NO_KFUNCS
 	if (bpf_map_lookup_elem(&traced, &ev.ppid)) {
 		__u64 now = bpf_ktime_get_ns();
 		struct gp_control *ctl = control_of();
@@ -150,10 +166,12 @@ int gprobe_fork(unsigned long long *ctx)
 			}
 		}
 	}
+#endif
 	proc_output(&ev, sizeof(ev));
 	return 0;
 }
 
+#ifndef GP_NO_KFUNCS
 /* Resumes one process the dying agent held (a bpf_for_each_map_elem callback). */
 static long release_one(void *map, __u32 *pid, struct gp_hold *h, __u32 *agent)
 {
@@ -171,12 +189,14 @@ static long release_one(void *map, __u32 *pid, struct gp_hold *h, __u32 *agent)
 	bpf_map_delete_elem(map, pid);
 	return 0;
 }
+#endif
 
 SEC("tp_btf/sched_process_exit")
 int gprobe_exit(unsigned long long *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
+#ifndef GP_NO_KFUNCS
 	struct gp_control *ctl = control_of();
 	if (ctl && ctl->agent && ctl->agent == tgid) {
 		/* A thread of the agent: when the agent itself is going (its main thread exits,
@@ -190,6 +210,7 @@ int gprobe_exit(unsigned long long *ctx)
 			bpf_for_each_map_elem(&held, release_one, &agent, 0);
 		}
 	}
+#endif
 	if ((__u32)pid_tgid != tgid)
 		return 0; /* a thread, not the process */
 	/* Its pid may come back as another process: that one is neither traced nor held. */

@@ -14,6 +14,7 @@ pub mod events;
 pub mod export;
 pub mod filter;
 pub mod gosym;
+pub mod kernel;
 pub mod local;
 pub mod pipeline;
 pub mod plan;

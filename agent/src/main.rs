@@ -176,9 +176,16 @@ fn run(command: Command) -> Result<ExitCode> {
                 (None, Some(p)) => check::Target::Pid(p),
                 (None, None) => check::Target::None,
             };
-            let report = check::check(&specs, &target)?;
+            let mut report = check::check(&specs, &target)?;
+            let kernel = gprobe_agent::attach::features::probe();
+            if let Some(why) = kernel.blocker() {
+                report.problems.push(why);
+            }
             let failed = !report.problems.is_empty();
-            to_stdout(|out| write_check(&report, &target, out))?;
+            to_stdout(|out| {
+                write_kernel(kernel, out)?;
+                write_check(&report, &target, out)
+            })?;
             Ok(if failed {
                 ExitCode::FAILURE
             } else {
@@ -393,6 +400,23 @@ fn child_stdout(format: Format, output_file: bool) -> ChildStdout {
 }
 
 /// `gprobe check`'s report: each problem and note on a line, then the verdict.
+/// `gprobe check`'s kernel section: each feature gprobe uses, available or missing and what
+/// that costs.
+fn write_kernel(
+    k: &gprobe_agent::kernel::KernelFeatures,
+    out: &mut dyn Write,
+) -> std::io::Result<usize> {
+    if let Some(why) = k.not_checked() {
+        writeln!(out, "kernel {}: not checked: {why}", k.release)?;
+        return Ok(0);
+    }
+    writeln!(out, "kernel {}:", k.release)?;
+    for line in k.lines() {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(0)
+}
+
 fn write_check(
     r: &check::Report,
     target: &check::Target,

@@ -79,6 +79,9 @@ impl Pipeline {
         }
         let registry = Arc::new(Registry::default());
         let stats = Stats::new();
+        let kernel = crate::attach::features::probe();
+        tracing::info!("{}", kernel.summary());
+        stats.set_kernel_features(kernel.clone());
         stats.set_propagation_dry_run(opts.load.propagate_dry_run);
         let (tx, export) = export::start(
             ExportOptions::new(opts.format, opts.otlp.clone()),

@@ -188,6 +188,8 @@ struct Inner {
     processes_by_spec: Mutex<BTreeMap<Arc<str>, ProcessStats>>,
     otlp: OtlpStats,
     propagation: Mutex<Propagation>,
+    /// What the running kernel offers (attach/features.rs), once the programs loaded.
+    kernel: Mutex<Option<crate::kernel::KernelFeatures>>,
     /// Processes whose probes were taken off for their cost, by (spec, pid).
     budget: Mutex<BTreeMap<(String, u32), BudgetEntry>>,
 }
@@ -540,6 +542,14 @@ impl Stats {
         if error.is_some() {
             p.error = error;
         }
+    }
+
+    pub fn set_kernel_features(&self, k: crate::kernel::KernelFeatures) {
+        *lock(&self.0.kernel) = Some(k);
+    }
+
+    pub fn kernel_features(&self) -> Option<crate::kernel::KernelFeatures> {
+        lock(&self.0.kernel).clone()
     }
 
     pub fn set_propagation_dry_run(&self, dry: bool) {

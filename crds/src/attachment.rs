@@ -103,6 +103,32 @@ pub struct ProbeAttachmentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub missed: Vec<MissedProcess>,
+    /// The node's kernel: its release, and the features gprobe uses that it lacks, each
+    /// with what gprobe does instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<NodeKernel>,
+}
+
+/// The node's kernel as the agent found it at start.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NodeKernel {
+    /// `uname -r`.
+    pub release: String,
+    /// The features this kernel lacks (at most 16).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub missing: Vec<MissingFeature>,
+}
+
+/// A kernel feature gprobe uses that the node's kernel lacks.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MissingFeature {
+    /// e.g. `task_kfuncs`.
+    pub name: String,
+    /// What gprobe does without it.
+    pub instead: String,
 }
 
 /// At most this many entries in `ProbeAttachmentStatus.missed`.

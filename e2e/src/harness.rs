@@ -177,12 +177,19 @@ pub struct GprobeCmd {
     what: Invocation,
     args: Vec<String>,
     summary_file: bool,
+    env: Vec<(String, String)>,
 }
 
 impl GprobeCmd {
     /// Appends command-line arguments (after `run SPEC` or `trace PROBE`).
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// Sets an environment variable of gprobe's (e.g. GPROBE_DISABLE_FEATURES).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -195,6 +202,7 @@ impl GprobeCmd {
     /// Writes the spec into `dir` and returns the command and the summary file's path.
     fn command(&self, dir: &Path) -> (Command, Option<PathBuf>) {
         let mut cmd = Command::new(gprobe_bin());
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         match &self.what {
             Invocation::Run(spec) => {
                 let spec_path = dir.join("spec.yaml");
@@ -261,6 +269,7 @@ impl Gprobe {
             what: Invocation::Run(spec.to_string()),
             args: Vec::new(),
             summary_file: false,
+            env: Vec::new(),
         }
     }
 
@@ -271,6 +280,7 @@ impl Gprobe {
             what: Invocation::Trace(probe.to_string()),
             args: Vec::new(),
             summary_file: false,
+            env: Vec::new(),
         }
     }
 

@@ -85,9 +85,24 @@ fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// teardown: none of them stays stopped, and a new gprobe traces them all.
 #[test]
 fn a_killed_gprobe_leaves_no_process_stopped_and_a_new_one_traces_them() {
+    killed_gprobe_leaves_no_process_stopped(None);
+}
+
+/// The same where the process hooks cannot resume held processes themselves (kernels
+/// before 6.13, here by turning their kfuncs off): the guardian process does.
+#[test]
+fn without_task_kfuncs_the_guardian_resumes_what_a_killed_gprobe_held() {
+    killed_gprobe_leaves_no_process_stopped(Some("task_kfuncs"));
+}
+
+fn killed_gprobe_leaves_no_process_stopped(disable: Option<&str>) {
     require_trace("kill -9");
     let bin = crowd();
     let spec = crowd_spec("killed", &bin);
+    let with_env = |c: gprobe_e2e::harness::GprobeCmd| match disable {
+        Some(d) => c.env("GPROBE_DISABLE_FEATURES", d),
+        None => c,
+    };
     let _guard = serial();
     let mut kids = Kids::default();
     let forever = || {
@@ -97,7 +112,14 @@ fn a_killed_gprobe_leaves_no_process_stopped_and_a_new_one_traces_them() {
             .stderr(Stdio::null());
         c
     };
-    let mut old = Gprobe::cmd(&spec).start();
+    let mut old = with_env(Gprobe::cmd(&spec)).start();
+    if disable.is_some() {
+        assert!(
+            old.stderr_now().contains("a guardian process (pid "),
+            "{}",
+            old.stderr_now()
+        );
+    }
     let traced: Vec<u32> = (0..16).map(|_| kids.spawn(&mut forever())).collect();
     for pid in &traced {
         old.wait_for_stderr(
@@ -138,7 +160,7 @@ fn a_killed_gprobe_leaves_no_process_stopped_and_a_new_one_traces_them() {
     }
 
     // A new gprobe traces every one of them.
-    let new = Gprobe::cmd(&spec).start();
+    let new = with_env(Gprobe::cmd(&spec)).start();
     for pid in &started {
         new.wait_for_stderr(
             |s| s.contains(&format!("pid {pid})")),

@@ -1,12 +1,15 @@
 //! The process hooks (agent-ebpf/src/procs.bpf.c): BTF tracepoints on exec, fork and exit
-//! that report processes and hold the ones the agent may trace. They are loaded here, not
+//! that report processes and hold the ones the agent may trace, in the build for this
+//! kernel: with kfuncs (6.13+), or without them and with a guardian process. They are loaded here, not
 //! by aya, because they call kernel functions (kfuncs: `bpf_task_from_pid`,
 //! `bpf_send_signal_task`, ...), which aya 0.14 cannot link: each such call is pointed at
 //! the kernel's function of that name (its id in the kernel's BTF), and the extern
 //! declarations in the object's BTF, which the kernel refuses, are made static first. The
 //! maps are the ones aya created for the uprobe object (procmaps.h defines them in both).
 
+use super::guardian::Guardian;
 use super::multi::{btf_fd, map_fd};
+use super::object::{PROCS_COMPAT_OBJECT, PROCS_OBJECT};
 use super::sys::{self, Cmd, ProgLoad};
 use aya::Ebpf;
 use aya_obj::btf::{Btf, BtfKind};
@@ -30,8 +33,10 @@ const HOOKS: [(&str, &str); 3] = [
 pub enum HookError {
     #[error("the process hooks' BPF object does not parse: {0}")]
     Parse(String),
-    #[error("this kernel has no kernel function {0} for BPF programs; gprobe's process hooks need Linux 6.13 or later")]
+    #[error("this kernel has no kernel function {0} for BPF programs")]
     NoKfunc(String),
+    #[error("starting the guardian process of held processes: {0}")]
+    Guardian(#[source] std::io::Error),
     #[error("this kernel's BTF has no tracepoint {0}")]
     NoTracepoint(String),
     #[error("map {0} was not created")]
@@ -55,18 +60,82 @@ pub enum HookError {
     },
 }
 
+/// How the hooks hold processes on this kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HookMode {
+    /// With the task kfuncs (procs.bpf.o): exec and fork holds, and the exit hook resumes
+    /// what a dying agent held.
+    Kernel,
+    /// Without them (procs_compat.bpf.o): exec holds only, resumed by the guardian process
+    /// when the agent dies; why the kfunc build was not used.
+    Guardian(String),
+}
+
 /// The loaded and attached hooks: closing these fds detaches them (and the kernel does so
 /// when the agent dies, after the exit hook has released its holds).
 #[derive(Debug)]
 pub struct Hooks {
     _links: Vec<OwnedFd>,
     _progs: Vec<OwnedFd>,
+    pub mode: HookMode,
+    /// Where the hooks cannot resume held processes themselves.
+    guardian: Option<Guardian>,
 }
 
 impl Hooks {
-    /// Loads `object`'s hooks against the maps of `ebpf` (call before maps are taken out of
-    /// it) and attaches them; `kernel` is the running kernel's BTF.
-    pub fn load(object: &[u8], ebpf: &Ebpf, kernel: &Btf) -> Result<Hooks, HookError> {
+    /// Loads the hooks against the maps of `ebpf` (call before maps are taken out of it)
+    /// and attaches them: the kfunc build where this kernel has the kfuncs, the build
+    /// without them otherwise (then with a guardian process); `kernel` is the running
+    /// kernel's BTF.
+    pub fn load(ebpf: &Ebpf, kernel: &Btf, kfuncs: bool) -> Result<Hooks, HookError> {
+        let why = if kfuncs {
+            match Self::load_object(PROCS_OBJECT, ebpf, kernel) {
+                Ok((progs, links)) => {
+                    return Ok(Hooks {
+                        _links: links,
+                        _progs: progs,
+                        mode: HookMode::Kernel,
+                        guardian: None,
+                    })
+                }
+                Err(e) => e.to_string(),
+            }
+        } else {
+            format!(
+                "this kernel has no kfuncs {} for BPF programs",
+                super::features::TASK_KFUNCS.join(", ")
+            )
+        };
+        let (progs, links) = Self::load_object(PROCS_COMPAT_OBJECT, ebpf, kernel)?;
+        let fd = |name: &'static str| {
+            ebpf.map(name)
+                .and_then(map_fd)
+                .ok_or_else(|| HookError::NoMap(name.into()))
+        };
+        let guardian = Guardian::start(fd("control")?, fd("held")?).map_err(HookError::Guardian)?;
+        Ok(Hooks {
+            _links: links,
+            _progs: progs,
+            mode: HookMode::Guardian(why),
+            guardian: Some(guardian),
+        })
+    }
+
+    /// Whether a hold made now would be undone if this agent died: always with the
+    /// kernel's hooks, while the guardian runs otherwise.
+    pub fn holds_are_guarded(&mut self) -> bool {
+        self.guardian.as_mut().is_none_or(Guardian::alive)
+    }
+
+    pub fn guardian_pid(&self) -> Option<u32> {
+        self.guardian.as_ref().map(Guardian::pid)
+    }
+
+    fn load_object(
+        object: &[u8],
+        ebpf: &Ebpf,
+        kernel: &Btf,
+    ) -> Result<(Vec<OwnedFd>, Vec<OwnedFd>), HookError> {
         let mut bytes = object.to_vec();
         link_kfuncs(&mut bytes, kernel)?;
         let mut obj =
@@ -121,10 +190,7 @@ impl Hooks {
             progs.push(fd);
             links.push(link);
         }
-        Ok(Hooks {
-            _links: links,
-            _progs: progs,
-        })
+        Ok((progs, links))
     }
 }
 
@@ -360,7 +426,16 @@ mod tests {
 
     #[test]
     fn the_process_hooks_object_calls_only_kfuncs_this_loader_links() {
-        let obj = object::File::parse(super::super::PROCS_OBJECT).unwrap();
+        let compat = object::File::parse(PROCS_COMPAT_OBJECT).unwrap();
+        assert_eq!(
+            compat
+                .symbols()
+                .filter(|s| s.is_undefined() && !s.name().unwrap_or("").is_empty())
+                .count(),
+            0,
+            "the build without kfuncs calls none"
+        );
+        let obj = object::File::parse(PROCS_OBJECT).unwrap();
         let externs: std::collections::BTreeSet<&str> = obj
             .symbols()
             .filter(|s| s.is_undefined() && !s.name().unwrap_or("").is_empty())

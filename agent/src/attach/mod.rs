@@ -8,9 +8,11 @@ mod configs;
 pub mod detach;
 pub mod encode;
 pub mod error;
+pub mod features;
 #[cfg(test)]
 mod filter_run;
 mod forget;
+pub mod guardian;
 mod holdmaps;
 pub mod hooks;
 pub mod multi;
@@ -27,6 +29,7 @@ mod sys;
 use crate::abi::{self, GpProbeCfg, GpStats, GP_MAX_PROBES};
 use crate::engine::tracer::{Held, Hold, ProcCounts};
 use crate::engine::{CfgId, ProbeConfig, Site, TraceError, Tracer};
+use crate::kernel::FeatureName;
 use crate::plan::ProbePlan;
 use crate::resolve::propagate::PropagatePlan;
 use crate::stats::KernelCounts;
@@ -37,7 +40,7 @@ use detach::DetachPool;
 pub use error::MapError;
 use multi::MultiProgram;
 pub use object::LoadError;
-use object::{take, trace_map_err, BPF_OBJECT, PROCS_OBJECT, UPROBE_PROG};
+use object::{take, trace_map_err, BPF_OBJECT, UPROBE_PROG};
 use object::{PROPAGATE_DRY_PROG, PROPAGATE_PROG};
 pub use slots::Link;
 use slots::Slots;
@@ -98,7 +101,7 @@ pub struct BpfTracer {
     /// What each (process, spec) pair's probes cost, and which have their returns off.
     budget: budget::BudgetMaps,
     /// The exec, fork and exit hooks: detached when this is dropped.
-    _hooks: hooks::Hooks,
+    hooks: hooks::Hooks,
     /// The slots of `probes`: which are free, and which links run each.
     slots: Slots,
     pool: DetachPool<Link>,
@@ -110,6 +113,8 @@ pub struct BpfTracer {
     propagate_cfgs: BTreeSet<CfgId>,
     /// The header writer's program: gprobe_propagate, or its dry run.
     propagate_prog: &'static str,
+    /// The guardian exited, and holding stopped (said once).
+    guardian_lost: bool,
 }
 
 impl BpfTracer {
@@ -117,14 +122,32 @@ impl BpfTracer {
     /// held processes (taking over what agents that died left in theirs) and returns the
     /// ring buffers.
     pub fn load(opts: &LoadOptions) -> Result<(BpfTracer, RingBuffers), LoadError> {
+        let kernel = features::probe();
+        if let Some(why) = kernel.blocker() {
+            return Err(LoadError::Kernel(why));
+        }
+        let memlock = features::raise_memlock_if_charged(kernel);
+        if let Err(why) = &memlock {
+            tracing::warn!("{why}");
+        }
         let wakeup = opts.wakeup_bytes;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("events", opts.ring_buffer_bytes)
             .override_global("wakeup_bytes", &wakeup, true)
             .load(BPF_OBJECT)
-            .map_err(|e| LoadError::Load(Box::new(e)))?;
+            .map_err(|e| match memlock {
+                Err(why) => LoadError::Memlock(why),
+                Ok(()) => LoadError::Load(Box::new(e)),
+            })?;
         let btf = Btf::from_sys_fs().map_err(|e| LoadError::Btf(Box::new(e)))?;
-        let hooks = hooks::Hooks::load(PROCS_OBJECT, &ebpf, &btf)?;
+        let hooks = hooks::Hooks::load(&ebpf, &btf, kernel.has(FeatureName::TaskKfuncs))?;
+        if let hooks::HookMode::Guardian(why) = &hooks.mode {
+            tracing::info!(
+                "process hooks without kfuncs ({why}): processes are held at exec only, and \
+                a guardian process (pid {}) resumes them if gprobe is killed",
+                hooks.guardian_pid().unwrap_or(0)
+            );
+        }
         // Pinned before anything is held: a later agent finds what this one leaves.
         let (pin, orphans) = match ebpf.map("held").map(pins::HeldPin::pin) {
             Some(Ok((pin, orphans))) => (Some(pin), orphans),
@@ -146,6 +169,7 @@ impl BpfTracer {
             source: Box::new(e),
         })?;
         let multi = match MultiProgram::load(BPF_OBJECT, &ebpf, UPROBE_PROG) {
+            Ok(_) if !kernel.has(FeatureName::UprobeMulti) => None,
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::info!(
@@ -169,7 +193,7 @@ impl BpfTracer {
             filters: take(&mut ebpf, "filters")?,
             left_out: take(&mut ebpf, "left_out")?,
             budget: budget::BudgetMaps::take(&mut ebpf)?,
-            _hooks: hooks,
+            hooks,
             ebpf,
             slots: Slots::new(GP_MAX_PROBES),
             pool: DetachPool::new(),
@@ -182,6 +206,7 @@ impl BpfTracer {
                 PROPAGATE_PROG
             },
             propagate_cfgs: BTreeSet::new(),
+            guardian_lost: false,
         };
         Ok((tracer, rings))
     }
@@ -379,6 +404,19 @@ impl Tracer for BpfTracer {
     }
 
     fn keep_holding(&mut self, until_ns: u64) {
+        // A hold nobody could undo if this agent died is not made: without the guardian
+        // (killed on its own), the lease ends.
+        if until_ns != 0 && !self.hooks.holds_are_guarded() {
+            if !self.guardian_lost {
+                self.guardian_lost = true;
+                tracing::warn!(
+                    "the guardian process of held processes has exited: gprobe holds no \
+                    process from now on (calls before it attaches to a new process are missed)"
+                );
+            }
+            self.procs.keep_holding(0);
+            return;
+        }
         self.procs.keep_holding(until_ns);
     }
 

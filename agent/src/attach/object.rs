@@ -14,6 +14,9 @@ pub(super) static BPF_OBJECT: &[u8] =
 /// The process hooks (exec, fork, exit), loaded by [`hooks`].
 pub(super) static PROCS_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs.bpf.o"));
+/// The same hooks built without kfuncs, for kernels before 6.13.
+pub(super) static PROCS_COMPAT_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs_compat.bpf.o"));
 
 pub(super) const UPROBE_PROG: &str = "gprobe_uprobe";
 pub(super) const PROPAGATE_PROG: &str = "gprobe_propagate";
@@ -47,6 +50,12 @@ pub enum LoadError {
     Cpus(#[source] std::io::Error),
     #[error(transparent)]
     Hooks(#[from] hooks::HookError),
+    /// A feature gprobe's programs need is missing (attach/features.rs).
+    #[error("{0}")]
+    Kernel(String),
+    /// BPF memory is charged to RLIMIT_MEMLOCK, which could not be raised.
+    #[error("{0}")]
+    Memlock(String),
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {

@@ -13,6 +13,11 @@ use std::os::fd::{FromRawFd, OwnedFd};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub(crate) enum Cmd {
+    MapCreate = 0,
+    MapLookupElem = 1,
+    MapUpdateElem = 2,
+    MapDeleteElem = 3,
+    MapGetNextKey = 4,
     ProgLoad = 5,
     RawTracepointOpen = 17,
     BtfLoad = 18,

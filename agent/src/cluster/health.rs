@@ -4,12 +4,14 @@
 use gprobe_httpd::{Handler, Limits, Response, METRICS};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Default)]
 struct State {
     ready: AtomicBool,
     attached: AtomicUsize,
+    /// What the kernel lacks and what that costs, said after "ok" on /readyz.
+    detail: Mutex<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -19,6 +21,12 @@ impl Health {
     /// Ready once the container runtime answers.
     pub fn set_ready(&self, v: bool) {
         self.0.ready.store(v, Ordering::Relaxed);
+    }
+
+    /// Lines /readyz adds to its answer (the kernel's missing features).
+    pub fn set_detail(&self, lines: &[String]) {
+        let mut d = self.0.detail.lock().unwrap_or_else(|e| e.into_inner());
+        *d = lines.iter().map(|l| format!("{l}\n")).collect();
     }
 
     pub fn set_attached(&self, n: usize) {
@@ -35,7 +43,10 @@ impl Handler for State {
         let ready = self.ready.load(Ordering::Relaxed);
         match path {
             "/healthz" => Response::text(200, "ok\n"),
-            "/readyz" if ready => Response::text(200, "ok\n"),
+            "/readyz" if ready => {
+                let detail = self.detail.lock().unwrap_or_else(|e| e.into_inner());
+                Response::text(200, format!("ok\n{detail}"))
+            }
             "/readyz" => Response::text(503, "the container runtime has not answered yet\n"),
             "/metrics" => Response {
                 code: 200,
@@ -78,6 +89,12 @@ mod tests {
         h.set_ready(true);
         h.set_attached(3);
         assert_eq!(h.0.respond("/readyz").code, 200);
+        assert_eq!(h.0.respond("/readyz").body, "ok\n");
+        h.set_detail(&["kernel 6.1.0: task_kfuncs missing: x".into()]);
+        assert_eq!(
+            h.0.respond("/readyz").body,
+            "ok\nkernel 6.1.0: task_kfuncs missing: x\n"
+        );
         let m = h.0.respond("/metrics");
         assert!(
             m.body.contains("gprobe_agent_links_attached 3"),

@@ -183,6 +183,10 @@ pub async fn run(
     };
     let (pipeline, _) = Pipeline::start(&opts.pipeline, mode, Vec::new(), out)?;
     let health = health::Health::default();
+    // /readyz says what the kernel lacks and what gprobe does instead.
+    if let Some(k) = pipeline.stats.kernel_features() {
+        health.set_detail(&[k.summary()]);
+    }
     if let Some(addr) = opts.health_addr {
         tokio::spawn(health::serve(addr, health.clone()));
     }

@@ -5,8 +5,8 @@ use crate::engine::snapshot::{ProbeOutcome, Snapshot};
 use crate::resolve::sites;
 use crate::stats::Stats;
 use gprobe_crds::{
-    ContainerRef, LinkState, LinkStatus, MissedProcess, ProbeAttachmentStatus, ProbeSpec,
-    MAX_MISSED,
+    ContainerRef, LinkState, LinkStatus, MissedProcess, MissingFeature, NodeKernel,
+    ProbeAttachmentStatus, ProbeSpec, MAX_MISSED,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::sync::Arc;
@@ -20,10 +20,21 @@ pub fn attachment_statuses(
     let mut out = Vec::new();
     // Probes taken off a process for their cost, read once for every link below.
     let budget = stats.budget();
+    let kernel = stats.kernel_features().map(|k| NodeKernel {
+        release: k.release.clone(),
+        missing: k
+            .missing()
+            .map(|n| MissingFeature {
+                name: n.to_string(),
+                instead: n.instead().unwrap_or("gprobe cannot trace").to_string(),
+            })
+            .collect(),
+    });
     for s in &snap.specs {
         let mut st = ProbeAttachmentStatus {
             observed_generation: s.spec.metadata.generation,
             update_time: Some(now.clone()),
+            kernel: kernel.clone(),
             ..Default::default()
         };
         for c in &snap.containers {

@@ -141,6 +141,10 @@ pub struct Summary {
     /// probes a budget measures (absent when there is none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub budget: Vec<BudgetSummary>,
+    /// The running kernel's features: each available or missing (absent before the BPF
+    /// programs were loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<crate::kernel::KernelFeatures>,
 }
 
 #[derive(Debug, Error)]
@@ -234,6 +238,7 @@ impl Summary {
                     backoff_s: e.backoff_s,
                 })
                 .collect(),
+            kernel: stats.kernel_features(),
         }
     }
 
