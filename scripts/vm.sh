@@ -165,6 +165,10 @@ initramfs() { # OUT [CMD]
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
   done
+  # containerd, for the agent's CRI (its readiness is the runtime answering).
+  if command -v containerd >/dev/null; then
+    cp "$(command -v containerd)" "$root/bin/containerd"
+  fi
   cp "$progs"/* "$root/t/bin/"
   cp "$here/scripts/vm/tests.sh" "$root/t/tests.sh"
   cp "$here/scripts/vm/init" "$root/init"
