@@ -9,7 +9,8 @@
 #                             gcc, binutils and sys/sdt.h (the test program), libc6-dbg
 #                             (a separate debug file), redis-server,
 #                             postgresql-15, openjdk-17-jre-headless, python3.11, and age
-#                             (Debian's Go build of it)
+#                             (Debian's Go build of it); QEMU, a static busybox and cpio
+#                             (the kernel matrix, scripts/vm.sh)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$here/.cache"
@@ -28,6 +29,8 @@ if $testing; then
   # A Go program as Debian builds them (cgo, PIE, external linker, Go 1.19, stripped):
   # e2e/tests/go_pie_external.rs traces it.
   want+=(age)
+  # The kernel matrix (scripts/vm.sh): Debian's kernels booted under QEMU with a busybox initramfs.
+  want+=(qemu-system-x86 busybox-static cpio)
 fi
 missing=()
 for p in "${want[@]}"; do
