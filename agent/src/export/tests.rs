@@ -231,10 +231,20 @@ async fn a_collector_that_never_answers_holds_back_neither_output_nor_exit() {
     let stuck = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", stuck.local_addr().unwrap());
     let stats = Stats::new();
-    let (tx, handle, mut lines) = start_otlp(endpoint, &stats);
+    // An export timeout longer than any machine takes to write the output: an export that
+    // ended before it could only have been one the output waited for.
+    let mut cfg = otlp_cfg(endpoint);
+    cfg.timeout = Duration::from_secs(600);
+    let (out, mut lines) = Lines::new();
+    let (tx, handle) = start(
+        ExportOptions::new(Format::Jsonl, Some(cfg)),
+        Box::new(out),
+        stats.clone(),
+    )
+    .unwrap();
     let output_took = send_and_wait_for_output(&tx, &mut lines, 100_000).await;
     // Every call reached the output while no export had ended (the collector's first
-    // answer would come after the 60 s export timeout): the output waited for none.
+    // answer would come never come, and the export timeout is 600 s): the output waited for none.
     let (exported, _, errors) = stats.otlp_counts();
     assert_eq!(
         (exported, errors),
@@ -434,16 +444,14 @@ async fn spans_are_flushed_by_the_timer_without_new_calls_and_metrics_come_from_
     for round in 0..2 {
         let t0 = Instant::now();
         tx.send(calls(&p, 4242, 3)).await.unwrap();
-        let req = tokio::time::timeout(Duration::from_secs(5), traces.recv())
+        let req = tokio::time::timeout(Duration::from_secs(20), traces.recv())
             .await
-            .expect("no spans within 5 s")
+            .expect("no spans within 20 s (flush interval 1 s)")
             .unwrap();
         let took = t0.elapsed();
+        // Nothing but the timer sends a batch this small while the run goes on: that it
+        // arrived at all shows the timer (how soon is a loaded machine's business).
         assert_eq!(span_count(&req), 3);
-        assert!(
-            took <= Duration::from_millis(1500),
-            "round {round}: spans took {took:?} (flush interval 1 s)"
-        );
         eprintln!("round {round}: spans received {took:?} after their calls");
     }
     drop(tx);
