@@ -25,7 +25,7 @@ CHECKS = [
     ("g", "exec and fork holds"),
     ("h", "kill -9 with processes held"),
     ("i", "a stop leaves nothing in the kernel"),
-    ("j", "agent --spec-dir Ready on /readyz"),
+    ("j", "agent --spec-dir Ready, kernel in /readyz"),
     ("k", "traceparent write across 2 services"),
 ]
 
@@ -47,14 +47,17 @@ class Run:
     def text(self, name):
         p = self.d / name
         if not p.exists():
-            raise Fail(f"{name} missing: {self.why_missing()}")
+            raise Fail(self.why_missing(name))
         return p.read_text(errors="replace")
 
-    def why_missing(self):
+    def why_missing(self, name):
         e = self.d / "vm-error"
         if e.exists():
             return e.read_text().strip()[:150]
-        return "the scenario did not run (see tests.log)"
+        scenario = name.split(".")[0]
+        if (self.d / f"{scenario}.err").exists():
+            return f"gprobe did not start: {self.last_error(scenario)}"
+        return f"{name} missing: the scenario did not run (see tests.log)"
 
     def records(self, name):
         return [json.loads(line) for line in self.text(name + ".jsonl").splitlines() if line.strip()]
@@ -263,10 +266,13 @@ def check_j(run):
     body = (run.d / "agent.readyz.body").read_text(errors="replace").strip() if (
         run.d / "agent.readyz.body").exists() else ""
     if status != "200":
-        err = run.last_error("agent")
-        raise Fail(f"/readyz not 200 ({status.splitlines()[-1][:60] if status else 'no answer'}): {err}")
+        code = re.search(r"HTTP/1\.1 (\d+)", status)
+        said = f"answered {code.group(1)}" if code else "never answered"
+        raise Fail(f"/readyz {said}: {run.last_error('agent')}")
     one = " ".join(body.split())[:90]
-    return f"200: {one}" if "kernel" in body.lower() else f"200, no kernel reasons in the body yet: {one}"
+    if "kernel" not in body.lower():
+        raise Fail(f"Ready (200), but /readyz says nothing of the kernel: {one!r}")
+    return f"200: {one}"
 
 
 def check_k(run):
