@@ -223,7 +223,10 @@ vm_tests() { # NAME INITRD DIR
 host_tests() { # DIR
   local t0=$SECONDS
   mkdir -p "$1"
-  GPROBE="$gprobe_bin" PROGS="$progs" OUT="$1" WHERE=host sh "$here/scripts/vm/tests.sh" >"$1/tests.log" 2>&1
+  # timeout signals its whole process group: the tests, gprobe and the programs.
+  GPROBE="$gprobe_bin" PROGS="$progs" OUT="$1" WHERE=host timeout -k 10 "$vm_timeout" \
+    sh "$here/scripts/vm/tests.sh" >"$1/tests.log" 2>&1 ||
+    echo "the tests on this machine ended with status $? (124: timed out after ${vm_timeout}s)" >"$1/vm-error"
   echo "$((SECONDS - t0))" >"$1/seconds"
 }
 
@@ -292,7 +295,7 @@ case "${1:-}" in
     run_one "$2" "$4"
     ;;
   *)
-    sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac
