@@ -440,10 +440,11 @@ EOF
 
 # --- scripts and Dockerfiles -------------------------------------------------------------------
 if command -v shellcheck >/dev/null; then
-  check "shellcheck e2e/*.sh e2e/kind/run.sh scripts/{cluster,images}.sh bench/cluster-load.sh" \
+  check "shellcheck e2e/*.sh e2e/kind/run.sh scripts/{cluster,images,vm}.sh scripts/vm/* bench/cluster-load.sh" \
     shellcheck -x -P "$root" "$root/e2e/chart_test.sh" "$root/e2e/chart_test_security.sh" \
     "$root/e2e/kind/run.sh" "$root/e2e/cluster_test.sh" "$root/scripts/cluster.sh" \
-    "$root/scripts/images.sh" "$root/bench/cluster-load.sh"
+    "$root/scripts/images.sh" "$root/bench/cluster-load.sh" "$root/scripts/vm.sh" \
+    "$root/scripts/vm/init" "$root/scripts/vm/tests.sh"
 else
   missing "shellcheck" "shellcheck is not installed: run 'bash scripts/setup.sh --test' (or apt-get install shellcheck)"
 fi

@@ -14,7 +14,8 @@
 # ${CARGO_TARGET_DIR:-target}/debug/gprobe), VM_CACHE (default ~/.cache/gprobe/vm),
 # VM_TIMEOUT (seconds per VM, default 900), VM_JOBS (VMs at once, default 2), VM_KVM=1
 # (use /dev/kvm; it hangs under nested virtualization, so TCG is the default), VM_HOST=0
-# (leave out this machine's column), VM_KERNELS (a subset, e.g. "5.10 7.2").
+# (leave out this machine's column), VM_KERNELS (a subset, e.g. "5.10 7.2"), VM_RESULTS=DIR
+# (keep each kernel's results and console there).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="${VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gprobe/vm}"
@@ -222,7 +223,10 @@ vm_tests() { # NAME INITRD DIR
 host_tests() { # DIR
   local t0=$SECONDS
   mkdir -p "$1"
-  GPROBE="$gprobe_bin" PROGS="$progs" OUT="$1" WHERE=host sh "$here/scripts/vm/tests.sh" >"$1/tests.log" 2>&1
+  # timeout signals its whole process group: the tests, gprobe and the programs.
+  GPROBE="$gprobe_bin" PROGS="$progs" OUT="$1" WHERE=host timeout -k 10 "$vm_timeout" \
+    sh "$here/scripts/vm/tests.sh" >"$1/tests.log" 2>&1 ||
+    echo "the tests on this machine ended with status $? (124: timed out after ${vm_timeout}s)" >"$1/vm-error"
   echo "$((SECONDS - t0))" >"$1/seconds"
 }
 
@@ -251,6 +255,11 @@ matrix() {
     cols+=("host $(uname -r)=$work/res-host")
   fi
   wait
+  if [[ -n "${VM_RESULTS:-}" ]]; then
+    mkdir -p "$VM_RESULTS"
+    cp -a "$work"/res-* "$VM_RESULTS/"
+    echo "vm.sh: each kernel's results (and console) are in $VM_RESULTS" >&2
+  fi
   echo "== kernel matrix (${SECONDS}s; $((SECONDS - t0))s for the VMs and the host's tests)"
   python3 "$here/scripts/vm/check.py" "${cols[@]}"
 }
@@ -286,7 +295,7 @@ case "${1:-}" in
     run_one "$2" "$4"
     ;;
   *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -25,7 +25,7 @@ CHECKS = [
     ("g", "exec and fork holds"),
     ("h", "kill -9 with processes held"),
     ("i", "a stop leaves nothing in the kernel"),
-    ("j", "agent --spec-dir Ready on /readyz"),
+    ("j", "agent --spec-dir Ready, kernel in /readyz"),
     ("k", "traceparent write across 2 services"),
 ]
 
@@ -47,14 +47,17 @@ class Run:
     def text(self, name):
         p = self.d / name
         if not p.exists():
-            raise Fail(f"{name} missing: {self.why_missing()}")
+            raise Fail(self.why_missing(name))
         return p.read_text(errors="replace")
 
-    def why_missing(self):
+    def why_missing(self, name):
         e = self.d / "vm-error"
         if e.exists():
             return e.read_text().strip()[:150]
-        return "the scenario did not run (see tests.log)"
+        scenario = name.split(".")[0]
+        if (self.d / f"{scenario}.err").exists():
+            return f"gprobe did not start: {self.last_error(scenario)}"
+        return f"{name} missing: the scenario did not run (see tests.log)"
 
     def records(self, name):
         return [json.loads(line) for line in self.text(name + ".jsonl").splitlines() if line.strip()]
@@ -144,7 +147,9 @@ def check_c(run):
     want_sub = Counter((l["a"], l["b"]) for l in program_lines(out, "sub "))
     got_sub = Counter(tuple(str(values(r).get(k)) for k in ("a", "b")) for r in of_symbol(recs, "sub"))
     if not want_add or got_add != want_add:
-        raise Fail(f"add: {sum(got_add.values())} recorded (a, b, r0) for {sum(want_add.values())} made")
+        extra, missing = got_add - want_add, want_add - got_add
+        raise Fail(f"add: {sum(got_add.values())} recorded (a, b, r0) for {sum(want_add.values())} made; "
+                   f"recorded, not made: {sorted(extra)[:2]}; made, not recorded: {sorted(missing)[:2]}")
     if not want_sub or got_sub != want_sub:
         raise Fail(f"sub: {sum(got_sub.values())} recorded for {sum(want_sub.values())} made")
     return f"add: {sum(want_add.values())} calls with r0 (2 threads), sub: {sum(want_sub.values())}, all exact"
@@ -263,10 +268,13 @@ def check_j(run):
     body = (run.d / "agent.readyz.body").read_text(errors="replace").strip() if (
         run.d / "agent.readyz.body").exists() else ""
     if status != "200":
-        err = run.last_error("agent")
-        raise Fail(f"/readyz not 200 ({status.splitlines()[-1][:60] if status else 'no answer'}): {err}")
+        code = re.search(r"HTTP/1\.1 (\d+)", status)
+        said = f"answered {code.group(1)}" if code else "never answered"
+        raise Fail(f"/readyz {said}: {run.last_error('agent')}")
     one = " ".join(body.split())[:90]
-    return f"200: {one}" if "kernel" in body.lower() else f"200, no kernel reasons in the body yet: {one}"
+    if "kernel" not in body.lower():
+        raise Fail(f"Ready (200), but /readyz says nothing of the kernel: {one!r}")
+    return f"200: {one}"
 
 
 def check_k(run):
@@ -278,9 +286,14 @@ def check_k(run):
     run.gprobe_ok("prop")
     if err:
         raise Fail(f"propagation error: {err[:120]}")
-    sent = {l["id"]: l["traceparent"] for l in program_lines(run.text("prop.client"), "sent ")}
+    client = program_lines(run.text("prop.client"), "sent ")
+    sent = {l["id"]: l["traceparent"] for l in client}
     if len(sent) != 12:
         raise Fail(f"client: {len(sent)} of 12 requests answered 200 ({run.text('prop.client').strip()[-80:]})")
+    # The front answers work(id) = id+1 and what the back answered it, lookup(id) = id*7.
+    wrong = [l for l in client if l.get("answer") != f"{int(l['id']) + 1}/{int(l['id']) * 7}"]
+    if wrong:
+        raise Fail(f"request {wrong[0]['id']} got the answer {wrong[0].get('answer')!r}")
     front_saw = {l["id"]: l["traceparent"] for l in program_lines(run.text("prop.front"), "front ")}
     if front_saw != sent:
         raise Fail("the front service did not get the traceparents the client sent")
@@ -302,12 +315,16 @@ def check_k(run):
                 raise Fail(f"request {line} carried {back_saw.get(line)}, not the front span's {want}")
             if (b.get("trace_id"), b.get("parent_span_id")) != (f["trace_id"], f["span_id"]):
                 raise Fail(f"back span of {query} is not the child of the front span that sent it")
-    own = {l["id"]: l["traceparent"] for l in program_lines(run.text("prop.headers"), "sent ")}
+    headers = program_lines(run.text("prop.headers"), "sent ")
+    own = {l["id"]: l["traceparent"] for l in headers}
     if len(own) != 3 or any(back_saw.get(i) != tp for i, tp in own.items()):
         raise Fail("a request with a traceparent of its own, sent inside a propagating span, was changed")
+    if any(l.get("answer") != str(int(l["id"]) * 7) for l in headers):
+        raise Fail("a request with a traceparent of its own got a wrong answer")
     if prop.get("written") != 24:
         raise Fail(f"summary: written={prop.get('written')}, not 24")
-    return "24 of 24 back spans under the front span that sent them, exact bytes; 3 own traceparents kept"
+    return ("24 of 24 back spans under the front span that sent them, exact bytes, 12 answers right; "
+            "3 own traceparents kept")
 
 
 def judge(run, key):
@@ -342,9 +359,17 @@ def main(argv):
     for name, _ in cols:
         rel, secs = kernels[name]
         print(f"{name.split()[0]}: {rel} ({secs} s)")
+        # Checks in a row with the same result and reason (a gprobe that did not start) share
+        # one line.
+        groups = []
         for k, _ in CHECKS:
-            status, why = results[(name, k)]
-            print(f"  {k} {status} {why}")
+            if groups and groups[-1][1] == results[(name, k)]:
+                groups[-1][0].append(k)
+            else:
+                groups.append(([k], results[(name, k)]))
+        for keys, (status, why) in groups:
+            label = keys[0] if len(keys) == 1 else f"{keys[0]}-{keys[-1]}"
+            print(f"  {label} {status} {why}")
     return 1 if any(s == "FAIL" for s, _ in results.values()) else 0
 
 

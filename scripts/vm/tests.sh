@@ -17,12 +17,14 @@ trap 'rm -rf "$T"' EXIT
 uname -r >"$O/kernel"
 echo "$WHERE" >"$O/where"
 
-# Waits until FILE has at least N lines matching the fixed string S (at most SECS seconds).
+# Waits until FILE has at least N lines matching the fixed string S (at most SECS seconds,
+# and no longer than process PID lives, when given).
 wait_for() {
-	f=$1 s=$2 n=$3 secs=$4 i=0
+	f=$1 s=$2 n=$3 secs=$4 pid=${5:-} i=0
 	while [ "$(grep -cF -- "$s" "$f" 2>/dev/null || true)" -lt "$n" ]; do
 		i=$((i + 1))
 		[ "$i" -gt $((secs * 10)) ] && return 1
+		[ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && return 1
 		sleep 0.1
 	done
 	return 0
@@ -36,7 +38,7 @@ gprobe_bg() {
 	"$G" run "$@" --output-file "$O/$name.jsonl" --summary-file "$O/$name.summary.json" \
 		2>"$O/$name.err" &
 	gp=$!
-	if ! wait_for "$O/$name.err" "ready: tracing" 1 120; then
+	if ! wait_for "$O/$name.err" "ready: tracing" 1 120 "$gp"; then
 		gprobe_stop "$name"
 		return 1
 	fi
@@ -271,8 +273,8 @@ YAML
 	"$P/services" -role front -addr 127.0.0.1:18080 -backend http://127.0.0.1:18081 \
 		-log "$O/prop.front" &
 	fp=$!
-	wait_for "$O/prop.err" "pid $bp)" 3 60
-	wait_for "$O/prop.err" "pid $fp)" 3 60
+	wait_for "$O/prop.err" "pid $bp)" 3 60 "$gp"
+	wait_for "$O/prop.err" "pid $fp)" 3 60 "$gp"
 	wait_for "$O/prop.back" listening 1 30
 	wait_for "$O/prop.front" listening 1 30
 	timeout 120 "$P/services" -role client -front http://127.0.0.1:18080 -n 12 >"$O/prop.client" 2>&1

@@ -13,8 +13,8 @@
 // listens on (default: a free loopback port); a client with `-every D` waits until the
 // front service answers, then sends a request every D (for ever with -n 0), as a
 // Deployment does. Each role prints one line per request
-// ("sent", "front", "back") with what it sent or received, so a test can rebuild the
-// traces the spans must form.
+// ("sent", "front", "back") with what it sent or received (a client also with the answer
+// it got), so a test can rebuild the traces the spans must form.
 package main
 
 import (
@@ -214,8 +214,9 @@ func client(front string, n int, every time.Duration, plain bool) {
 			}
 		}
 		resp, err := c.Do(req)
+		var answer []byte
 		if err == nil {
-			io.ReadAll(resp.Body)
+			answer, _ = io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != 200 {
 				err = fmt.Errorf("%s", resp.Status)
@@ -229,7 +230,10 @@ func client(front string, n int, every time.Duration, plain bool) {
 		if err != nil {
 			panic(err)
 		}
-		say("sent id=%d traceparent=%s valid=%d", i, tp, valid)
+		// The answer ("work(id) lookup(id)", blanks as /): a request the back service got
+		// wrong shows here.
+		say("sent id=%d traceparent=%s valid=%d answer=%s", i, tp, valid,
+			strings.ReplaceAll(string(answer), " ", "/"))
 	}
 }
 
@@ -251,12 +255,12 @@ func headers(back string, n, total, first int) {
 		if err != nil {
 			panic(err)
 		}
-		io.ReadAll(resp.Body)
+		answer, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
 			panic(resp.Status)
 		}
-		say("sent id=%d traceparent=%s headers=%d", i, tp, len(req.Header))
+		say("sent id=%d traceparent=%s headers=%d answer=%s", i, tp, len(req.Header), answer)
 	}
 }
 
