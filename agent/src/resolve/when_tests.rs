@@ -164,7 +164,10 @@ fn a_value_over_the_limit_says_that_the_values_when_compares_count_too() {
         .to_string();
     assert!(e.contains("cannot read \"a.B.C.D.E.V8\""), "{e}");
     assert!(
-        e.contains("at most 8 values at a call's entry (and 8 at its return), and the values `when:` compares count too"),
+        e.contains(
+            "at most 8 values at a call's entry (and 8 at its return), and the values `when:` \
+             compares count too"
+        ),
         "{e}"
     );
 }
