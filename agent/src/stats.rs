@@ -11,6 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProbeKey {
     pub spec: Arc<str>,
+    /// The spec's `metadata.name`: the `gprobe.probe` of every metric and span, as the
+    /// `"probe"` of a record.
+    pub name: Arc<str>,
     pub index: u16,
     pub symbol: Arc<str>,
 }
@@ -582,6 +585,7 @@ mod tests {
     fn key(s: &str) -> ProbeKey {
         ProbeKey {
             spec: s.into(),
+            name: s.into(),
             index: 0,
             symbol: "main.f".into(),
         }

@@ -152,6 +152,13 @@ pub struct CSignatureError {
 
 /// Parses a C prototype, or (for USDT probes) an argument list `(type name, ...)`.
 pub fn parse_c_signature(src: &str) -> Result<CSignature, CSignatureError> {
+    if let Some((signature, message)) = crate::signature::too_long(src) {
+        return Err(CSignatureError {
+            signature,
+            column: crate::signature::MAX_SIGNATURE_CHARS + 1,
+            message,
+        });
+    }
     let toks = tokenize(src).map_err(|(column, message)| CSignatureError {
         signature: src.to_string(),
         column,

@@ -5,6 +5,12 @@
 
 use super::{CParam, CSignature, CSignatureError};
 use crate::ctype::{typedef, CType, TagKind};
+use crate::signature::MAX_TYPE_DEPTH;
+
+/// The message of more stars or `[N]` than [`MAX_TYPE_DEPTH`] on one type.
+fn too_deep() -> String {
+    format!("nests types more than {MAX_TYPE_DEPTH} deep: is this the right prototype?")
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Tok {
@@ -228,8 +234,13 @@ impl Parser<'_> {
     }
 
     /// Pointer stars with their qualifiers: `* const *`.
-    fn pointers(&mut self, mut ty: CType) -> CType {
+    fn pointers(&mut self, mut ty: CType) -> Result<CType, CSignatureError> {
+        let mut stars = 0;
         while self.eat("*") {
+            stars += 1;
+            if stars > MAX_TYPE_DEPTH {
+                return self.err(too_deep());
+            }
             ty = CType::pointer_to(ty);
             let mut quals = Vec::new();
             while let Some(q) = self
@@ -245,7 +256,7 @@ impl Parser<'_> {
             }
             ty = qualify(ty, &quals);
         }
-        ty
+        Ok(ty)
     }
 
     /// `[N]` suffixes.
@@ -266,6 +277,9 @@ impl Parser<'_> {
             }
             self.expect("]")?;
             dims.push(len);
+            if dims.len() > MAX_TYPE_DEPTH {
+                return self.err(too_deep());
+            }
         }
         for len in dims.into_iter().rev() {
             ty = CType::Array {
@@ -279,7 +293,7 @@ impl Parser<'_> {
     /// One parameter: its type and name, if any.
     fn param(&mut self) -> Result<(CType, Option<String>), CSignatureError> {
         let base = self.specifiers()?;
-        let ty = self.pointers(base);
+        let ty = self.pointers(base)?;
         self.skip_attributes()?;
         // A function pointer: `ret (*name)(args)`.
         if self.is_punct("(") {
@@ -351,7 +365,7 @@ impl Parser<'_> {
             (None, None)
         } else {
             let base = self.specifiers()?;
-            let ret = self.pointers(base);
+            let ret = self.pointers(base)?;
             self.skip_attributes()?;
             if self.is_punct("(") {
                 return self.err(

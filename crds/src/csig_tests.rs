@@ -229,3 +229,27 @@ fn capture_expressions_and_go_detection() {
     assert!(!is_go_signature("functor *make(void)"));
     assert!(!is_go_signature("(const char *query)"));
 }
+
+#[test]
+fn deep_and_long_prototypes_are_refused_with_their_limit() {
+    use crate::signature::MAX_TYPE_DEPTH;
+    let e = parse_c_signature(&format!("int f(char {}p)", "*".repeat(200_000))).unwrap_err();
+    assert!(
+        e.message
+            .contains("characters long; a signature has at most 4096"),
+        "{e}"
+    );
+    assert!(e.to_string().len() < 400, "{e}");
+    for deep in [
+        format!("int f(char {}p)", "*".repeat(MAX_TYPE_DEPTH + 1)),
+        format!("int f(char p{})", "[2]".repeat(MAX_TYPE_DEPTH + 1)),
+        format!("char {}f(void)", "*".repeat(MAX_TYPE_DEPTH + 1)),
+    ] {
+        let e = parse_c_signature(&deep).unwrap_err();
+        assert!(
+            e.message.contains("nests types more than 32 deep"),
+            "{deep}: {e}"
+        );
+    }
+    assert!(parse_c_signature(&format!("int f(char {}p)", "*".repeat(MAX_TYPE_DEPTH))).is_ok());
+}

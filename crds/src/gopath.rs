@@ -13,6 +13,8 @@ use crate::signature::{Signature, ValueRef};
 /// pointers (a limit the agent checks once it knows which fields are pointers); a longer
 /// chain of selectors through by-value structs is legal Go but not a plausible probe.
 pub const MAX_PATH_FIELDS: usize = 16;
+/// At most this many characters in a capture entry (16 fields of long names fit).
+pub const MAX_CAPTURE_CHARS: usize = 1024;
 
 /// One `capture` entry of a Go probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +73,13 @@ pub fn parse_go_capture(entry: &str) -> Result<GoCapture, GoCaptureError> {
         entry: entry.to_string(),
         message,
     };
+    let n = entry.chars().count();
+    if n > MAX_CAPTURE_CHARS {
+        return Err(GoCaptureError {
+            entry: format!("{}…", entry.chars().take(60).collect::<String>()),
+            message: format!("is {n} characters long; a capture has at most {MAX_CAPTURE_CHARS}"),
+        });
+    }
     let text = entry.trim();
     let (inner, len) = match text.strip_prefix("len") {
         Some(rest) if rest.trim_start().starts_with('(') => {
@@ -230,6 +239,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("at most 16"));
+        let e = parse_go_capture(&"a".repeat(200_000))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is 200000 characters long; a capture has at most 1024"),
+            "{e}"
+        );
+        assert!(e.len() < 300, "{e}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 mod attachment;
 pub mod csig;
 pub mod ctype;
+pub mod fuzzing;
 pub mod glob;
 pub mod gopath;
 pub mod hist;

@@ -151,14 +151,46 @@ pub struct SignatureError {
     pub message: String,
 }
 
+/// At most this many characters in a signature (Go or C): a real one has a few hundred.
+pub const MAX_SIGNATURE_CHARS: usize = 4096;
+/// At most this many types nested in one another (`**[]map[K]*T` nests 5): the parsers
+/// recurse once per level, and a bound keeps them far from the end of any thread's stack.
+pub const MAX_TYPE_DEPTH: usize = 32;
+
+/// The message of a signature longer than [`MAX_SIGNATURE_CHARS`], and the part of it an
+/// error quotes; `None` when it is not too long.
+pub(crate) fn too_long(src: &str) -> Option<(String, String)> {
+    let n = src.chars().count();
+    (n > MAX_SIGNATURE_CHARS).then(|| {
+        let head: String = src.chars().take(60).collect();
+        (
+            format!("{head}…"),
+            format!("is {n} characters long; a signature has at most {MAX_SIGNATURE_CHARS}"),
+        )
+    })
+}
+
 /// Parses a Go function signature.
 pub fn parse_signature(src: &str) -> Result<Signature, SignatureError> {
+    if let Some((signature, message)) = too_long(src) {
+        return Err(SignatureError {
+            signature,
+            column: MAX_SIGNATURE_CHARS + 1,
+            message,
+        });
+    }
     let toks = tokenize(src).map_err(|(column, message)| SignatureError {
         signature: src.to_string(),
         column,
         message,
     })?;
-    Parser { src, toks, pos: 0 }.signature()
+    Parser {
+        src,
+        toks,
+        pos: 0,
+        depth: 0,
+    }
+    .signature()
 }
 
 #[cfg(test)]

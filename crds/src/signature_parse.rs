@@ -4,12 +4,14 @@
 //! names captures use, are in signature.rs.
 
 use super::text::Tok;
-use super::{Param, Signature, SignatureError, TypeExpr};
+use super::{Param, Signature, SignatureError, TypeExpr, MAX_TYPE_DEPTH};
 
 pub(super) struct Parser<'a> {
     pub(super) src: &'a str,
     pub(super) toks: Vec<(Tok, usize)>,
     pub(super) pos: usize,
+    /// The types open where the parser is.
+    pub(super) depth: usize,
 }
 
 // A parameter entry before grouping is resolved: `a`, `a int`, `int`, `*T`.
@@ -272,6 +274,18 @@ impl<'a> Parser<'a> {
     }
 
     fn type_expr(&mut self) -> Result<TypeExpr, SignatureError> {
+        if self.depth == MAX_TYPE_DEPTH {
+            return self.err(format!(
+                "nests types more than {MAX_TYPE_DEPTH} deep: is this the right signature?"
+            ));
+        }
+        self.depth += 1;
+        let t = self.type_expr_here();
+        self.depth -= 1;
+        t
+    }
+
+    fn type_expr_here(&mut self) -> Result<TypeExpr, SignatureError> {
         if self.eat("*") {
             return Ok(TypeExpr::Pointer(Box::new(self.type_expr()?)));
         }

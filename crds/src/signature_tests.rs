@@ -160,3 +160,40 @@ fn empty_interface_is_any() {
     assert_eq!(s.params[0].ty, named("any"));
     assert_eq!(s.params[1].ty, TypeExpr::Interface);
 }
+
+#[test]
+fn deep_and_long_signatures_are_refused_with_their_limit() {
+    use crate::signature::{MAX_SIGNATURE_CHARS, MAX_TYPE_DEPTH};
+    // 200,000 stars once overflowed the parser's stack; the limit is checked first.
+    let e = parse_signature(&format!("func(x {}int)", "*".repeat(200_000))).unwrap_err();
+    assert!(
+        e.message
+            .contains("is 200011 characters long; a signature has at most 4096"),
+        "{e}"
+    );
+    assert!(e.to_string().len() < 400, "{e}");
+    for deep in [
+        format!("func(x {}int)", "*".repeat(MAX_TYPE_DEPTH + 1)),
+        format!(
+            "func(x {}int{})",
+            "(".repeat(MAX_TYPE_DEPTH + 1),
+            ")".repeat(MAX_TYPE_DEPTH + 1)
+        ),
+        format!("func(x {}int)", "[]".repeat(MAX_TYPE_DEPTH + 1)),
+        format!("func(x {}int)", "map[int]".repeat(MAX_TYPE_DEPTH + 1)),
+        format!(
+            "func(x {}){}",
+            "func(".repeat(MAX_TYPE_DEPTH + 1),
+            ")".repeat(MAX_TYPE_DEPTH + 1)
+        ),
+    ] {
+        assert!(deep.chars().count() <= MAX_SIGNATURE_CHARS);
+        let e = parse_signature(&deep).unwrap_err();
+        assert!(
+            e.message.contains("nests types more than 32 deep"),
+            "{deep}: {e}"
+        );
+    }
+    let s = parse_signature(&format!("func(x {}int)", "*".repeat(MAX_TYPE_DEPTH - 1))).unwrap();
+    assert_eq!(s.params.len(), 1);
+}

@@ -124,7 +124,14 @@ pub fn load_specs(text: &str, source_name: &str) -> Result<Vec<ProbeSpec>, LoadE
         });
     }
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    // Each document is read twice: as a YAML value, to tell what it is, then as a
+    // ProbeSpec from its text, whose errors name the field (`spec.probes[0].sample: invalid
+    // type: ...`) where those of a value would not.
+    let typed = serde_yaml::Deserializer::from_str(text);
+    for (i, (doc, typed)) in serde_yaml::Deserializer::from_str(text)
+        .zip(typed)
+        .enumerate()
+    {
         let doc_no = i + 1;
         let value = serde_yaml::Value::deserialize(doc).map_err(|error| LoadError::Yaml {
             source_name: source_name.to_string(),
@@ -156,7 +163,7 @@ pub fn load_specs(text: &str, source_name: &str) -> Result<Vec<ProbeSpec>, LoadE
                 doc: doc_no,
             });
         }
-        let spec: ProbeSpec = serde_yaml::from_value(value).map_err(|error| LoadError::Yaml {
+        let spec = ProbeSpec::deserialize(typed).map_err(|error| LoadError::Yaml {
             source_name: source_name.to_string(),
             doc: doc_no,
             error,
@@ -385,7 +392,11 @@ pub fn validate_spec(spec: &ProbeSpec) -> Vec<SpecIssue> {
                 term: None,
             })
             .collect();
-        needed.extend(when_and_sample(p, &mut probe_issue));
+        needed.extend(when_and_sample(
+            p,
+            s.limits.max_string_bytes,
+            &mut probe_issue,
+        ));
         let Some(sig_text) = &p.signature else {
             // Without a signature, only a USDT probe's names are known here (arg0, ...):
             // a function's are the binary's DWARF's, checked by the agent.

@@ -532,3 +532,82 @@ fn a_histogram_needs_the_calls_timed() {
     let s = spec_with("    - {symbol: main.f, hist: true, latency: true}\n");
     assert_eq!(issues_of(&s), []);
 }
+
+#[test]
+fn a_value_of_the_wrong_type_is_named_by_its_field() {
+    let doc = |probe: &str, limits: &str| {
+        format!(
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: a}}\nspec:\n  \
+             selector: {{executable: /bin/x}}\n  probes:\n    - {{symbol: main.f}}\n    - \
+             {{symbol: main.g{probe}}}\n  limits: {{{limits}}}\n"
+        )
+    };
+    for (text, field) in [
+        (
+            doc(", sample: \"abc\"", ""),
+            "spec.probes[1].sample: invalid type: string \"abc\"",
+        ),
+        (
+            doc(", when: [a]", ""),
+            "spec.probes[1].when: invalid type: sequence, expected a string",
+        ),
+        (
+            doc("", "maxOverheadPercent: \"abc\""),
+            "spec.limits.maxOverheadPercent: invalid type: string \"abc\"",
+        ),
+        (
+            doc(", capture: x", ""),
+            "spec.probes[1].capture: invalid type: string \"x\"",
+        ),
+    ] {
+        let e = load_specs(&text, "t.yaml").unwrap_err().to_string();
+        assert!(e.starts_with("t.yaml: document 1: "), "{e}");
+        assert!(e.contains(field), "{e}");
+        assert!(e.contains(" at line "), "{e}");
+    }
+    // A YAML bool reads as the text `true`, which is not a condition.
+    let s = load_specs(&doc(", when: true", ""), "t.yaml")
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        issues_of(&s),
+        [(
+            "spec.probes[1].when".to_string(),
+            "`true` is a literal, not a condition on the call: write a term such as \
+             `err != nil`, or leave `when` out to keep every call (at character 1 of \"true\")"
+                .to_string()
+        )]
+    );
+    // Two documents: the second's error names it.
+    let two = format!("{}---\n{}", doc("", ""), doc(", latency: 3", ""));
+    let e = load_specs(&two, "t.yaml").unwrap_err().to_string();
+    assert!(
+        e.starts_with("t.yaml: document 2: spec.probes[1].latency: invalid type"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_string_longer_than_max_string_bytes_is_refused_where_it_decides_its_term() {
+    let text = "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {name: a}\nspec:\n  \
+        selector: {executable: /bin/x}\n  probes:\n    - {symbol: main.f, signature: \"func(s \
+        string)\", when: 'hasPrefix(s, \"abcdefghX\")'}\n    - {symbol: main.f, signature: \
+        \"func(s string)\", when: 's != \"abcdefghX\"'}\n    - {symbol: main.f, signature: \
+        \"func(s string)\", when: 's == \"abcdefgh\"'}\n  limits: {maxStringBytes: 8}\n";
+    let s = load_specs(text, "t.yaml").unwrap().remove(0);
+    let issues = issues_of(&s);
+    assert_eq!(issues.len(), 2, "{issues:#?}");
+    assert_eq!(issues[0].0, "spec.probes[0].when");
+    assert_eq!(
+        issues[0].1,
+        "`hasPrefix(s, \"abcdefghX\")` can never hold: its string is 9 bytes, and \
+         spec.limits.maxStringBytes reads 8 of each string: raise maxStringBytes to at least 9 \
+         or shorten the string"
+    );
+    assert_eq!(issues[1].0, "spec.probes[1].when");
+    assert!(
+        issues[1].1.starts_with("`s != \"abcdefghX\"` always holds"),
+        "{}",
+        issues[1].1
+    );
+}

@@ -2,7 +2,7 @@
 //! syntax (when.rs), `duration` only where the call is timed, the share of `sample`. The
 //! values its terms compare are checked with the `capture` entries, by validate_spec.
 
-use crate::when::{self, Operand};
+use crate::when::{self, Operand, StrOp, Test};
 use crate::Probe;
 
 /// A value that the probe's signature must have: a `capture` entry, or the value a `when:`
@@ -32,7 +32,14 @@ pub(super) const SAMPLE_RANGE: &str =
 
 /// Reports the issues of `p.when` and `p.sample` through `issue(field, message)`, and
 /// returns the values the terms of `when` compare (none if it does not parse).
-pub(super) fn when_and_sample(p: &Probe, issue: &mut impl FnMut(String, String)) -> Vec<Needed> {
+/// `max_string_bytes` is the spec's `limits.maxStringBytes`: a string literal longer than
+/// what is read of a string decides its term alone (a string cut short equals nothing and
+/// starts with nothing longer than what was read).
+pub(super) fn when_and_sample(
+    p: &Probe,
+    max_string_bytes: u32,
+    issue: &mut impl FnMut(String, String),
+) -> Vec<Needed> {
     if let Some(r) = p.sample {
         // NaN fails both comparisons.
         if !(r > 0.0 && r <= 1.0) {
@@ -46,15 +53,31 @@ pub(super) fn when_and_sample(p: &Probe, issue: &mut impl FnMut(String, String))
     let w = match when::parse(text) {
         Ok(w) => w,
         Err(e) => {
-            issue(
-                ".when".into(),
-                format!("{} (at character {} of {:?})", e.message, e.at, e.text),
-            );
+            issue(".when".into(), format!("{} ({})", e.message, e.place()));
             return Vec::new();
         }
     };
     let mut needed = Vec::new();
     for t in &w.terms {
+        if let Test::Str(op, lit) = &t.test {
+            if lit.len() > max_string_bytes as usize {
+                let always = match op {
+                    StrOp::Ne => "always holds",
+                    StrOp::Eq | StrOp::HasPrefix => "can never hold",
+                };
+                issue(
+                    ".when".into(),
+                    format!(
+                        "`{}` {always}: its string is {} bytes, and spec.limits.maxStringBytes \
+                         reads {max_string_bytes} of each string: raise maxStringBytes to at \
+                         least {} or shorten the string",
+                        t.text,
+                        lit.len(),
+                        lit.len()
+                    ),
+                );
+            }
+        }
         match &t.operand {
             Operand::Duration if p.usdt.is_some() => issue(
                 ".when".into(),

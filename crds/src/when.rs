@@ -29,6 +29,23 @@ pub use grammar::parse;
 /// At most this many terms in one predicate (each is a comparison made per call).
 pub const MAX_TERMS: usize = 16;
 
+/// At most this many bytes in a string literal: the in-kernel comparison's buffer
+/// (`GP_FILTER_STR`, filter.h).
+pub const MAX_STRING_BYTES: usize = 64;
+
+/// At most this many steps (terms and `&&`, `||`, `!`): the length of the in-kernel
+/// evaluator's program (`GP_FILTER_OPS`, filter.h).
+pub const MAX_STEPS: usize = 32;
+
+/// At most this many characters in one predicate: the CRD schema's `maxLength` of `when`,
+/// enforced by the parser too, for `gprobe run`, `gprobe check` and the agent's spec files.
+pub const MAX_WHEN_CHARS: usize = 4096;
+
+/// At most this many `(` and `!` open at once. The parser, the evaluator and the compiler
+/// recurse once per level: a bound keeps them far from the end of any thread's stack, and
+/// 16 terms never need more.
+pub const MAX_DEPTH: usize = 32;
+
 /// A parsed predicate: its terms, and the expression over them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct When {
@@ -97,12 +114,41 @@ pub enum StrOp {
 
 /// Why a predicate does not parse: the message names the place and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("when: {message} (at character {at} of {text:?})")]
+#[error("when: {message} ({})", self.place())]
 pub struct WhenError {
     pub text: String,
     /// 1-based character position.
     pub at: usize,
     pub message: String,
+}
+
+/// A condition up to this many characters is quoted whole in a message; a longer one by
+/// the characters around the place the message is about.
+const QUOTE_CHARS: usize = 60;
+
+impl WhenError {
+    /// Where the error is, for a message: `at character 12 of "x == 1 y == 2"`; in a long
+    /// condition, the characters around it: `at character 870 of 935: "…x16 == 1 || x17"`.
+    pub fn place(&self) -> String {
+        let n = self.text.chars().count();
+        if n <= QUOTE_CHARS {
+            return format!("at character {} of {:?}", self.at, self.text);
+        }
+        let half = QUOTE_CHARS / 2;
+        let at = self.at.saturating_sub(1).min(n);
+        let from = at.saturating_sub(half);
+        let to = (at + half).min(n);
+        let part: String = self.text.chars().skip(from).take(to - from).collect();
+        let (pre, post) = (
+            if from > 0 { "…" } else { "" },
+            if to < n { "…" } else { "" },
+        );
+        format!(
+            "at character {} of {n}: {:?}",
+            self.at,
+            format!("{pre}{part}{post}")
+        )
+    }
 }
 
 /// A value of the call, as a term reads it.
@@ -195,6 +241,18 @@ impl Test {
 }
 
 impl When {
+    /// The steps of the predicate's program: one per term, `&&`, `||` and `!`.
+    pub fn steps(&self) -> usize {
+        fn count(e: &Expr) -> usize {
+            match e {
+                Expr::Term(_) => 1,
+                Expr::Not(x) => 1 + count(x),
+                Expr::And(a, b) | Expr::Or(a, b) => 1 + count(a) + count(b),
+            }
+        }
+        count(&self.expr)
+    }
+
     /// The predicate's truth, with `value(i)` the value of term `i` (`None`: not known yet).
     pub fn eval(&self, value: impl Fn(usize) -> Option<Value>) -> Truth {
         self.eval_expr(&self.expr, &value)

@@ -1,15 +1,30 @@
 //! The grammar of `when:` predicates (when.rs holds what a parsed predicate is, and its
 //! evaluation).
 
-use super::{CmpOp, Expr, Operand, StrOp, Term, Test, When, WhenError, MAX_TERMS};
+use super::{
+    CmpOp, Expr, Operand, StrOp, Term, Test, When, WhenError, MAX_DEPTH, MAX_STEPS,
+    MAX_STRING_BYTES, MAX_TERMS, MAX_WHEN_CHARS,
+};
 
 /// Parses a `when:` predicate.
 pub fn parse(text: &str) -> Result<When, WhenError> {
+    let chars = text.chars().count();
+    if chars > MAX_WHEN_CHARS {
+        return Err(WhenError {
+            text: text.to_string(),
+            at: MAX_WHEN_CHARS + 1,
+            message: format!(
+                "is {chars} characters long; a condition has at most {MAX_WHEN_CHARS}: \
+                 split the probe or simplify the condition"
+            ),
+        });
+    }
     let mut p = Parser {
         text,
         chars: text.char_indices().collect(),
         pos: 0,
         terms: Vec::new(),
+        depth: 0,
     };
     p.skip_space();
     if p.at_end() {
@@ -23,10 +38,22 @@ pub fn parse(text: &str) -> Result<When, WhenError> {
              `hasPrefix(value, \"prefix\")` or a bool value",
         ));
     }
-    Ok(When {
+    let w = When {
         terms: p.terms,
         expr,
-    })
+    };
+    let steps = w.steps();
+    if steps > MAX_STEPS {
+        return Err(WhenError {
+            text: text.to_string(),
+            at: 1,
+            message: format!(
+                "has {steps} steps (terms and `&&`, `||`, `!`); at most {MAX_STEPS} are \
+                 evaluated per call: simplify the condition"
+            ),
+        });
+    }
+    Ok(w)
 }
 
 struct Parser<'a> {
@@ -34,6 +61,8 @@ struct Parser<'a> {
     chars: Vec<(usize, char)>,
     pos: usize,
     terms: Vec<Term>,
+    /// The `(` and `!` open where the parser is.
+    depth: usize,
 }
 
 /// What a single-quoted literal is told.
@@ -118,11 +147,21 @@ impl Parser<'_> {
 
     fn unary(&mut self) -> Result<Expr, WhenError> {
         self.skip_space();
-        if self.rest().starts_with('!') && !self.rest().starts_with("!=") {
-            self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.unary()?)));
+        let not = self.rest().starts_with('!') && !self.rest().starts_with("!=");
+        if !not && !self.rest().starts_with('(') {
+            return self.term();
         }
-        if self.eat("(") {
+        if self.depth == MAX_DEPTH {
+            return Err(self.error(&format!(
+                "nests `(` and `!` more than {MAX_DEPTH} deep: simplify the condition"
+            )));
+        }
+        self.depth += 1;
+        let e = if not {
+            self.pos += 1;
+            Expr::Not(Box::new(self.unary()?))
+        } else {
+            self.pos += 1;
             let open = self.pos;
             let e = self.or()?;
             if !self.eat(")") {
@@ -130,13 +169,16 @@ impl Parser<'_> {
                     self.expected_join(&format!("`)` to close the `(` at character {open}"))
                 );
             }
-            return Ok(e);
-        }
-        self.term()
+            e
+        };
+        self.depth -= 1;
+        Ok(e)
     }
 
     fn push_term(&mut self, start: usize, operand: Operand, test: Test) -> Result<Expr, WhenError> {
         if self.terms.len() == MAX_TERMS {
+            // Pointed at the first term too many.
+            self.pos = start;
             return Err(self.error(&format!(
                 "has more than {MAX_TERMS} terms; split the probe or simplify the condition"
             )));
@@ -178,6 +220,11 @@ impl Parser<'_> {
             return Err(self.error("write hasPrefix(value, \"prefix\"), with a lowercase h"));
         }
         let operand = self.operand()?;
+        if let Operand::Capture(left) = &operand {
+            if is_literal(left) {
+                return Err(self.literal_first(start, left));
+            }
+        }
         self.skip_space();
         if self.rest().starts_with('=') && !self.rest().starts_with("==") {
             return Err(self.error("`=` is not a comparison: write `==`"));
@@ -200,6 +247,43 @@ impl Parser<'_> {
         self.skip_space();
         let test = self.literal(&operand, op)?;
         self.push_term(start, operand, test)
+    }
+
+    /// The error of a term that starts with a literal (`nil == r1`): tells the term with
+    /// the value first where the rest reads as one.
+    fn literal_first(&mut self, start: usize, left: &str) -> WhenError {
+        self.skip_space();
+        let op = ["==", "!=", "<=", ">=", "<", ">"]
+            .into_iter()
+            .find(|t| self.rest().starts_with(t));
+        let swapped = op.and_then(|op| {
+            self.pos += op.len();
+            let right = self.operand().ok()?;
+            let flipped = match op {
+                "<" => ">",
+                ">" => "<",
+                "<=" => ">=",
+                ">=" => "<=",
+                same => same,
+            };
+            match right {
+                Operand::Capture(r) if !is_literal(&r) => Some(format!("{r} {flipped} {left}")),
+                Operand::Duration => Some(format!("duration {flipped} {left}")),
+                _ => None,
+            }
+        });
+        self.pos = start;
+        if op.is_none() {
+            return self.error(&format!(
+                "`{left}` is a literal, not a condition on the call: write a term such as \
+                 `err != nil`, or leave `when` out to keep every call"
+            ));
+        }
+        let mut e = self.error(&format!("`{left}` is a literal: write the value first"));
+        if let Some(s) = swapped {
+            e.message.push_str(&format!(", as in `{s}`"));
+        }
+        e
     }
 
     /// An operand: `duration`, or a capture entry running to the next operator or space
@@ -294,8 +378,15 @@ impl Parser<'_> {
         }
         if *operand == Operand::Duration {
             return match parse_duration_ns(word) {
-                Some(ns) => Ok(ns),
-                None => bad(self, "expected a duration such as 100ms, 1.5s or 250us"),
+                Ok(ns) => Ok(ns),
+                Err(DurationIssue::OutOfRange) => bad(
+                    self,
+                    "the duration is out of range: a call's duration is below 10000000000s \
+                     (10^19 ns)",
+                ),
+                Err(DurationIssue::Malformed) => {
+                    bad(self, "expected a duration such as 100ms, 1.5s or 250us")
+                }
             };
         }
         let (neg, digits) = match word.strip_prefix('-') {
@@ -312,7 +403,7 @@ impl Parser<'_> {
         };
         match parsed {
             Some(v) => Ok(if neg { -(v as i128) } else { v as i128 }),
-            None if parse_duration_ns(word).is_some() => bad(
+            None if parse_duration_ns(word) != Err(DurationIssue::Malformed) => bad(
                 self,
                 "a duration compares with `duration` only; this value is a capture",
             ),
@@ -334,6 +425,7 @@ impl Parser<'_> {
             Some('\'') => return Err(self.error(SINGLE_QUOTES)),
             _ => return Err(self.error("expected a \"string\"")),
         }
+        let open = self.pos;
         self.pos += 1;
         let mut out = Vec::new();
         loop {
@@ -342,6 +434,13 @@ impl Parser<'_> {
             };
             self.pos += 1;
             match c {
+                '"' if out.len() > MAX_STRING_BYTES => {
+                    self.pos = open;
+                    return Err(self.error(&format!(
+                        "the string is {} bytes; at most {MAX_STRING_BYTES} can be compared",
+                        out.len()
+                    )));
+                }
                 '"' => return Ok(out),
                 '\\' => {
                     let backslash = self.pos - 1;
@@ -386,9 +485,20 @@ impl Parser<'_> {
     }
 }
 
+/// Why a word is not a duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DurationIssue {
+    Malformed,
+    /// A duration, but 10^19 ns or more: no call lasts that long, and the kernel's
+    /// 64-bit nanoseconds end soon after.
+    OutOfRange,
+}
+
 /// `100ms`, `1.5s`, `250us`, `10ns`, `2m` in nanoseconds.
-fn parse_duration_ns(s: &str) -> Option<i128> {
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+fn parse_duration_ns(s: &str) -> Result<i128, DurationIssue> {
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or(DurationIssue::Malformed)?;
     let (num, unit) = s.split_at(split);
     let scale: f64 = match unit {
         "ns" => 1.0,
@@ -396,9 +506,21 @@ fn parse_duration_ns(s: &str) -> Option<i128> {
         "ms" => 1e6,
         "s" => 1e9,
         "m" => 60e9,
-        _ => return None,
+        _ => return Err(DurationIssue::Malformed),
     };
-    let v: f64 = num.parse().ok()?;
+    let v: f64 = num.parse().map_err(|_| DurationIssue::Malformed)?;
     let ns = v * scale;
-    (0.0..1e19).contains(&ns).then(|| ns.round() as i128)
+    if !(0.0..1e19).contains(&ns) {
+        return Err(DurationIssue::OutOfRange);
+    }
+    Ok(ns.round() as i128)
+}
+
+/// Whether an operand, as read, is a literal: `nil`, `true`, `false`, a number.
+fn is_literal(text: &str) -> bool {
+    matches!(text, "nil" | "true" | "false")
+        || text
+            .strip_prefix('-')
+            .unwrap_or(text)
+            .starts_with(|c: char| c.is_ascii_digit())
 }

@@ -217,3 +217,135 @@ fn strings_cut_short_equal_nothing_but_keep_their_prefix() {
         assert!(!t.passes(&Value::Unreadable), "{t:?}");
     }
 }
+
+#[test]
+fn deep_nesting_and_long_conditions_are_refused_with_their_limit() {
+    // 20,000 parentheses and 200,000 `!` once overflowed the stack (exit 134).
+    for text in [
+        format!("{}x == 1{}", "(".repeat(20_000), ")".repeat(20_000)),
+        format!("{}ok", "!".repeat(200_000)),
+        format!("{}ok", "!".repeat(MAX_DEPTH + 1)),
+    ] {
+        let e = parse(&text).unwrap_err();
+        assert!(
+            e.message.contains("more than 32 deep") || e.message.contains("characters long"),
+            "{e}"
+        );
+        // The message quotes a part of the condition, not all of it.
+        assert!(e.to_string().len() < 300, "{e}");
+    }
+    let e = parse(&format!("{}ok", "!".repeat(MAX_DEPTH + 1))).unwrap_err();
+    assert!(
+        e.message.contains("nests `(` and `!` more than 32 deep"),
+        "{e}"
+    );
+    assert_eq!(e.at, MAX_DEPTH + 1);
+    let deepest = format!("{}x == 1{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+    assert_eq!(parse(&deepest).unwrap().terms.len(), 1);
+    // (32 `!` and a term would be 33 steps.)
+    assert!(parse(&format!("{}ok", "!".repeat(MAX_DEPTH - 1))).is_ok());
+
+    // The CRD schema's 4096 characters, in every mode.
+    let pad = |n: usize| format!("x == 1{}", " ".repeat(n - 6));
+    assert_eq!(pad(MAX_WHEN_CHARS).chars().count(), MAX_WHEN_CHARS);
+    assert!(parse(&pad(MAX_WHEN_CHARS)).is_ok());
+    let e = parse(&pad(4215)).unwrap_err();
+    assert!(
+        e.message
+            .contains("is 4215 characters long; a condition has at most 4096"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_error_in_a_long_condition_quotes_the_place_not_the_whole() {
+    let many = (1..=MAX_TERMS + 1)
+        .map(|i| format!("a.B.C.D.E.field{i} == 123456"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    assert!(many.len() > 400);
+    let e = parse(&many).unwrap_err();
+    let shown = e.to_string();
+    assert!(shown.contains("more than 16 terms"), "{shown}");
+    // Points at the 17th term and quotes the characters around it.
+    let at17 = many.find("a.B.C.D.E.field17").unwrap() + 1;
+    assert_eq!(e.at, at17, "{shown}");
+    assert!(
+        shown.ends_with("of 514: \"….B.C.D.E.field16 == 123456 || a.B.C.D.E.field17 == 123456\")"),
+        "{shown}"
+    );
+    assert!(shown.len() < 250, "{} characters: {shown}", shown.len());
+    // A short condition is quoted whole.
+    let e = parse("x == 1 y == 2").unwrap_err();
+    assert!(
+        e.to_string()
+            .ends_with("(at character 8 of \"x == 1 y == 2\")"),
+        "{e}"
+    );
+}
+
+#[test]
+fn what_the_kernel_cannot_hold_is_refused_without_a_binary() {
+    // A string literal longer than the in-kernel buffer.
+    let ok = format!("s == \"{}\"", "a".repeat(MAX_STRING_BYTES));
+    assert!(parse(&ok).is_ok());
+    let e = parse(&format!(
+        "hasPrefix(s, \"{}\")",
+        "a".repeat(MAX_STRING_BYTES + 1)
+    ))
+    .unwrap_err();
+    assert!(
+        e.message
+            .contains("the string is 65 bytes; at most 64 can be compared"),
+        "{e}"
+    );
+    assert_eq!(e.at, 14, "{e}");
+    // 16 terms, 15 `||` and two `!`: 33 steps.
+    let terms: Vec<String> = (0..MAX_TERMS).map(|i| format!("x{i} == 1")).collect();
+    let steps33 = format!("!!({})", terms.join(" || "));
+    let e = parse(&steps33).unwrap_err();
+    assert!(
+        e.message
+            .contains("has 33 steps (terms and `&&`, `||`, `!`); at most 32"),
+        "{e}"
+    );
+    let steps32 = format!("!({})", terms.join(" || "));
+    assert_eq!(parse(&steps32).unwrap().steps(), MAX_STEPS);
+}
+
+#[test]
+fn a_literal_first_and_a_duration_out_of_range_are_told_so() {
+    for (text, says) in [
+        (
+            "nil == r1",
+            "`nil` is a literal: write the value first, as in `r1 == nil`",
+        ),
+        (
+            "10 < len(xs)",
+            "`10` is a literal: write the value first, as in `len(xs) > 10`",
+        ),
+        (
+            "true != ok",
+            "`true` is a literal: write the value first, as in `ok != true`",
+        ),
+        (
+            "-1 == n",
+            "`-1` is a literal: write the value first, as in `n == -1`",
+        ),
+        (
+            "1ms < duration",
+            "`1ms` is a literal: write the value first, as in `duration > 1ms`",
+        ),
+        ("nil == nil", "`nil` is a literal: write the value first"),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.message.contains(says), "{text:?}: {e}");
+        assert_eq!(e.at, 1, "{text:?}: {e}");
+    }
+    let e = parse("duration > 18446744073709551615ns").unwrap_err();
+    assert!(e.message.contains("the duration is out of range"), "{e}");
+    assert_eq!(e.at, 12);
+    assert!(parse("duration > 9999999999s").is_ok());
+    let e = parse("duration > 10000000000s").unwrap_err();
+    assert!(e.message.contains("out of range"), "{e}");
+}

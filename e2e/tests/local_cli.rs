@@ -359,3 +359,141 @@ fn check_resolves_every_probe_without_attaching_and_lists_each_problem_once() {
     assert_eq!(byte, file_byte, "the checked process's code is unchanged");
     assert_ne!(byte, 0xcc);
 }
+
+/// A spec with one probe of `ctarget`'s `greet(name, buf, len)`, with the fields `probe`
+/// (YAML lines) and the `limits`.
+fn spec_of(probe: &str, limits: &str) -> String {
+    format!(
+        "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: t}}\nspec:\n  \
+         selector: {{executable: \"**/ctarget\"}}\n  probes:\n    - symbol: greet\n      \
+         signature: \"size_t greet(const char *name, const char *buf, size_t len)\"\n{probe}\n  \
+         limits: {{maxStringBytes: 8{limits}}}\n"
+    )
+}
+
+#[test]
+fn bad_conditions_and_values_are_refused_by_check_and_run_without_a_crash() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = gprobe_e2e::go::TempDir::new("cli-bad-when");
+    let bin = ctarget(dir.path());
+    let terms =
+        |n: usize| -> Vec<String> { (0..n).map(|i| format!("len == {}", 100_000 + i)).collect() };
+    let cases: Vec<(&str, String, &str)> = vec![
+        // Once a stack overflow (exit 134) in check and run.
+        (
+            "parens",
+            format!(
+                "      when: '{}len == 1{}'",
+                "(".repeat(20_000),
+                ")".repeat(20_000)
+            ),
+            "spec.probes[0].when: is 40008 characters long; a condition has at most 4096",
+        ),
+        (
+            "nots",
+            format!("      when: '{}len == 1'", "!".repeat(200_000)),
+            "spec.probes[0].when: is 200008 characters long; a condition has at most 4096",
+        ),
+        (
+            "deep",
+            format!("      when: '{}len == 1{}'", "(".repeat(33), ")".repeat(33)),
+            "spec.probes[0].when: nests `(` and `!` more than 32 deep",
+        ),
+        (
+            "long",
+            format!("      when: 'len == 1{}'", " ".repeat(4207)),
+            "spec.probes[0].when: is 4215 characters long; a condition has at most 4096",
+        ),
+        // Once `ok` without a binary.
+        (
+            "literal",
+            format!(
+                "      when: 'len == 1 || hasPrefix(name, \"{}\")'",
+                "x".repeat(65)
+            ),
+            "spec.probes[0].when: the string is 65 bytes; at most 64 can be compared",
+        ),
+        (
+            "steps",
+            format!("      when: '!!({})'", terms(16).join(" || ")),
+            "spec.probes[0].when: has 33 steps (terms and `&&`, `||`, `!`); at most 32",
+        ),
+        // Once without the field.
+        (
+            "sample",
+            "      sample: \"abc\"".into(),
+            "spec.probes[0].sample: invalid type: string \"abc\", expected f64",
+        ),
+        (
+            "when-seq",
+            "      when: [a]".into(),
+            "spec.probes[0].when: invalid type: sequence, expected a string",
+        ),
+        // Once accepted: the value read is never 9 bytes long.
+        (
+            "prefix",
+            "      when: 'hasPrefix(name, \"abcdefghX\")'".into(),
+            "`hasPrefix(name, \"abcdefghX\")` can never hold: its string is 9 bytes, and \
+             spec.limits.maxStringBytes reads 8",
+        ),
+        // Once "expected an integer" and "expected a duration".
+        (
+            "nil-first",
+            "      when: 'nil == len'".into(),
+            "`nil` is a literal: write the value first, as in `len == nil`",
+        ),
+        (
+            "duration",
+            "      latency: true\n      when: 'duration > 18446744073709551615ns'".into(),
+            "the duration is out of range",
+        ),
+    ];
+    let mut files = Vec::new();
+    for (name, probe, says) in &cases {
+        let path = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&path, spec_of(probe, "")).unwrap();
+        files.push((path, *says));
+    }
+    let overhead = dir.path().join("overhead.yaml");
+    std::fs::write(
+        &overhead,
+        spec_of("      latency: true", ", maxOverheadPercent: \"abc\""),
+    )
+    .unwrap();
+    files.push((
+        overhead,
+        "spec.limits.maxOverheadPercent: invalid type: string \"abc\", expected f64",
+    ));
+    let bin_s = bin.to_str().unwrap();
+    for (path, says) in &files {
+        let p = path.to_str().unwrap();
+        for args in [vec!["check", p], vec!["check", p, "--binary", bin_s]] {
+            let o = std::process::Command::new(gprobe_bin())
+                .args(&args)
+                .output()
+                .unwrap();
+            let out = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert_eq!(o.status.signal(), None, "{args:?}: {out}");
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {out}");
+            assert_eq!(out.matches(says).count(), 1, "{args:?}: {says}: {out}");
+            // A long condition is quoted by an excerpt, not whole.
+            assert!(
+                out.len() < 2000,
+                "{args:?}: {} bytes: {out:.2000}",
+                out.len()
+            );
+        }
+        // `gprobe run` reports the same and runs no probe (it stops at --duration).
+        let o = std::process::Command::new(gprobe_bin())
+            .args(["run", p, "--duration", "1s"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.signal(), None, "run {p}: {err}");
+        assert!(err.contains(says), "run {p}: {says}: {err}");
+    }
+}

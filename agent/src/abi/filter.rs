@@ -8,6 +8,12 @@ pub const FILTER_TERMS: usize = c::GP_FILTER_TERMS;
 pub const FILTER_OPS: usize = c::GP_FILTER_OPS;
 pub const FILTER_STR: usize = c::GP_FILTER_STR;
 
+// The parser of `when:` refuses what the BPF program cannot hold, in every mode (and
+// without a binary): its limits are these.
+const _: () = assert!(FILTER_TERMS == gprobe_crds::when::MAX_TERMS);
+const _: () = assert!(FILTER_OPS == gprobe_crds::when::MAX_STEPS);
+const _: () = assert!(FILTER_STR == gprobe_crds::when::MAX_STRING_BYTES);
+
 /// `gp_filter_term.test`.
 pub const FT_EQ: u8 = c::GP_FT_EQ as u8;
 pub const FT_NE: u8 = c::GP_FT_NE as u8;

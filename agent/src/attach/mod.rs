@@ -428,6 +428,17 @@ impl Tracer for BpfTracer {
         self.budget.clear(slot);
     }
 
+    fn process_cpu_ns(&self, pid: u32) -> Option<u64> {
+        // utime + stime of /proc/PID/stat: every thread's, the exited ones' included.
+        let stat = procfs::process::Process::new(pid as i32)
+            .ok()?
+            .stat()
+            .ok()?;
+        let ticks = stat.utime.checked_add(stat.stime)?;
+        let per_s = procfs::ticks_per_second().max(1);
+        Some(ticks.saturating_mul(1_000_000_000) / per_s)
+    }
+
     fn set_returns_off(&mut self, slot: u32, off: bool) -> Result<(), TraceError> {
         self.budget
             .set_returns_off(slot, off)

@@ -63,11 +63,13 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         };
         self.tracer.clear_budget(id);
         let last_ns = self.tracer.budget_spent(id);
+        let last_cpu_ns = self.tracer.process_cpu_ns(pid);
         self.budgets.slots.insert(
             (pid, sid),
             Slot {
                 id,
                 last_ns,
+                last_cpu_ns,
                 over_since: None,
                 peak: 0.0,
             },
@@ -122,6 +124,16 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             else {
                 continue;
             };
+            // Each hit counts its site's cost as measured when gprobe started: a hit that
+            // costs less than that (warm caches, a machine busier at the measurement) makes
+            // the estimate exceed the time the process ran, a single thread over 100% of a
+            // CPU. Its probes cannot have cost it more than the CPU time it used.
+            let cpu = self.tracer.process_cpu_ns(pid);
+            let ran = cpu
+                .zip(slot.last_cpu_ns)
+                .map(|(now_ns, then_ns)| now_ns.saturating_sub(then_ns));
+            slot.last_cpu_ns = cpu;
+            let delta = ran.map_or(delta, |ran| delta.min(ran));
             let percent = 100.0 * delta as f64 / elapsed;
             if percent > slot.peak {
                 // Listed in the summary with the process, whether taken off or not.

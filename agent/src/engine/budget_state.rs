@@ -12,6 +12,8 @@ pub(super) struct Slot {
     pub(super) id: u32,
     /// What the slot had cost at the last tick (ns).
     pub(super) last_ns: u64,
+    /// The CPU time its process had used at the last tick (ns), where it can be read.
+    pub(super) last_cpu_ns: Option<u64>,
     /// Since when it has been over budget, at every tick since.
     pub(super) over_since: Option<Instant>,
     /// The highest share of a CPU estimated over one tick (percent).

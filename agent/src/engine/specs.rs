@@ -69,6 +69,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             }
         };
         let stats_name: Arc<str> = key.to_string().into();
+        let spec_name: Arc<str> = key.name.as_str().into();
         let probes = spec
             .spec
             .probes
@@ -77,6 +78,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
             .map(|(i, p)| {
                 let pk = ProbeKey {
                     spec: stats_name.clone(),
+                    name: spec_name.clone(),
                     index: i as u16,
                     symbol: p.point().into(),
                 };

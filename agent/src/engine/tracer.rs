@@ -189,6 +189,13 @@ pub trait Tracer {
     /// (ns, estimated in the kernel: each hit adds its site's cost).
     fn budget_spent(&self, slot: u32) -> u64;
 
+    /// The CPU time process `pid` has used so far (ns: all its threads, in user space and
+    /// in the kernel, where its probes' traps run); `None` where it cannot be read. What
+    /// its probes cost it cannot be more: the budget's estimate is bounded by it.
+    fn process_cpu_ns(&self, _pid: u32) -> Option<u64> {
+        None
+    }
+
     /// Sets a budget slot back to 0, its returns on (before it is given to another pair).
     fn clear_budget(&mut self, slot: u32);
 

@@ -59,6 +59,7 @@ impl ProbeMeta {
         Self {
             key: ProbeKey {
                 spec: spec.clone(),
+                name: spec.clone(),
                 index: 0,
                 symbol: symbol.clone(),
             },

@@ -83,6 +83,7 @@ mod tests {
     fn key(spec: &str, index: u16, symbol: &str) -> ProbeKey {
         ProbeKey {
             spec: spec.into(),
+            name: spec.into(),
             index,
             symbol: symbol.into(),
         }

@@ -287,6 +287,7 @@ mod tests {
     fn key(spec: &str, symbol: &str) -> ProbeKey {
         ProbeKey {
             spec: spec.into(),
+            name: spec.into(),
             index: 0,
             symbol: symbol.into(),
         }

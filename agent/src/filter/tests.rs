@@ -58,14 +58,24 @@ fn a_term_of_the_wrong_type_is_refused_with_its_fix() {
         assert!(e.to_string().contains(says), "{text}: {e}");
         assert!(e.to_string().contains(&format!("`{text}`")), "{text}: {e}");
     }
+    // The parser refuses what the program cannot hold (in every mode, without a binary);
+    // compiling checks again, for a predicate made otherwise.
     let long = format!("s == \"{}\"", "x".repeat(65));
+    assert!(parse(&long).unwrap_err().message.contains("at most 64"));
+    let mut w = parse("s == \"x\"").unwrap();
+    w.terms[0].test = Test::Str(StrOp::Eq, vec![b'x'; 65]);
     assert!(matches!(
-        compile(&parse(&long).unwrap(), &[TermType::Str]),
+        compile(&w, &[TermType::Str]),
         Err(FilterError::LongString { len: 65, .. })
     ));
     let deep = format!("{}x", "!".repeat(32));
+    assert!(parse(&deep).unwrap_err().message.contains("has 33 steps"));
+    let mut w = parse("x").unwrap();
+    for _ in 0..32 {
+        w.expr = Expr::Not(Box::new(w.expr));
+    }
     assert!(matches!(
-        compile(&parse(&deep).unwrap(), &[TermType::Bool]),
+        compile(&w, &[TermType::Bool]),
         Err(FilterError::TooComplex { steps: 33 })
     ));
 }

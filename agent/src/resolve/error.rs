@@ -203,7 +203,11 @@ pub enum PlanError {
         type_name: String,
         kind: Uncapturable,
     },
-    #[error("{symbol}: cannot capture {name:?}: at most {max} values per probe")]
+    #[error(
+        "{symbol}: cannot read {name:?}: a probe reads at most {max} values at a call's entry \
+        (and {max} at its return), and the values `when:` compares count too, captured or not: \
+        capture fewer values or compare fewer in `when:`"
+    )]
     TooManyCaptures {
         symbol: String,
         name: String,

@@ -152,3 +152,22 @@ fn a_syntax_error_is_a_plan_error_naming_the_probe() {
     assert!(e.starts_with("main.handle: "), "{e}");
     assert!(parse(&probe(&[], "  ", false)).unwrap().is_none());
 }
+
+#[test]
+fn a_value_over_the_limit_says_that_the_values_when_compares_count_too() {
+    // 8 captures and a 9th value that only `when:` reads.
+    let list: Vec<CapturePlan> = (0..9)
+        .map(|i| cap(&format!("a.B.C.D.E.V{i}"), INT))
+        .collect();
+    let e = crate::resolve::sizes::check_sizes("main.handle", [&list[..]])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot read \"a.B.C.D.E.V8\""), "{e}");
+    assert!(
+        e.contains(
+            "at most 8 values at a call's entry (and 8 at its return), and the values `when:` \
+             compares count too"
+        ),
+        "{e}"
+    );
+}

@@ -35,6 +35,7 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
                 };
                 let key = ProbeKey {
                     spec: Arc::from(""),
+                    name: Arc::from(""),
                     index: 0,
                     symbol: Arc::from("runtime.newproc1"),
                 };

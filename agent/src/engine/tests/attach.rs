@@ -122,6 +122,7 @@ fn exit_detaches_flushes_the_reader_and_the_next_process_reuses_the_plans() {
     assert!(w.kernel.borrow().configs.is_empty());
     let key = ProbeKey {
         spec: "s".into(),
+        name: "s".into(),
         index: 0,
         symbol: "main.a".into(),
     };

@@ -42,6 +42,8 @@ struct Kernel {
     counts: BTreeMap<CfgId, KernelCounts>,
     /// What each budget slot has cost (set by the test).
     budget: BTreeMap<u32, u64>,
+    /// The CPU time each process has used (ns, set by the test; none: unknown).
+    cpu: BTreeMap<u32, u64>,
     /// The budget slot of each attach: (pid, slot).
     slots: Vec<(u32, u32)>,
     /// Budget slots whose returns are off.
@@ -234,6 +236,10 @@ impl Tracer for FakeTracer {
 
     fn budget_spent(&self, slot: u32) -> u64 {
         self.0.borrow().budget.get(&slot).copied().unwrap_or(0)
+    }
+
+    fn process_cpu_ns(&self, pid: u32) -> Option<u64> {
+        self.0.borrow().cpu.get(&pid).copied()
     }
 
     fn clear_budget(&mut self, slot: u32) {

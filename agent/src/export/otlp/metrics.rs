@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 fn by_symbol(stats: &Stats) -> BTreeMap<(Arc<str>, Arc<str>), ProbeStats> {
     let mut out: BTreeMap<(Arc<str>, Arc<str>), ProbeStats> = BTreeMap::new();
     for (k, p) in stats.probes() {
-        let s = out.entry((k.spec.clone(), k.symbol.clone())).or_default();
+        // By name, as the spans and the kept calls' series say (`namespace/name` would
+        // show one probe as two on a dashboard).
+        let s = out.entry((k.name.clone(), k.symbol.clone())).or_default();
         s.delivered += p.delivered;
         s.lost += p.lost;
         s.throttled += p.throttled;

@@ -1,0 +1,6 @@
+//! Fuzz target: see `gprobe_crds::fuzzing::c_signature`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    gprobe_crds::fuzzing::c_signature(data);
+});
