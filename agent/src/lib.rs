@@ -17,6 +17,7 @@ pub mod gosym;
 pub mod local;
 pub mod pipeline;
 pub mod plan;
+pub mod priority;
 pub mod resolve;
 pub mod stats;
 pub mod symbols;
