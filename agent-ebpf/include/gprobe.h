@@ -202,6 +202,9 @@ struct gp_probe_cfg {
 #define GP_CFG_FILTER 32   /* the configuration has a `when:` predicate (map filters, same key):
 			    * its records are assembled in the scratch buffer and written only
 			    * when it holds */
+#define GP_CFG_WHEN_RETURN 64 /* an ENTRY without a `when:` of its own whose probe's `when:` is
+			       * decided at the return: with its returns off (overhead budget),
+			       * its calls are undecided, not recorded */
 #define GP_CFG_PROPAGATE 8 /* a Go latency probe whose spans outgoing requests carry: BPF
 			    * keeps its open spans per goroutine (span ids made here) */
 
@@ -247,6 +250,8 @@ struct gp_stats {
 	__u64 filtered;  /* calls that failed the probe's `when:` (at the entry, or at the return:
 			  * then its entry was recorded, and the RETURN says GP_EV_FILTERED);
 			  * GP_PROBE_HTTP_WRITE: traceparents written as not sampled */
+	__u64 undecided; /* calls whose `when:` nothing left to read can decide (a value it needs
+			  * could not be read, or the returns are off): never recorded */
 };
 
 struct gp_inflight_key {

@@ -121,6 +121,8 @@ static __always_inline void count_left_out(__u32 id, __u64 ns)
 /* What emit_any did besides writing the record (0) or finding the ring full (-1). */
 #define EMIT_FILTERED 1  /* the call failed its `when:` at the entry: nothing written */
 #define EMIT_THROTTLED 2 /* it passed, over limits.eventsPerSecond: nothing written */
+#define EMIT_UNDECIDED 3 /* its `when:` cannot be decided (GP_TRUTH_UNDECIDED, or needs the
+			  * return of an entry whose returns are off): nothing written */
 
 /* Records with string/bytes captures, whose size depends on the values, and those of
  * configurations with a `when:` (decided on the values assembled): assembled in the
@@ -162,11 +164,13 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			__u32 room = (__u32)c->max_len + 2;
 			if (room > GP_MAX_STR + 2)
 				room = GP_MAX_STR + 2;
-			if (!read_word(s->regs, &c->loc[0], 8, &ptr) && ptr)
+			int e = read_word(s->regs, &c->loc[0], 8, &ptr);
+			if (!e && ptr)
 				got = bpf_probe_read_user_str(s->buf + off + sizeof(*v), room, (void *)ptr);
 			__u32 n = 0;
 			if (got <= 0) {
-				flags |= GP_VAL_FAULT;
+				/* NULL is a null value; a string not read is unreadable. */
+				flags |= GP_VAL_FAULT | (!e && !ptr ? GP_VAL_NIL : 0);
 			} else {
 				n = (__u32)got - 1; /* without the NUL */
 				if (n > c->max_len) {
@@ -209,6 +213,8 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 		 * decided at the return is limited there. */
 		if (t == GP_TRUTH_FALSE)
 			h->drop = EMIT_FILTERED;
+		else if (t == GP_TRUTH_UNDECIDED || (t == GP_TRUTH_UNKNOWN && h->whole))
+			h->drop = EMIT_UNDECIDED;
 		else if (cfg->rate_limit && over_rate(GP_CFG_SLOT(h->id), cfg->rate_limit, h->now))
 			h->drop = EMIT_THROTTLED;
 		if (h->drop) {
@@ -294,6 +300,7 @@ int gprobe_uprobe(struct x86_regs *r)
 		.now = bpf_ktime_get_ns(),
 		.id = handle,
 		.kind = GP_EV_CALL,
+		.whole = cfg->kind == GP_PROBE_ENTRY && no_returns,
 	};
 	/* Go pairs a call's entry and return by goroutine (runtime.g in R14); C functions by
 	 * thread, R14 being any value there. */
@@ -337,6 +344,11 @@ int gprobe_uprobe(struct x86_regs *r)
 			return 0;
 		}
 	} else {
+		if (no_returns && (cfg->flags & GP_CFG_WHEN_RETURN)) {
+			/* Its `when:` needed the return, taken off for its cost. */
+			st->undecided++;
+			return 0;
+		}
 		/* With a `when:`, the limit applies to the calls it keeps (emit_any). */
 		if (cfg->rate_limit && !(cfg->flags & GP_CFG_FILTER) &&
 		    over_rate(id, cfg->rate_limit, h.now)) {
@@ -383,11 +395,13 @@ int gprobe_uprobe(struct x86_regs *r)
 	/* Left out by its `when:` (or over the rate limit after it): at the entry, nothing was
 	 * written; at the return, a record that drops the entry, counted once it is written
 	 * (lost, the entry is delivered without its return, as any call whose RETURN was). */
-	if (err == EMIT_FILTERED || err == EMIT_THROTTLED) {
+	if (err == EMIT_FILTERED || err == EMIT_THROTTLED || err == EMIT_UNDECIDED) {
 		if (err == EMIT_FILTERED)
 			st->filtered++;
-		else
+		else if (err == EMIT_THROTTLED)
 			st->throttled++;
+		else
+			st->undecided++;
 		/* Its return pops its place and records nothing (but the duration of a call
 		 * left out by its `when:`). */
 		h.call_id |= GP_CALL_UNRECORDED | (err == EMIT_FILTERED ? GP_CALL_FILTERED : 0);
@@ -404,6 +418,8 @@ int gprobe_uprobe(struct x86_regs *r)
 			count_left_out(id, h.duration);
 		} else if (h.drop == EMIT_THROTTLED) {
 			st->throttled++;
+		} else if (h.drop == EMIT_UNDECIDED) {
+			st->undecided++;
 		}
 	}
 

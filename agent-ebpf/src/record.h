@@ -20,7 +20,8 @@ struct hit {
 	__u16 kind;
 	__u32 fpre;  /* a RETURN's `when:` terms decided at its entry (gp_inflight.fbits) */
 	__u32 fbits; /* an ENTRY's `when:` terms decided here, for its return */
-	__u32 drop;  /* EMIT_FILTERED or EMIT_THROTTLED: why a `when:` left the call out */
+	__u32 drop;  /* EMIT_FILTERED, EMIT_THROTTLED or EMIT_UNDECIDED: why it was left out */
+	__u32 whole; /* an entry that records the whole call (its returns are off) */
 };
 
 static __always_inline void fill_header(struct gp_event *e, const struct hit *h,

@@ -33,11 +33,15 @@ static __always_inline void when_value(struct scratch *s, const struct gp_filter
 	__u8 fl = gv->flags;
 	if (fl & (GP_VAL_FAULT | GP_VAL_INVALID)) {
 		/* len(m) of a nil map or channel at the end of the path is 0; any other nil on
-		 * the way, or memory not read, leaves a value every test of which is false. */
+		 * the way, or a negative length, leaves a value every test of which is false. */
 		if ((fl & GP_VAL_NIL) && gv->full_len == 0 && (t->flags & GP_FTF_NIL_ZERO)) {
 			v->state = GP_FV_KNOWN;
 			return;
 		}
+		/* Memory that could not be read (a page not faulted in yet): the value is not
+		 * known, and never will be; the other terms may still decide (else undecided). */
+		if ((fl & GP_VAL_FAULT) && !(fl & GP_VAL_NIL))
+			return;
 		v->state = GP_FV_UNREADABLE;
 		return;
 	}
@@ -61,6 +65,10 @@ static __always_inline void when_value(struct scratch *s, const struct gp_filter
 	v->word = w;
 }
 
+/* Unknown, and no value read later can decide it (one it needs could not be read, and no
+ * term waits for the return): the call is counted undecided, never recorded. */
+#define GP_TRUTH_UNDECIDED 3
+
 /* The truth of the `when:` of configuration slot `id` over the record in `s` (values from
  * 0 to `n` captures) and `duration`, with the terms decided at the entry in `pre`; `*bits`
  * gets the terms' truth (known: low 16 bits, true: high 16), for the return. Unknown
@@ -81,7 +89,16 @@ __attribute__((noinline)) int gp_when(struct scratch *s, __u32 id, __u64 duratio
 	}
 	__u32 t = filter_eval(f, &s->fv, &s->fst, pre);
 	*bits = (s->fst.tk & 0xffff) | ((s->fst.tt & 0xffff) << 16);
-	return t;
+	if (t != GP_TRUTH_UNKNOWN)
+		return t;
+	for (__u32 i = 0; i < GP_FILTER_TERMS; i++) {
+		if (i >= f->n_terms)
+			break;
+		/* A result or the duration, read at the return. */
+		if (f->terms[i].cap == GP_FCAP_NONE)
+			return t;
+	}
+	return GP_TRUTH_UNDECIDED;
 }
 
 #endif

@@ -106,9 +106,9 @@ pub struct RunFlags {
     #[command(flatten)]
     pub otlp: OtlpArgs,
     /// Size of the kernel ring buffer for call events (power of two, >= 4KiB). The
-    /// agent maps it whole, so it counts in its RSS; 1MiB held every call at the
-    /// highest rates measured (BENCHMARKS.md).
-    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    /// agent maps it whole, so it counts in its RSS; 4MiB held every call of a crowd of
+    /// 200 new processes (1MiB lost a third of them, BENCHMARKS.md).
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     pub ring_buffer_size: u64,
     /// Wake the reader once this much event data waits (at most half the ring
     /// buffer). 0 wakes it on every event, which costs microseconds per traced call.
@@ -239,7 +239,7 @@ pub enum Command {
         #[command(flatten)]
         otlp: OtlpArgs,
         /// Size of the kernel ring buffer for call events (power of two, >= 4KiB).
-        #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+        #[arg(long, default_value = "4MiB", value_parser = parse_size)]
         ring_buffer_size: u64,
         /// Stop after this long (tests); default: until SIGTERM.
         #[arg(long, value_parser = parse_duration)]

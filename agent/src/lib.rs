@@ -18,6 +18,7 @@ pub mod kernel;
 pub mod local;
 pub mod pipeline;
 pub mod plan;
+pub mod priority;
 pub mod resolve;
 pub mod stats;
 pub mod symbols;

@@ -62,6 +62,8 @@ fn check_wakeup_size(wakeup: u64, ring: u64) -> Result<()> {
 fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // The ring buffer's reader runs on these (see gprobe_agent::priority).
+        .on_thread_start(gprobe_agent::priority::raise)
         .enable_all()
         .build()?)
 }

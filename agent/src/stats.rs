@@ -54,6 +54,8 @@ pub struct ProbeStats {
     /// Calls whose `when:` needed their return, which never came (its record lost to a full
     /// ring buffer, or the process ended in the call): not delivered.
     pub undecided: u64,
+    /// Of `undecided`, those counted in the kernel (`gp_stats.undecided`) so far.
+    pub kernel_undecided: u64,
     /// The durations of the calls delivered whose return was seen.
     pub delivered_durations: DurationBuckets,
     /// The durations of the calls `when:` left out whose return was seen (counted in BPF).
@@ -83,6 +85,8 @@ pub struct KernelCounts {
     pub filtered: u64,
     /// Their durations, where their return was seen (map `left_out`).
     pub filtered_durations: DurationBuckets,
+    /// Calls whose `when:` nothing left to read could decide (`gp_stats.undecided`).
+    pub undecided: u64,
 }
 
 /// Call durations by floor(log2(ns)): bucket i holds [2^i, 2^(i+1)) ns (and 0 ns).
@@ -143,6 +147,7 @@ impl std::ops::AddAssign for KernelCounts {
         self.incomplete += o.incomplete;
         self.filtered += o.filtered;
         self.filtered_durations += o.filtered_durations;
+        self.undecided += o.undecided;
     }
 }
 
@@ -449,6 +454,9 @@ impl Stats {
         p.join_incomplete = k.incomplete;
         p.filtered = k.filtered;
         p.filtered_durations = k.filtered_durations;
+        // Added to the reader's (calls whose return never came): the kernel's is a total.
+        p.undecided += k.undecided.saturating_sub(p.kernel_undecided);
+        p.kernel_undecided = p.kernel_undecided.max(k.undecided);
     }
 
     /// Calls of `key` delivered from `pid` so far.

@@ -8,7 +8,7 @@
 
 use gprobe_e2e::go::GoVersion;
 use gprobe_e2e::harness::{program, require_trace, serial, Gprobe};
-use gprobe_e2e::spec::{ProbeBuilder, SpecBuilder};
+use gprobe_e2e::spec::{multi_yaml, ProbeBuilder, SpecBuilder};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -273,4 +273,74 @@ fn a_latency_probe_over_its_budget_loses_its_returns_and_still_records_every_cal
         Vec::<u64>::new(),
         "calls {from}..{to} not recorded"
     );
+}
+
+/// A `when:` decided at the return (`duration`) that no call of main.work meets, alone and
+/// with a term decided at the entry: with the returns taken off for their cost, the entries
+/// cannot decide it, so every call since is counted `undecided` and none is delivered
+/// (before, every one was, failing the condition).
+#[test]
+fn a_when_decided_at_the_return_leaves_calls_undecided_once_the_returns_are_off() {
+    require_trace("budget");
+    let bin = program("e2e/testdata/hot", GoVersion::Go127, false);
+    // As above: the returns alone take each spec over its budget, the entries do not.
+    let spec = |name: &str, when: &str| {
+        SpecBuilder::new(name)
+            .executable(&bin)
+            .max_overhead_percent(0.8)
+            .events_per_second(0)
+            .probe(
+                ProbeBuilder::new("main.work")
+                    .capture(["i"])
+                    .latency()
+                    .when(when),
+            )
+            .build()
+    };
+    let specs = [
+        spec("budget-when", "duration > 10s"),
+        spec("budget-when-entry", "i >= 0 && duration > 10s"),
+    ];
+    let _guard = serial();
+    let hot = Hot::start(&bin, 2_000);
+    let pid = hot.child.id();
+    hot.next(1);
+    let g = Gprobe::cmd(&multi_yaml(&specs)).summary_file().start();
+    g.wait_for_stderr(
+        |s| s.matches(&format!("its probes cost pid {pid} ")).count() == 2,
+        Duration::from_secs(25),
+    );
+    // A second of calls (2,000) with the returns off.
+    hot.drain();
+    let from = hot.calls();
+    while hot.calls() < from + 2_000 {}
+    let run = g.stop();
+    let s = run.summary();
+    let recs = run.records_of("main.work");
+    eprintln!("{} records; budget: {:?}", recs.len(), s.budget);
+    assert_eq!(
+        recs.len(),
+        0,
+        "calls failing the condition delivered: {:?}",
+        recs.first()
+    );
+    for spec in ["budget-when", "budget-when-entry"] {
+        let p = s
+            .probes
+            .iter()
+            .find(|p| p.spec == spec)
+            .expect("the probe in the summary");
+        eprintln!("{p:?}");
+        let b = s.budget.iter().find(|b| b.spec == spec);
+        assert_eq!(
+            b.map(|b| (b.pid, b.taken_off.as_str())),
+            Some((pid, "returns")),
+            "{:?}\n{}",
+            s.budget,
+            run.stderr
+        );
+        assert!(p.filtered > 1_000, "decided at their returns before: {p:?}");
+        assert!(p.undecided >= 2_000, "the calls since the switch: {p:?}");
+        assert_eq!(p.delivered, 0, "{p:?}");
+    }
 }

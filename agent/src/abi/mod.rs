@@ -109,6 +109,7 @@ pub use c::{GP_ERR_FIELDS, GP_ERR_NODES, GP_ERR_STRS};
 pub const CFG_PROPAGATE: u8 = c::GP_CFG_PROPAGATE as u8;
 /// The configuration has a `when:` predicate (map `filters`, keyed by its slot).
 pub const CFG_FILTER: u8 = c::GP_CFG_FILTER as u8;
+pub const CFG_WHEN_RETURN: u8 = c::GP_CFG_WHEN_RETURN as u8;
 /// `GpProbeCfg::flags`: runtime.newproc1 (gprobe's own probe): at entry BPF notes the
 /// propagating span open in the starting goroutine (callergp, RBX); at return the new
 /// goroutine (RAX) is in that span (while it is open), and in nothing its reused `g` had.
@@ -445,6 +446,7 @@ pub struct GpStats {
     pub too_deep: u64,
     pub incomplete: u64,
     pub filtered: u64,
+    pub undecided: u64,
 }
 
 /// A record or map value that crosses the boundary: a `repr(C)` struct of integers and
@@ -550,7 +552,7 @@ check_layout!(GpDurations, SIZEOF_GP_DURATIONS, n => OFFSETOF_GP_DURATIONS_N);
 check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted => OFFSETOF_GP_STATS_EMITTED,
     lost => OFFSETOF_GP_STATS_LOST, throttled => OFFSETOF_GP_STATS_THROTTLED, unpaired => OFFSETOF_GP_STATS_UNPAIRED,
     too_deep => OFFSETOF_GP_STATS_TOO_DEEP, incomplete => OFFSETOF_GP_STATS_INCOMPLETE,
-    filtered => OFFSETOF_GP_STATS_FILTERED);
+    filtered => OFFSETOF_GP_STATS_FILTERED, undecided => OFFSETOF_GP_STATS_UNDECIDED);
 
 const _: () = assert!(std::mem::size_of::<GpEvent>() == 48);
 const _: () = assert!(std::mem::size_of::<GpValue>() == 8);

@@ -176,6 +176,7 @@ impl BpfTracer {
                 sum.too_deep += s.too_deep;
                 sum.incomplete += s.incomplete;
                 sum.filtered += s.filtered;
+                sum.undecided += s.undecided;
             }
         }
         sum
@@ -193,6 +194,7 @@ impl BpfTracer {
             k.too_deep += e.too_deep;
             k.incomplete += e.incomplete;
             k.filtered += e.filtered;
+            k.undecided += e.undecided;
         }
         if let Some(ret) = cfg.ret {
             let r = self.stats_of(ret);
@@ -210,6 +212,7 @@ impl BpfTracer {
             // is dropped by the reader.
             k.filtered += r.filtered;
             k.throttled += r.throttled;
+            k.undecided += r.undecided;
             k.filtered_durations = self.left_out_of(ret);
         }
         k

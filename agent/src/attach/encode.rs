@@ -86,6 +86,14 @@ fn config(
             abi::CFG_NEWPROC
         } else {
             0
+        } | if kind == abi::PROBE_ENTRY
+            && !has_filter(plan, kind)
+            && has_filter(plan, abi::PROBE_RETURN)
+        {
+            // Nothing at the entry decides its `when:`: without the return, nothing does.
+            abi::CFG_WHEN_RETURN
+        } else {
+            0
         },
         // What a hit costs the process, for its overhead budget (0: not known).
         cost_ns: {

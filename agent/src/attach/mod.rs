@@ -70,7 +70,7 @@ pub struct LoadOptions {
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
-            ring_buffer_bytes: 1 << 20,
+            ring_buffer_bytes: 4 << 20,
             wakeup_bytes: 256 << 10,
             propagate_dry_run: false,
         }

@@ -154,31 +154,6 @@ where
     ))
 }
 
-/// How much nicer than the rest of the agent the engine thread runs (a lower nice value:
-/// more CPU when the node is busy).
-const ENGINE_NICE: i32 = -10;
-
-/// Raises this thread's scheduling priority: processes held at exec or fork wait for this
-/// thread, and on a busy node (a crowd of new processes is one) it would otherwise get the
-/// same share of the CPU as each of them, so the holds would run past their deadline and
-/// the processes lose their first calls. Where the kernel refuses (no CAP_SYS_NICE), the
-/// thread runs at the normal priority, which is said once.
-fn raise_priority() {
-    // SAFETY: gettid and setpriority have no memory preconditions; PRIO_PROCESS with a
-    // thread id sets that thread's nice value on Linux.
-    let rc = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, ENGINE_NICE)
-    };
-    if rc != 0 {
-        tracing::info!(
-            "the engine thread runs at the normal priority ({}): on a busy node, held processes \
-            may wait longer for their probes",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 /// The pids of every process that could be selected now: all of /proc in local mode, the
 /// processes of known containers in cluster mode.
 fn candidates<T: Tracer, R: Resolver>(engine: &Engine<T, R>) -> Vec<u32> {
@@ -238,7 +213,8 @@ fn run<T: Tracer, R: Resolver>(
     rx: mpsc::Receiver<Input>,
     snap: watch::Sender<Arc<Snapshot>>,
 ) {
-    raise_priority();
+    // Processes held at exec or fork wait for this thread.
+    crate::priority::raise();
     let mut next_tick = Instant::now() + TICK;
     // Pids gprobe starts itself (`gprobe run -- CMD`) until they are attached.
     let mut starting = std::collections::BTreeSet::new();

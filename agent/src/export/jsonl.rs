@@ -64,6 +64,23 @@ fn object(out: &mut Vec<u8>, vals: &[Value]) {
     out.push(b'}');
 }
 
+/// `,"key":[names...]` of the values listed, if any.
+fn names<'a>(out: &mut Vec<u8>, key: &str, vals: impl Iterator<Item = &'a Value>) {
+    let mut first = true;
+    for v in vals {
+        if first {
+            let _ = write!(out, ",\"{key}\":[");
+            first = false;
+        } else {
+            out.push(b',');
+        }
+        string(out, &v.name);
+    }
+    if !first {
+        out.push(b']');
+    }
+}
+
 /// Appends one record and a newline to `out`.
 pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"probe\":");
@@ -94,54 +111,30 @@ pub fn write_record(rec: &CallRecord, out: &mut Vec<u8>) {
         out.extend_from_slice(b",\"returns\":");
         object(out, r);
     }
-    let truncated: Vec<&str> = rec
-        .args
-        .iter()
-        .chain(rec.returns.iter().flatten())
-        .filter(|v| {
-            matches!(
-                v.kind,
-                ValueKind::Str {
-                    truncated: true,
-                    ..
-                } | ValueKind::Bytes {
-                    truncated: true,
-                    ..
-                } | ValueKind::Array {
-                    truncated: true,
-                    ..
-                }
-            )
-        })
-        .map(|v| &*v.name)
-        .collect();
-    if !truncated.is_empty() {
-        out.extend_from_slice(b",\"truncated\":[");
-        for (i, t) in truncated.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
+    let all = || rec.args.iter().chain(rec.returns.iter().flatten());
+    let truncated = all().filter(|v| {
+        matches!(
+            v.kind,
+            ValueKind::Str {
+                truncated: true,
+                ..
+            } | ValueKind::Bytes {
+                truncated: true,
+                ..
+            } | ValueKind::Array {
+                truncated: true,
+                ..
             }
-            string(out, t);
-        }
-        out.push(b']');
-    }
-    let invalid: Vec<&str> = rec
-        .args
-        .iter()
-        .chain(rec.returns.iter().flatten())
-        .filter(|v| v.kind.has_invalid())
-        .map(|v| &*v.name)
-        .collect();
-    if !invalid.is_empty() {
-        out.extend_from_slice(b",\"invalid\":[");
-        for (i, t) in invalid.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            string(out, t);
-        }
-        out.push(b']');
-    }
+        )
+    });
+    names(out, "truncated", truncated);
+    names(out, "invalid", all().filter(|v| v.kind.has_invalid()));
+    // Shown as null, as a nil one is: the list tells them apart.
+    names(
+        out,
+        "unreadable",
+        all().filter(|v| v.kind == ValueKind::Fault),
+    );
     if rec.unfinished {
         out.extend_from_slice(b",\"unfinished\":true");
     }
@@ -305,5 +298,35 @@ mod tests {
         assert_eq!(v["args"]["names"], serde_json::json!([""]));
         assert_eq!(v["invalid"], serde_json::json!(["buf[:len]", "names"]));
         assert!(v.get("truncated").is_none());
+        assert!(v.get("unreadable").is_none());
+    }
+
+    #[test]
+    fn memory_not_read_is_null_listed_as_unreadable_and_nil_is_not() {
+        let val = |name: &str, kind| Value {
+            name: name.into(),
+            kind,
+        };
+        let rec = CallRecord {
+            probe: Arc::new(ProbeMeta::simple("p", "put", false)),
+            pid: 1,
+            tid: 1,
+            start_time_unix_nano: 0,
+            duration_ns: None,
+            args: vec![val("s", ValueKind::Fault), val("p", ValueKind::Null)],
+            returns: None,
+            resource: Arc::new(Resource::default()),
+            unfinished: false,
+            span: crate::events::SpanIds::default(),
+        };
+        let mut out = Vec::new();
+        write_record(&rec, &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            (&v["args"]["s"], &v["args"]["p"]),
+            (&serde_json::Value::Null, &serde_json::Value::Null)
+        );
+        assert_eq!(v["unreadable"], serde_json::json!(["s"]));
+        assert!(v.get("invalid").is_none());
     }
 }

@@ -130,6 +130,7 @@ pub fn start(
     std::thread::Builder::new()
         .name("gprobe-output".into())
         .spawn(move || {
+            crate::priority::raise();
             let _ = done_tx.send(w.run(rx));
         })
         .map_err(ExportError::Thread)?;

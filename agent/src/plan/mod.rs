@@ -33,7 +33,7 @@
 //!   `max_len` bytes (return value `max_len + 2`) is told from one of exactly `max_len`
 //!   (`max_len + 1`). The value's bytes exclude the NUL; `full_len` = `len`;
 //!   `GP_VAL_TRUNCATED` when longer than `max_len` (its first `max_len` bytes are kept);
-//!   `GP_VAL_FAULT` when the pointer is NULL or unreadable. It decodes as a string
+//!   `GP_VAL_FAULT` when unreadable (with `GP_VAL_NIL`: the pointer is NULL). It decodes as a string
 //!   (`Decode::Str`). Until the BPF program knows this kind it reads it as `CAP_BYTES`
 //!   with no length location (`loc[1]` is `LOC_NONE`): a fault, never a wrong value.
 //!

@@ -2,7 +2,7 @@
 //! from a prototype.
 
 use super::edges::EXACT;
-use super::{assert_kept, spec, trace, Case};
+use super::{assert_kept, probe_of, records, spec, trace, Case};
 use gprobe_crds::ProbeSpec;
 use gprobe_e2e::cc;
 use gprobe_e2e::go::{repo_root, TempDir};
@@ -124,6 +124,47 @@ fn c_terms_on_integers_strings_and_results() {
             assert_kept(&run, "handle", c.name, &ids, &kept, n_of, &what);
         }
     }
+}
+
+/// e2e/testdata/cpage: `handle(n, s)` with `s` on a page the process has not touched before
+/// the first call (a uprobe cannot fault it in). That value is unreadable: `null`, listed in
+/// the record's `"unreadable"`; a `when:` that needs it leaves the call `undecided`, never
+/// `filtered` (it did not fail the condition). The second call finds the page mapped.
+#[test]
+fn a_string_on_a_page_not_yet_in_memory_is_unreadable_and_its_when_undecided() {
+    require_trace("C filters");
+    let dir = TempDir::new("cpage");
+    let src = repo_root().join("e2e/testdata/cpage/cpage.c");
+    let bin = cc::build(&src, &dir.path().join("cpage"), &["-g"], None);
+    let all = ProbeBuilder::new("handle").capture(["n", "s"]);
+    let eq = ProbeBuilder::new("handle")
+        .capture(["n"])
+        .when(r#"s == "abcdefgh""#);
+    let specs = [spec("cpage-all", &bin, all), spec("cpage-eq", &bin, eq)];
+    let (run, out) = trace(&specs, &bin, &[]);
+    assert_eq!(program_lines(&out, "call ").len(), 2, "{out}");
+    let recs = records(&run, "handle", "cpage-all");
+    let by_n = |n: i64| {
+        recs.iter()
+            .find(|r| r["args"]["n"].as_i64() == Some(n))
+            .unwrap_or_else(|| panic!("call {n} in {recs:?}\n{}", run.stderr))
+    };
+    let (first, second) = (by_n(1), by_n(2));
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    assert!(first["args"]["s"].is_null(), "{first}");
+    assert_eq!(first["unreadable"], serde_json::json!(["s"]), "{first}");
+    assert_eq!(second["args"]["s"], "abcdefgh", "{second}");
+    assert!(second.get("unreadable").is_none(), "{second}");
+    let kept = records(&run, "handle", "cpage-eq");
+    assert_eq!(
+        kept.iter()
+            .map(|r| r["args"]["n"].as_i64())
+            .collect::<Vec<_>>(),
+        vec![Some(2)],
+        "{kept:?}"
+    );
+    let p = probe_of(&run.summary(), "cpage-eq").clone();
+    assert_eq!((p.delivered, p.undecided, p.filtered), (1, 1, 0), "{p:?}");
 }
 
 /// A call of `greet(buf, len)`: the first `len` bytes of `buf`.
