@@ -69,7 +69,7 @@ const FEATURES: [(FeatureName, &str, &str, Need); 10] = [
     (
         FeatureName::ProbeWriteUser,
         "probe_write_user",
-        "kernel lockdown off",
+        "kernel lockdown off and CAP_SYS_ADMIN",
         Need::Optional(
             "no traceparent is written into requests (propagate: true): spans are still \
              traced, the requests carry no traceparent",
