@@ -21,13 +21,15 @@ echo "$WHERE" >"$O/where"
 # and no longer than process PID lives, when given).
 wait_for() {
 	f=$1 s=$2 n=$3 secs=$4 pid=${5:-} i=0
-	while [ "$(grep -cF -- "$s" "$f" 2>/dev/null || true)" -lt "$n" ]; do
+	while :; do
+		# A file not there yet (a background job's redirection) counts 0.
+		got=$(grep -cF -- "$s" "$f" 2>/dev/null)
+		[ "${got:-0}" -ge "$n" ] && return 0
 		i=$((i + 1))
 		[ "$i" -gt $((secs * 10)) ] && return 1
 		[ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null && return 1
 		sleep 0.1
 	done
-	return 0
 }
 
 # Starts gprobe in the background on SPEC for scenario NAME: $gp is its pid. Returns once it
