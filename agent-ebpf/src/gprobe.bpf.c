@@ -278,9 +278,12 @@ int gprobe_uprobe(struct x86_regs *r)
 			if (spent)
 				*spent += cfg->cost_ns;
 		}
-		__u32 *off = bpf_map_lookup_elem(&returns_off, &slot);
-		if (off)
-			no_returns = *off;
+		/* Only a latency probe's entries and returns read the switch: a CALL has none. */
+		if (cfg->kind == GP_PROBE_ENTRY || cfg->kind == GP_PROBE_RETURN) {
+			__u32 *off = bpf_map_lookup_elem(&returns_off, &slot);
+			if (off)
+				no_returns = *off;
+		}
 	}
 	if (cfg->kind == GP_PROBE_LOADER)
 		return loader_hit();

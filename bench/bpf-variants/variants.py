@@ -25,6 +25,11 @@ def only(code):
     return at_entry("\t{\n" + code + "\n\t\treturn 0;\n\t}")
 
 
+# A budget slot (1) in every hit, as the agent's cookie carries one, with a cost to add.
+BUDGET = [("\t__u32 slot = cookie >> 32;\n", "\t__u32 slot = 1;\n"),
+          ("\t\tif (cfg->cost_ns) {\n", "\t\tif (1) {\n")]
+
+
 # What any program recording a CALL with one register must do on this kernel: which probe
 # (attach cookie), its configuration and counters, pid/tid, the time, and a 64-byte record
 # (header + one word) reserved, filled and submitted.
@@ -81,6 +86,11 @@ VARIANTS = [
     ("minimal", "only what any program must do per CALL record: cookie, configuration, "
      "counters, pid/tid, clock, 64-byte record reserved + submitted (int capture; the same "
      "program in every column)", at_entry(MINIMAL), []),
+    ("budget", "with an overhead budget (limits.maxOverheadPercent, on by default in the "
+     "agent; the loader gives no budget slot): the hit's cost added to its slot's counter",
+     BUDGET, []),
+    ("budget-7517da7", "as budget, the program before the returns switch was read by latency "
+     "probes only (7517da7)", [(None, "git:7517da7")] + BUDGET, []),
     ("no-ktime", "bpf_ktime_get_ns() replaced by 0",
      [("\t\t.now = bpf_ktime_get_ns(),\n", "\t\t.now = 0,\n")], []),
     ("no-output", "records built (in the scratch buffer) but not handed to the ring buffer "

@@ -213,6 +213,8 @@ def section_bpfvariants():
             f.write(variants.source(original, patches))
         subprocess.run(["clang-19", "-O2", "-g", "-target", "bpf", "-mcpu=v3",
                         "-D__TARGET_ARCH_x86", "-Wall", "-I", inc,
+                        # The headers the pasted ones include (filter.h, propagate/...).
+                        "-I", os.path.join(REPO, "agent-ebpf", "src"),
                         "-I/usr/include/x86_64-linux-gnu", "-c", src, "-o", objs[name]],
                        check=True)
 

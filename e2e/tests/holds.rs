@@ -585,37 +585,3 @@ fn a_new_gprobe_takes_over_the_holds_an_agent_that_died_left() {
     let s = run.summary();
     assert_eq!((s.processes.matched, s.processes.traced), (1, 1));
 }
-
-/// The engine thread, which processes held at exec or fork wait for, runs at a raised
-/// priority (nice -10) so a busy node does not starve it past the hold deadline; the
-/// agent's other threads (record output among them) keep the normal one.
-#[test]
-fn the_thread_that_held_processes_wait_for_runs_at_a_raised_priority() {
-    require_trace("crowd");
-    let bin = crowd();
-    let spec = crowd_spec("priority", &bin);
-    let _guard = serial();
-    let g = Gprobe::start(&spec, &[]);
-    let mut nice = BTreeMap::new();
-    for task in std::fs::read_dir(format!("/proc/{}/task", g.pid())).unwrap() {
-        let task = task.unwrap().path();
-        let (Ok(comm), Ok(stat)) = (
-            std::fs::read_to_string(task.join("comm")),
-            std::fs::read_to_string(task.join("stat")),
-        ) else {
-            continue;
-        };
-        // Fields after the command's closing parenthesis: state is field 3, nice 19.
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let n: i32 = after.split(' ').nth(16).unwrap().parse().unwrap();
-        nice.insert(comm.trim().to_string(), n);
-    }
-    g.stop();
-    assert_eq!(nice.get("gprobe-engine"), Some(&-10), "{nice:?}");
-    assert!(
-        nice.iter()
-            .filter(|(c, _)| *c != "gprobe-engine")
-            .all(|(_, n)| *n == 0),
-        "{nice:?}"
-    );
-}

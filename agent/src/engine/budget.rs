@@ -214,7 +214,8 @@ impl<T: Tracer, R: Resolver> Engine<T, R> {
         let taken = match what {
             TakenOff::Returns => {
                 "its return probes detached from that process (its calls are \
-                still recorded, without a duration or results)"
+                still recorded, without a duration or results; those a `when:` needs the \
+                return for are counted undecided)"
             }
             TakenOff::All => "detached from that process",
         };
