@@ -42,6 +42,15 @@ static __always_inline __u32 clamp32(__u64 n)
 	return n > 0xffffffffULL ? 0xffffffffU : (__u32)n;
 }
 
+/* min(n, GP_MAX_STR), bounded on the very register returned: a C comparison may be made on
+ * a 32-bit copy of it, whose bound verifiers before 6.8 do not carry over to the register
+ * later passed as a size (6.1: "R2 unbounded memory access"). */
+static __always_inline __u64 cap_str_len(__u64 n)
+{
+	asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "i"(GP_MAX_STR));
+	return n;
+}
+
 /* min(len, max) bytes at ptr into the buffer at `o`: the bytes kept; TRUNCATED when len >
  * max, FAULT (and 0 kept) when unreadable. `len` is a Go length (an int): a negative one
  * (torn or foreign memory) reads nothing and is INVALID, never max bytes. */
@@ -52,16 +61,14 @@ static __always_inline __u32 read_bytes(struct scratch *s, __u32 o, __u64 ptr, _
 		*flags |= GP_VAL_INVALID;
 		return 0;
 	}
-	__u32 n = len > max ? max : (__u32)len;
-	if (n > GP_MAX_STR)
-		n = GP_MAX_STR;
+	__u64 n = cap_str_len(len > max ? max : len);
 	if (len > n)
 		*flags |= GP_VAL_TRUNCATED;
 	if (n && bpf_probe_read_user(at(s, o), n, (void *)ptr)) {
 		*flags |= GP_VAL_FAULT;
 		return 0;
 	}
-	return n;
+	return (__u32)n;
 }
 
 /* The capture's words: w[0] (and w[1] for two-word kinds) from loc[0]/loc[1], or read at
