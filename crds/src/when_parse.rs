@@ -186,6 +186,16 @@ impl Parser<'_> {
         let text = self.text[self.byte_at(start)..self.byte_at(self.pos)]
             .trim()
             .to_string();
+        if let Test::Str(_, lit) = &test {
+            if lit.len() > MAX_STRING_BYTES {
+                self.pos = start;
+                return Err(self.error(&format!(
+                    "`{}`: the string is {} bytes; at most {MAX_STRING_BYTES} can be compared",
+                    shortened(&text),
+                    lit.len()
+                )));
+            }
+        }
         self.terms.push(Term {
             operand,
             test,
@@ -425,7 +435,6 @@ impl Parser<'_> {
             Some('\'') => return Err(self.error(SINGLE_QUOTES)),
             _ => return Err(self.error("expected a \"string\"")),
         }
-        let open = self.pos;
         self.pos += 1;
         let mut out = Vec::new();
         loop {
@@ -434,13 +443,6 @@ impl Parser<'_> {
             };
             self.pos += 1;
             match c {
-                '"' if out.len() > MAX_STRING_BYTES => {
-                    self.pos = open;
-                    return Err(self.error(&format!(
-                        "the string is {} bytes; at most {MAX_STRING_BYTES} can be compared",
-                        out.len()
-                    )));
-                }
                 '"' => return Ok(out),
                 '\\' => {
                     let backslash = self.pos - 1;
@@ -523,4 +525,12 @@ fn is_literal(text: &str) -> bool {
             .strip_prefix('-')
             .unwrap_or(text)
             .starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// A term as a message quotes it: whole up to 120 characters, else its start.
+fn shortened(text: &str) -> String {
+    if text.chars().count() <= 120 {
+        return text.to_string();
+    }
+    format!("{}…", text.chars().take(119).collect::<String>())
 }

@@ -411,7 +411,7 @@ fn bad_conditions_and_values_are_refused_by_check_and_run_without_a_crash() {
                 "      when: 'len == 1 || hasPrefix(name, \"{}\")'",
                 "x".repeat(65)
             ),
-            "spec.probes[0].when: the string is 65 bytes; at most 64 can be compared",
+            "\")`: the string is 65 bytes; at most 64 can be compared",
         ),
         (
             "steps",
