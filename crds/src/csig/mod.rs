@@ -17,7 +17,6 @@ use thiserror::Error;
 use crate::ctype::CType;
 use crate::signature::ValueRef;
 
-#[path = "csig_parse.rs"]
 mod parse;
 use parse::{tokenize, Parser};
 
@@ -176,5 +175,4 @@ pub fn is_go_signature(src: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "csig_tests.rs"]
 mod tests;

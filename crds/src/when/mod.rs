@@ -22,7 +22,6 @@
 
 use std::fmt;
 
-#[path = "when_parse.rs"]
 mod grammar;
 pub use grammar::parse;
 
@@ -285,5 +284,4 @@ impl fmt::Display for CmpOp {
 }
 
 #[cfg(test)]
-#[path = "when_tests.rs"]
 mod tests;

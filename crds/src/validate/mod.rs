@@ -10,7 +10,6 @@ use std::fmt;
 use thiserror::Error;
 use when_checks::{when_and_sample, Needed};
 
-#[path = "validate_when.rs"]
 mod when_checks;
 
 /// One problem found in a ProbeSpec. `probe` is set when only that probe is affected: the
@@ -560,5 +559,4 @@ fn usdt_default_capture_issue(c: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "validate_tests.rs"]
 mod tests;

@@ -16,9 +16,7 @@
 
 use thiserror::Error;
 
-#[path = "signature_parse.rs"]
 mod parse;
-#[path = "signature_text.rs"]
 mod text;
 use parse::Parser;
 use text::tokenize;
@@ -194,5 +192,4 @@ pub fn parse_signature(src: &str) -> Result<Signature, SignatureError> {
 }
 
 #[cfg(test)]
-#[path = "signature_tests.rs"]
 mod tests;
