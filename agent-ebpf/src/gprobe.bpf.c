@@ -257,8 +257,9 @@ static __always_inline int jcc_taken(__u8 cc, __u64 flags)
 	return taken != (cc & 1);
 }
 
-SEC("uprobe")
-int gprobe_uprobe(struct x86_regs *r)
+/* One hit, never two at once on a CPU (gprobe_uprobe, oncpu.h): it uses the per-CPU scratch
+ * map and, on kernels that give it one, the per-CPU private stack. */
+static __noinline int gprobe_hit(struct x86_regs *r)
 {
 	__u64 cookie = bpf_get_attach_cookie(r);
 	__u32 handle = (__u32)cookie;
@@ -434,6 +435,14 @@ int gprobe_uprobe(struct x86_regs *r)
 		inflight_push(s, &ik, in, h.now, h.call_id, h.fbits);
 	}
 	return 0;
+}
+
+#include "oncpu.h"
+
+SEC("uprobe")
+int gprobe_uprobe(struct x86_regs *r)
+{
+	GP_ONE_PER_CPU(r, gprobe_hit(r));
 }
 
 #include "propagate/propagate.h"
