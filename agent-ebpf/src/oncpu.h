@@ -11,11 +11,15 @@
  * on that CPU overwrote each other's locals (records with the other hit's thread, kind or
  * values, a call id twice, entries never written).
  *
- * So the program attached is a main function that takes no stack at all (nothing it
- * writes can land on the stack of the run it interrupted): it counts the runs on its CPU
+ * So the program attached is a main function that keeps nothing of a hit's on the stack (a
+ * run it interrupted is in gprobe_hit, whose frame lies below; the one slot the main
+ * function takes, a flag of the jump test below, is used only by runs that came while
+ * another was under way, never by gprobe_hit's): it counts the runs on its CPU
  * in a global, runs the hit only when none is under way there, and otherwise counts the
- * hit as lost in its probe's stats (the key of that lookup is in the global too, one slot
- * per nesting level). */
+ * hit as lost in its probe's stats and keeps the in-flight stack of its goroutine or
+ * thread right (an entry holds its place, a return takes its entry's), so that the calls
+ * around it still pair with their own returns. The keys of its map lookups are in the
+ * global too, one set per nesting level. */
 #ifndef GPROBE_ONCPU_H
 #define GPROBE_ONCPU_H
 
@@ -23,17 +27,77 @@
 #include <bpf/bpf_helpers.h>
 #include "gprobe.h"
 #include "maps.h"
+#include "regs.h"
+#include "jcc.h"
 
-#define GP_ONCPU_CPUS 4096 /* CPUs beyond share slots: a hit then counted lost, never wrong */
+#define GP_ONCPU_CPUS 1024 /* CPUs beyond share slots: a hit then counted lost, never wrong */
 #define GP_ONCPU_LEVELS 4
 
+struct gp_oncpu_level {
+	__u32 id;   /* the hit's configuration: the key of probes and stats */
+	__u32 slot; /* its process and spec: the key of returns_off */
+	struct gp_inflight_key ik;
+};
+
 struct gp_oncpu {
-	__u32 busy;                   /* runs of the program under way on this CPU */
-	__u32 key[GP_ONCPU_LEVELS];   /* the stats key of a hit counted lost, by nesting level */
-	__u32 _pad[3];
+	__u32 busy; /* runs of the program under way on this CPU */
+	__u32 _pad;
+	struct gp_oncpu_level lv[GP_ONCPU_LEVELS];
 };
 
 struct gp_oncpu oncpu[GP_ONCPU_CPUS] SEC(".bss");
+
+/* A hit that came while another run was under way on its CPU: counted lost, and its place
+ * on the in-flight stack kept as gprobe_hit would. */
+static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level *l)
+{
+	__u64 cookie = bpf_get_attach_cookie(r);
+	l->id = GP_CFG_SLOT((__u32)cookie);
+	l->slot = cookie >> 32;
+	struct gp_stats *st = bpf_map_lookup_elem(&stats, &l->id);
+	if (st)
+		__sync_fetch_and_add(&st->lost, 1);
+	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &l->id);
+	if (!cfg || (cfg->kind != GP_PROBE_ENTRY && cfg->kind != GP_PROBE_RETURN))
+		return;
+	if (cfg->jcc && jcc_taken(cfg->jcc - 1, r->flags))
+		return; /* not a call: Go's stack-check jump, taken */
+	if (l->slot) {
+		__u32 *off = bpf_map_lookup_elem(&returns_off, &l->slot);
+		if (off && *off)
+			return; /* returns taken off: entries hold no place */
+	}
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	l->ik.goroutine = (cfg->flags & GP_CFG_PAIR_BY_THREAD) ? (__u32)pid_tgid : r->r14;
+	l->ik.tgid = pid_tgid >> 32;
+	l->ik.func_id = cfg->func_id;
+	struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &l->ik);
+	if (!in)
+		return; /* an entry: its return finds none (unpaired); a return: its entry was lost */
+	if (cfg->kind == GP_PROBE_ENTRY) {
+		if (in->depth >= GP_MAX_DEPTH) {
+			in->overflow++;
+			return;
+		}
+		__u32 d = in->depth & (GP_MAX_DEPTH - 1);
+		in->ts[d] = 0;
+		in->call_id[d] = GP_CALL_UNRECORDED;
+		in->fbits[d] = 0;
+		in->depth = d + 1;
+		return;
+	}
+	/* A return: its entry's place is taken (a recorded entry is then delivered unfinished,
+	 * its return counted lost). */
+	if (in->overflow > 0) {
+		in->overflow--;
+		return;
+	}
+	if (in->depth == 0 || in->depth > GP_MAX_DEPTH)
+		return;
+	in->depth--;
+	if (in->depth == 0)
+		bpf_map_delete_elem(&inflight, &l->ik);
+}
 
 /* The body of an uprobe program: runs HIT (a call of a __noinline function taking the
  * context) when no other run is under way on this CPU, else counts the hit lost. */
@@ -41,15 +105,12 @@ struct gp_oncpu oncpu[GP_ONCPU_CPUS] SEC(".bss");
 	do {                                                                                       \
 		struct gp_oncpu *c = &oncpu[bpf_get_smp_processor_id() & (GP_ONCPU_CPUS - 1)];     \
 		__u32 level = __sync_fetch_and_add(&c->busy, 1);                                   \
-		if (level == 0) {                                                                  \
+		if (level == 0)                                                                    \
 			HIT;                                                                       \
-		} else {                                                                           \
-			__u32 *k = &c->key[level & (GP_ONCPU_LEVELS - 1)];                         \
-			*k = GP_CFG_SLOT((__u32)bpf_get_attach_cookie(ctx));                       \
-			struct gp_stats *st = bpf_map_lookup_elem(&stats, k);                      \
-			if (st)                                                                    \
-				__sync_fetch_and_add(&st->lost, 1);                                \
-		}                                                                                  \
+		else                                                                               \
+			oncpu_lost(ctx, &c->lv[level & (GP_ONCPU_LEVELS - 1)]);                    \
+		/* c again (the same CPU: migration is off), one register less to keep */          \
+		c = &oncpu[bpf_get_smp_processor_id() & (GP_ONCPU_CPUS - 1)];                      \
 		__sync_fetch_and_sub(&c->busy, 1);                                                 \
 		return 0;                                                                          \
 	} while (0)
