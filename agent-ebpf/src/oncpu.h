@@ -11,10 +11,10 @@
  * on that CPU overwrote each other's locals (records with the other hit's thread, kind or
  * values, a call id twice, entries never written).
  *
- * So the program attached is a main function that keeps nothing of a hit's on the stack (a
- * run it interrupted is in gprobe_hit, whose frame lies below; the one slot the main
- * function takes, a flag of the jump test below, is used only by runs that came while
- * another was under way, never by gprobe_hit's): it counts the runs on its CPU
+ * So the program attached is a main function that takes no stack at all (nothing it
+ * writes can land on the stack of a run it interrupted; llvm-objdump shows no r10 in
+ * gprobe_uprobe and gprobe_propagate*: the registers and pointers it needs are read once
+ * into the global below, not kept across calls): it counts the runs on its CPU
  * in a global, runs the hit only when none is under way there, and otherwise counts the
  * hit as lost in its probe's stats and keeps the in-flight stack of its goroutine or
  * thread right (an entry holds its place, a return takes its entry's), so that the calls
@@ -37,6 +37,7 @@ struct gp_oncpu_level {
 	__u32 id;   /* the hit's configuration: the key of probes and stats */
 	__u32 slot; /* its process and spec: the key of returns_off */
 	struct gp_inflight_key ik;
+	__u64 flags, r14; /* the registers it needs, read at once: the context is then dead */
 };
 
 struct gp_oncpu {
@@ -47,6 +48,16 @@ struct gp_oncpu {
 
 struct gp_oncpu oncpu[GP_ONCPU_CPUS] SEC(".bss");
 
+/* Counts a hit lost (or, a return whose entry was not recorded, unpaired) in its probe's
+ * stats, looked up again each time: a pointer kept across the rest would take a stack slot
+ * that nested lost hits share. */
+static __always_inline void oncpu_count(struct gp_oncpu_level *l, int unpaired)
+{
+	struct gp_stats *st = bpf_map_lookup_elem(&stats, &l->id);
+	if (st)
+		__sync_fetch_and_add(unpaired ? &st->unpaired : &st->lost, 1);
+}
+
 /* A hit that came while another run was under way on its CPU: counted lost, and its place
  * on the in-flight stack kept as gprobe_hit would. */
 static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level *l)
@@ -54,13 +65,16 @@ static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level
 	__u64 cookie = bpf_get_attach_cookie(r);
 	l->id = GP_CFG_SLOT((__u32)cookie);
 	l->slot = cookie >> 32;
-	struct gp_stats *st = bpf_map_lookup_elem(&stats, &l->id);
-	if (st)
-		__sync_fetch_and_add(&st->lost, 1);
+	l->flags = r->flags;
+	l->r14 = r->r14;
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &l->id);
+	/* A return is lost only if its entry was recorded (below): else it is unpaired, as in
+	 * gprobe_hit, and the summary does not count its call's return lost. */
+	if (!cfg || cfg->kind != GP_PROBE_RETURN)
+		oncpu_count(l, 0);
 	if (!cfg || (cfg->kind != GP_PROBE_ENTRY && cfg->kind != GP_PROBE_RETURN))
 		return;
-	if (cfg->jcc && jcc_taken(cfg->jcc - 1, r->flags))
+	if (cfg->jcc && jcc_taken(cfg->jcc - 1, l->flags))
 		return; /* not a call: Go's stack-check jump, taken */
 	if (l->slot) {
 		__u32 *off = bpf_map_lookup_elem(&returns_off, &l->slot);
@@ -68,12 +82,17 @@ static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level
 			return; /* returns taken off: entries hold no place */
 	}
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	l->ik.goroutine = (cfg->flags & GP_CFG_PAIR_BY_THREAD) ? (__u32)pid_tgid : r->r14;
+	l->ik.goroutine = (cfg->flags & GP_CFG_PAIR_BY_THREAD) ? (__u32)pid_tgid : l->r14;
 	l->ik.tgid = pid_tgid >> 32;
 	l->ik.func_id = cfg->func_id;
 	struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &l->ik);
-	if (!in)
-		return; /* an entry: its return finds none (unpaired); a return: its entry was lost */
+	if (!in) {
+		/* An entry: its return finds none (unpaired). A return: its entry was not
+		 * recorded. */
+		if (cfg->kind == GP_PROBE_RETURN)
+			oncpu_count(l, 1);
+		return;
+	}
 	if (cfg->kind == GP_PROBE_ENTRY) {
 		if (in->depth >= GP_MAX_DEPTH) {
 			in->overflow++;
@@ -92,8 +111,12 @@ static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level
 		in->overflow--;
 		return;
 	}
-	if (in->depth == 0 || in->depth > GP_MAX_DEPTH)
+	if (in->depth == 0 || in->depth > GP_MAX_DEPTH) {
+		oncpu_count(l, 1);
 		return;
+	}
+	__u32 top = (in->depth - 1) & (GP_MAX_DEPTH - 1);
+	oncpu_count(l, (in->call_id[top] & GP_CALL_UNRECORDED) != 0); /* unpaired: counted at its entry */
 	in->depth--;
 	if (in->depth == 0)
 		bpf_map_delete_elem(&inflight, &l->ik);
