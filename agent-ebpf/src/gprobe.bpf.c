@@ -236,29 +236,11 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 
 #include "loader/loader.h"
 
-/* Whether a Jcc of condition `cc` (the opcode's low nibble) jumps with these EFLAGS: the
- * even conditions as listed, the odd ones their negation. resolve/sites.rs decides the same
- * (`jcc_taken`, tested on every flag combination). */
-static __always_inline int jcc_taken(__u8 cc, __u64 flags)
-{
-	int cf = !!(flags & (1 << 0)), pf = !!(flags & (1 << 2)), zf = !!(flags & (1 << 6));
-	int sf = !!(flags & (1 << 7)), of = !!(flags & (1 << 11));
-	int taken;
-	switch (cc >> 1) {
-	case 0: taken = of; break;
-	case 1: taken = cf; break;
-	case 2: taken = zf; break;
-	case 3: taken = cf | zf; break;
-	case 4: taken = sf; break;
-	case 5: taken = pf; break;
-	case 6: taken = sf != of; break;
-	default: taken = zf | (sf != of); break;
-	}
-	return taken != (cc & 1);
-}
+#include "jcc.h"
 
-SEC("uprobe")
-int gprobe_uprobe(struct x86_regs *r)
+/* One hit, never two at once on a CPU (gprobe_uprobe, oncpu.h): it uses the per-CPU scratch
+ * map and, on kernels that give it one, the per-CPU private stack. */
+static __noinline int gprobe_hit(struct x86_regs *r)
 {
 	__u64 cookie = bpf_get_attach_cookie(r);
 	__u32 handle = (__u32)cookie;
@@ -437,6 +419,14 @@ int gprobe_uprobe(struct x86_regs *r)
 		inflight_push(s, &ik, in, h.now, h.call_id, h.fbits);
 	}
 	return 0;
+}
+
+#include "oncpu.h"
+
+SEC("uprobe")
+int gprobe_uprobe(struct x86_regs *r)
+{
+	GP_ONE_PER_CPU(r, gprobe_hit(r));
 }
 
 #include "propagate/propagate.h"

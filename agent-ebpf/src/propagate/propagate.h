@@ -24,6 +24,7 @@
 #include "maps.h"
 #include "regs.h"
 #include "propagate_write.h"
+#include "oncpu.h"
 
 static __attribute__((noinline)) int http_write(struct x86_regs *r, const struct gp_probe_cfg *cfg,
 						struct gp_stats *st)
@@ -38,7 +39,7 @@ static __attribute__((noinline)) int http_write_dry(struct x86_regs *r,
 	return http_write_line(r, cfg, st, 0);
 }
 
-static __always_inline int propagate_hit(struct x86_regs *r, const int write)
+static __noinline int propagate_hit(struct x86_regs *r, const int write)
 {
 	__u32 id = GP_CFG_SLOT((__u32)bpf_get_attach_cookie(r));
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
@@ -56,13 +57,15 @@ static __always_inline int propagate_hit(struct x86_regs *r, const int write)
 SEC("uprobe")
 int gprobe_propagate(struct x86_regs *r)
 {
-	return propagate_hit(r, 1);
+	/* One run at a time on each CPU: see oncpu.h. */
+	GP_ONE_PER_CPU(r, propagate_hit(r, 1));
 }
 
 SEC("uprobe")
 int gprobe_propagate_dry(struct x86_regs *r)
 {
-	return propagate_hit(r, 0);
+	/* One run at a time on each CPU: see oncpu.h. */
+	GP_ONE_PER_CPU(r, propagate_hit(r, 0));
 }
 
 #endif

@@ -40,9 +40,14 @@ impl Pairing {
     }
 
     /// Remembers an entry until its return; returns the entry evicted to make room, if any
-    /// (it is abandoned: counted, never reported).
+    /// (it is abandoned: counted, never reported). An id already pending (BPF never gives
+    /// one twice while it is in flight; a kernel that ran two hits on one per-CPU stack did)
+    /// pushes out the entry that had it, returned the same way: counted, never silently lost.
     pub fn entry(&mut self, call_id: u64, rec: CallRecord) -> Option<CallRecord> {
-        self.pending.insert(call_id, rec);
+        if let Some(old) = self.pending.insert(call_id, rec) {
+            self.stats.abandoned += 1;
+            return Some(old);
+        }
         self.order.push_back(call_id);
         let mut evicted = None;
         while self.pending.len() > self.capacity {
@@ -181,6 +186,17 @@ mod tests {
         assert!(p.ret(1, 1, vec![]).is_none());
         assert!(p.ret(2, 1, vec![]).is_some(), "other processes keep theirs");
         assert!(p.drain_pid(5).is_empty());
+    }
+
+    #[test]
+    fn an_entry_whose_id_is_pending_pushes_out_the_other_counted() {
+        let mut p = Pairing::new(10);
+        assert!(p.entry(7, rec(1)).is_none());
+        let old = p.entry(7, rec(2)).expect("the entry that had the id");
+        assert_eq!(old.pid, 1);
+        assert_eq!(p.stats.abandoned, 1);
+        assert_eq!(p.ret(7, 5, vec![]).map(|r| r.pid), Some(2));
+        assert!(p.drain_unfinished().is_empty());
     }
 
     #[test]
