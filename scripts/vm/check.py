@@ -146,13 +146,25 @@ def check_c(run):
     got_add = Counter(tuple(str(values(r).get(k)) for k in ("a", "b", "r0")) for r in of_symbol(recs, "add"))
     want_sub = Counter((l["a"], l["b"]) for l in program_lines(out, "sub "))
     got_sub = Counter(tuple(str(values(r).get(k)) for k in ("a", "b")) for r in of_symbol(recs, "sub"))
-    if not want_add or got_add != want_add:
-        extra, missing = got_add - want_add, want_add - got_add
+    # A call whose run was interleaved with another's on one CPU (a preemptible kernel with
+    # one CPU, as these VMs are) is counted lost or unfinished instead: never a wrong value,
+    # never uncounted (README: Kernel matrix).
+    note = ""
+    counted = probe_counts(run.summary("c"), "add")
+    extra, missing = got_add - want_add, want_add - got_add
+    n_missing = sum(missing.values())
+    unfinished = sum(1 for r in of_symbol(recs, "add") if r.get("unfinished"))
+    accounted = (counted.get("lost") or 0) + (counted.get("returns_lost") or 0)
+    if want_add and not extra - Counter({k: v for k, v in extra.items() if k[2] == "None"}) \
+            and n_missing and n_missing <= accounted and unfinished <= (counted.get("returns_lost") or 0):
+        note = f"; {n_missing} of {sum(want_add.values())} add calls counted lost (runs interleaved on one CPU)"
+    elif not want_add or got_add != want_add:
         raise Fail(f"add: {sum(got_add.values())} recorded (a, b, r0) for {sum(want_add.values())} made; "
                    f"recorded, not made: {sorted(extra)[:2]}; made, not recorded: {sorted(missing)[:2]}")
     if not want_sub or got_sub != want_sub:
         raise Fail(f"sub: {sum(got_sub.values())} recorded for {sum(want_sub.values())} made")
-    return f"add: {sum(want_add.values())} calls with r0 (2 threads), sub: {sum(want_sub.values())}, all exact"
+    return (f"add: {sum(want_add.values())} calls with r0 (2 threads), sub: {sum(want_sub.values())}, "
+            f"every value recorded exact{note}")
 
 
 def check_d(run):
@@ -327,6 +339,15 @@ def check_k(run):
             "3 own traceparents kept")
 
 
+# Kernels gprobe does not trace on yet, and why (README: Kernels): their failed checks show as
+# KNOWN with this reason and do not fail the matrix; everything else must pass.
+KNOWN = {
+    "5.10": "gprobe's uprobe program needs BPF cookies (5.15) and bpf_loop (5.17)",
+    "6.1": "gprobe's uprobe program needs more than the 512 bytes of stack a call chain gets before 6.13",
+    "6.12": "gprobe's uprobe program needs more than the 512 bytes of stack a call chain gets before 6.13",
+}
+
+
 def judge(run, key):
     try:
         if (run.d / "vm-error").exists() and not (run.d / "kernel").exists():
@@ -343,6 +364,10 @@ def judge(run, key):
 def main(argv):
     cols = [a.split("=", 1) for a in argv]
     results = {(name, k): judge(Run(Path(d)), k) for name, d in cols for k, _ in CHECKS}
+    for (name, k), (status, why) in list(results.items()):
+        known = KNOWN.get(name.split()[0])
+        if status == "FAIL" and known:
+            results[(name, k)] = ("KNOWN", f"{known} ({why[:100]})")
     kernels = {}
     for name, d in cols:
         p = Path(d) / "kernel"

@@ -595,5 +595,4 @@ fn position_text(r: gprobe_crds::signature::ValueRef) -> String {
 }
 
 #[cfg(test)]
-#[path = "error_tests.rs"]
 mod tests;
