@@ -175,7 +175,7 @@ impl KernelFeatures {
         (!missing.is_empty()).then(|| {
             format!(
                 "this kernel ({}) lacks what gprobe's uprobe programs need: {}; gprobe traces \
-                 on Linux 5.17 and later with BTF and uprobes",
+                 on Linux 6.13 and later (README: Kernels)",
                 self.release,
                 missing.join(", ")
             )
