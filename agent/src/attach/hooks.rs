@@ -9,7 +9,6 @@
 
 use super::guardian::Guardian;
 use super::multi::{btf_fd, map_fd};
-use super::object::{PROCS_COMPAT_OBJECT, PROCS_OBJECT};
 use super::sys::{self, Cmd, ProgLoad};
 use aya::Ebpf;
 use aya_obj::btf::{Btf, BtfKind};
@@ -21,6 +20,12 @@ const BPF_TRACE_RAW_TP: u32 = 23;
 const BPF_PSEUDO_KFUNC_CALL: u8 = 2;
 const BTF_KIND_FUNC: u32 = 12;
 const BTF_FUNC_EXTERN: u32 = 2;
+
+/// The process hooks' object (exec, fork, exit), with kfuncs.
+static PROCS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs.bpf.o"));
+/// The same hooks built without kfuncs, for kernels before 6.13.
+static PROCS_COMPAT_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs_compat.bpf.o"));
 
 /// The programs and the tracepoints they attach to.
 const HOOKS: [(&str, &str); 3] = [

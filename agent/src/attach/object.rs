@@ -11,12 +11,6 @@ use thiserror::Error;
 /// The uprobe object: gprobe_uprobe and the header writer (gprobe.bpf.c).
 pub(super) static BPF_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
-/// The process hooks (exec, fork, exit), loaded by [`hooks`].
-pub(super) static PROCS_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs.bpf.o"));
-/// The same hooks built without kfuncs, for kernels before 6.13.
-pub(super) static PROCS_COMPAT_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/procs_compat.bpf.o"));
 
 pub(super) const UPROBE_PROG: &str = "gprobe_uprobe";
 pub(super) const PROPAGATE_PROG: &str = "gprobe_propagate";
