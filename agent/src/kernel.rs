@@ -125,6 +125,10 @@ impl fmt::Display for FeatureName {
     }
 }
 
+/// Why BPF features could not be tried.
+pub const NOT_ALLOWED: &str =
+    "loading a BPF program was refused here: gprobe needs root with CAP_BPF and CAP_PERFMON";
+
 /// What trying a feature found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "state", content = "reason")]
@@ -198,19 +202,13 @@ impl KernelFeatures {
             .collect()
     }
 
-    /// Whether no feature that needs loading a program could be tried (and why).
-    pub fn not_checked(&self) -> Option<&str> {
-        let unknown: Vec<&str> = self
-            .features
+    /// Why the features that need loading a program could not be tried (without CAP_BPF),
+    /// if so: then the kernel was not checked.
+    pub fn not_checked(&self) -> Option<&'static str> {
+        self.features
             .iter()
-            .filter_map(|(_, f)| match f {
-                Found::Unknown(why) => Some(why.as_str()),
-                _ => None,
-            })
-            .collect();
-        (unknown.len() + 2 >= self.features.len())
-            .then(|| unknown.first().copied())
-            .flatten()
+            .any(|(_, f)| matches!(f, Found::Unknown(why) if why == NOT_ALLOWED))
+            .then_some(NOT_ALLOWED)
     }
 
     /// The one line said at start: the release, and what is missing with its cost.
@@ -290,6 +288,16 @@ mod tests {
             "{b}"
         );
         assert!(b.starts_with("this kernel (6.1.0-56-amd64) lacks"), "{b}");
+    }
+
+    #[test]
+    fn without_the_right_to_load_a_program_the_kernel_is_not_checked() {
+        let mut k = with(&[]);
+        assert_eq!(k.not_checked(), None);
+        k.features[3].1 = Found::Unknown("fork failed".into());
+        assert_eq!(k.not_checked(), None, "one feature that could not be tried");
+        k.features[2].1 = Found::Unknown(NOT_ALLOWED.into());
+        assert_eq!(k.not_checked(), Some(NOT_ALLOWED));
     }
 
     #[test]

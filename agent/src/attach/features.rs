@@ -3,7 +3,7 @@
 //! number: distributions backport features, and configurations leave them out.
 
 use super::sys::{self, Cmd};
-use crate::kernel::{FeatureName, Found, KernelFeatures};
+use crate::kernel::{FeatureName, Found, KernelFeatures, NOT_ALLOWED};
 use aya::maps::MapType;
 use aya::programs::ProgramType;
 use aya::sys::{is_helper_supported, is_map_supported, is_program_supported, BpfHelper};
@@ -13,10 +13,6 @@ use std::sync::OnceLock;
 
 const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
 const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe/type";
-
-/// Why BPF features could not be tried.
-pub const NOT_ALLOWED: &str =
-    "loading a BPF program was refused here: gprobe needs root with CAP_BPF and CAP_PERFMON";
 
 /// The kernel functions the process hooks call (procs.bpf.c).
 pub const TASK_KFUNCS: [&str; 3] = [
