@@ -78,17 +78,8 @@ static __always_inline __u64 inflight_pop(const struct gp_inflight_key *ik,
 static __always_inline void inflight_skip(const struct gp_inflight_key *ik)
 {
 	struct gp_inflight *in = bpf_map_lookup_elem(&inflight, ik);
-	if (!in)
-		return;
-	if (in->depth >= GP_MAX_DEPTH) {
-		in->overflow++;
-		return;
-	}
-	__u32 d = in->depth & (GP_MAX_DEPTH - 1);
-	in->ts[d] = 0;
-	in->call_id[d] = GP_CALL_UNRECORDED;
-	in->fbits[d] = 0;
-	in->depth = d + 1;
+	if (in)
+		inflight_hold_place(in);
 }
 
 #include "record.h"

@@ -64,6 +64,21 @@ struct {
 	__type(value, struct gp_inflight);
 } inflight SEC(".maps");
 
+/* Holds an unrecorded call's place on the in-flight stack `in`, so that its return pops it
+ * and the calls around it still pair with their own returns. */
+static __always_inline void inflight_hold_place(struct gp_inflight *in)
+{
+	if (in->depth >= GP_MAX_DEPTH) {
+		in->overflow++;
+		return;
+	}
+	__u32 d = in->depth & (GP_MAX_DEPTH - 1);
+	in->ts[d] = 0;
+	in->call_id[d] = GP_CALL_UNRECORDED;
+	in->fbits[d] = 0;
+	in->depth = d + 1;
+}
+
 #include "procmaps.h"
 
 /* Error types of the Go binaries probed: see struct gp_err_type. The agent adds a table's

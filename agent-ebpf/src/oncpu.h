@@ -94,15 +94,7 @@ static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level
 		return;
 	}
 	if (cfg->kind == GP_PROBE_ENTRY) {
-		if (in->depth >= GP_MAX_DEPTH) {
-			in->overflow++;
-			return;
-		}
-		__u32 d = in->depth & (GP_MAX_DEPTH - 1);
-		in->ts[d] = 0;
-		in->call_id[d] = GP_CALL_UNRECORDED;
-		in->fbits[d] = 0;
-		in->depth = d + 1;
+		inflight_hold_place(in);
 		return;
 	}
 	/* A return: its entry's place is taken (a recorded entry is then delivered unfinished,
