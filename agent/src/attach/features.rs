@@ -94,7 +94,7 @@ fn probe_now() -> KernelFeatures {
         FeatureName::MemcgAccounting,
         bpf(&|| match memlock_charged() {
             Ok(charged) => yes(!charged),
-            Err(e) => Found::Unknown(e),
+            Err(e) => Found::Unknown(e.to_string()),
         }),
     ));
     // Refused under kernel lockdown, and to a loader without CAP_SYS_ADMIN.
@@ -130,12 +130,12 @@ pub const DISABLE_ENV: &str = "GPROBE_DISABLE_FEATURES";
 
 /// Whether this kernel charges BPF maps to RLIMIT_MEMLOCK (before 5.11; later kernels
 /// charge the memory cgroup): a child process with a soft limit of 0 creates a map.
-fn memlock_charged() -> Result<bool, String> {
+fn memlock_charged() -> Result<bool, MemlockCheckError> {
     // SAFETY: the child only makes system calls and exits (nothing that could need a lock
     // another thread of this process held at fork).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+        return Err(MemlockCheckError::Fork(std::io::Error::last_os_error()));
     }
     if pid == 0 {
         let code = match create_tiny_map_without_memlock() {
@@ -150,12 +150,12 @@ fn memlock_charged() -> Result<bool, String> {
     // SAFETY: waits for the child just forked.
     let r = unsafe { libc::waitpid(pid, &mut status, 0) };
     if r != pid || !libc::WIFEXITED(status) {
-        return Err("the memory accounting check did not finish".into());
+        return Err(MemlockCheckError::Unfinished);
     }
     match libc::WEXITSTATUS(status) {
         0 => Ok(false),
         1 => Ok(true),
-        _ => Err("creating a BPF map failed".into()),
+        _ => Err(MemlockCheckError::MapCreate),
     }
 }
 
@@ -181,9 +181,33 @@ fn create_tiny_map_without_memlock() -> std::io::Result<()> {
     unsafe { sys::bpf_fd(Cmd::MapCreate, &mut attr) }.map(drop)
 }
 
+/// Why the memory accounting could not be tried.
+#[derive(Debug, thiserror::Error)]
+enum MemlockCheckError {
+    #[error("fork: {0}")]
+    Fork(#[source] std::io::Error),
+    #[error("the memory accounting check did not finish")]
+    Unfinished,
+    #[error("creating a BPF map failed")]
+    MapCreate,
+}
+
+/// This kernel charges BPF memory to RLIMIT_MEMLOCK, and raising the limit failed.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this kernel ({release}) charges BPF memory to RLIMIT_MEMLOCK and raising it failed \
+     ({source}): give gprobe CAP_SYS_RESOURCE (chart: --set agent.raiseMemlock=true) or raise \
+     the limit (ulimit -l unlimited)"
+)]
+pub struct MemlockError {
+    release: String,
+    #[source]
+    source: std::io::Error,
+}
+
 /// Raises RLIMIT_MEMLOCK where this kernel charges BPF memory to it, and only there.
-/// Returns why it could not (without CAP_SYS_RESOURCE the hard limit cannot be raised).
-pub fn raise_memlock_if_charged(k: &KernelFeatures) -> Result<(), String> {
+/// Fails without CAP_SYS_RESOURCE (the hard limit cannot be raised).
+pub fn raise_memlock_if_charged(k: &KernelFeatures) -> Result<(), MemlockError> {
     if *k.found(FeatureName::MemcgAccounting) != Found::Missing {
         return Ok(());
     }
@@ -195,11 +219,8 @@ pub fn raise_memlock_if_charged(k: &KernelFeatures) -> Result<(), String> {
     if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) } == 0 {
         return Ok(());
     }
-    Err(format!(
-        "this kernel ({}) charges BPF memory to RLIMIT_MEMLOCK and raising it failed ({}): \
-         give gprobe CAP_SYS_RESOURCE (chart: --set agent.raiseMemlock=true) or raise the limit \
-         (ulimit -l unlimited)",
-        k.release,
-        std::io::Error::last_os_error()
-    ))
+    Err(MemlockError {
+        release: k.release.clone(),
+        source: std::io::Error::last_os_error(),
+    })
 }

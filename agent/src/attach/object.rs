@@ -48,8 +48,8 @@ pub enum LoadError {
     #[error("{0}")]
     Kernel(String),
     /// BPF memory is charged to RLIMIT_MEMLOCK, which could not be raised.
-    #[error("{0}")]
-    Memlock(String),
+    #[error(transparent)]
+    Memlock(#[from] super::features::MemlockError),
 }
 
 fn map_err(map: &'static str) -> impl FnOnce(aya::maps::MapError) -> LoadError {
