@@ -277,19 +277,27 @@ impl Parser<'_> {
                 same => same,
             };
             match right {
-                Operand::Capture(r) if !is_literal(&r) => Some(format!("{r} {flipped} {left}")),
-                Operand::Duration => Some(format!("duration {flipped} {left}")),
+                Operand::Capture(r) if !is_literal(&r) => Some(format!(
+                    "{} {flipped} {}",
+                    shortened(&r),
+                    shortened(left)
+                )),
+                Operand::Duration => Some(format!("duration {flipped} {}", shortened(left))),
                 _ => None,
             }
         });
         self.pos = start;
         if op.is_none() {
             return self.error(&format!(
-                "`{left}` is a literal, not a condition on the call: write a term such as \
-                 `err != nil`, or leave `when` out to keep every call"
+                "`{}` is a literal, not a condition on the call: write a term such as \
+                 `err != nil`, or leave `when` out to keep every call",
+                shortened(left)
             ));
         }
-        let mut e = self.error(&format!("`{left}` is a literal: write the value first"));
+        let mut e = self.error(&format!(
+            "`{}` is a literal: write the value first",
+            shortened(left)
+        ));
         if let Some(s) = swapped {
             e.message.push_str(&format!(", as in `{s}`"));
         }
@@ -527,10 +535,11 @@ fn is_literal(text: &str) -> bool {
             .starts_with(|c: char| c.is_ascii_digit())
 }
 
-/// A term as a message quotes it: whole up to 120 characters, else its start.
+/// A term or value as a message quotes it: whole up to 60 characters, else its start (a
+/// message quotes at most two of them and the place, and stays short).
 fn shortened(text: &str) -> String {
-    if text.chars().count() <= 120 {
+    if text.chars().count() <= 60 {
         return text.to_string();
     }
-    format!("{}…", text.chars().take(119).collect::<String>())
+    format!("{}…", text.chars().take(59).collect::<String>())
 }
