@@ -42,12 +42,10 @@ static __always_inline __u32 clamp32(__u64 n)
 	return n > 0xffffffffULL ? 0xffffffffU : (__u32)n;
 }
 
-/* min(n, GP_MAX_STR), bounded on the very register returned: a C comparison may be made on
- * a 32-bit copy of it, whose bound verifiers before 6.8 do not carry over to the register
- * later passed as a size (6.1: "R2 unbounded memory access"). */
+/* min(n, GP_MAX_STR), bounded on the register returned (GP_AT_MOST). */
 static __always_inline __u64 cap_str_len(__u64 n)
 {
-	asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "i"(GP_MAX_STR));
+	GP_AT_MOST(n, GP_MAX_STR);
 	return n;
 }
 
@@ -386,11 +384,9 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 			flags |= GP_VAL_TRUNCATED;
 		v->full_len = clamp32(l);
 		__u32 size = c->size > 8 ? 8 : c->size;
-		__u32 bytes = n * size;
-		/* The compiler knows bytes <= 128 and drops the bound; the verifier needs it. */
-		asm volatile("" : "+r"(bytes));
-		if (bytes > GP_MAX_ELEMS * 8)
-			bytes = GP_MAX_ELEMS * 8;
+		__u64 bytes = n * size;
+		/* The compiler knows bytes <= 128 and would drop the bound; the verifier needs it. */
+		GP_AT_MOST(bytes, GP_MAX_ELEMS * 8);
 		if (bytes && bpf_probe_read_user(at(s, o), bytes, (void *)w[0]))
 			flags |= GP_VAL_FAULT;
 		else
@@ -420,23 +416,52 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 		__u32 nodes = 0;
 		len = error_value(s, c, o, w[0], w[1], &nodes);
 		v->full_len = nodes;
-	} else if (kind == GP_CAP_HEADER) {
-		/* A propagating entry searched this map already in this hit (propagate/spans.h). */
-		int r = s->hdr_map && s->hdr_map == w[0] ? (int)s->hdr_res
-							 : gp_header_lookup(s, w[0], c->size);
-		s->hdr_map = 0;
-		if (r < 0)
-			s->incomplete++; /* counted by the probe: its join may have been missed */
-		if (r == -2) {
-			flags |= GP_VAL_TRUNCATED; /* not searched: len 0 */
-		} else if (r < 0) {
-			flags |= GP_VAL_FAULT;
-		} else if (r == 1) {
-			v->full_len = clamp32(s->hdr[1]);
-			len = read_bytes(s, o, s->hdr[0], s->hdr[1], c->max_len, &flags);
-		}
 	} else {
 		flags |= GP_VAL_FAULT;
+	}
+	if (flags & GP_VAL_FAULT)
+		len = 0;
+	v->flags = flags;
+	v->len = len;
+	return sizeof(*v) + pad8(len);
+}
+
+/* A header capture (GP_CAP_HEADER, `Header["X"]`) at `off`, as gp_capture_value writes
+ * the others: a function of its own, called by the hit itself, because the frames of the
+ * map search (gomap.h) under gp_capture_value's would take more than the 512 bytes of
+ * stack a program's frames share before Linux 6.13. */
+__attribute__((noinline)) int gp_capture_header(struct scratch *s, const struct gp_capture *c,
+						__u32 off, __u32 i)
+{
+	if (!s || !c)
+		return 0;
+	off &= GP_DATA_MASK;
+	struct gp_value *v = (struct gp_value *)(s->buf + off);
+	__u64 w[2];
+	__u32 left = 0;
+	__u8 flags = cap_words(s->regs, c, w, &left);
+	v->cap = i;
+	v->full_len = 0;
+	v->len = 0;
+	if (flags) {
+		v->flags = flags;
+		v->full_len = left;
+		return sizeof(*v);
+	}
+	/* A propagating entry searched this map already in this hit (propagate/spans.h). */
+	int r = s->hdr_map && s->hdr_map == w[0] ? (int)s->hdr_res
+						 : gp_header_lookup(s, w[0], c->size);
+	s->hdr_map = 0;
+	__u32 len = 0;
+	if (r < 0)
+		s->incomplete++; /* counted by the probe: its join may have been missed */
+	if (r == -2) {
+		flags |= GP_VAL_TRUNCATED; /* not searched: len 0 */
+	} else if (r < 0) {
+		flags |= GP_VAL_FAULT;
+	} else if (r == 1) {
+		v->full_len = clamp32(s->hdr[1]);
+		len = read_bytes(s, off + sizeof(*v), s->hdr[0], s->hdr[1], c->max_len, &flags);
 	}
 	if (flags & GP_VAL_FAULT)
 		len = 0;

@@ -102,7 +102,8 @@ __attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 la
 			key = 8 + 16 * i;
 			elem = 8 + 128 + 24 * i;
 		}
-		__u64 kh[2], sl[2];
+		/* In the scratch map, not on the stack: see struct scratch's scan. */
+		__u64 *kh = s->scan, *sl = s->scan + 2, *kb = s->scan + 4;
 		if (bulk) {
 			kh[0] = *(__u64 *)(s->grp + (key & 0x1ff));
 			kh[1] = *(__u64 *)(s->grp + ((key + 8) & 0x1ff));
@@ -113,7 +114,8 @@ __attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 la
 		__u64 kptr = kh[0], klen = kh[1];
 		if (klen != 11)
 			continue;
-		__u64 kb[2] = { 0, 0 };
+		kb[0] = 0;
+		kb[1] = 0;
 		if (bpf_probe_read_user(kb, 11, (void *)kptr)) {
 			out |= GP_SCAN_UNREADABLE;
 			continue;

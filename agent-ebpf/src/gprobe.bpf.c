@@ -133,7 +133,9 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 		s->capoff[i & (GP_MAX_CAPTURES - 1)] = off;
 		if ((c->flags & GP_CAPF_PATH) || c->kind >= GP_CAP_IFACE) {
 			/* Field paths and Go's composite kinds: a function verified once. */
-			off = untracked(s, off + gp_capture_value(s, c, off, i));
+			int n = c->kind == GP_CAP_HEADER ? gp_capture_header(s, c, off, i)
+							 : gp_capture_value(s, c, off, i);
+			off = untracked(s, off + n);
 			continue;
 		}
 		struct gp_value *v = (struct gp_value *)(s->buf + off);
@@ -152,9 +154,8 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			 * max_len + 2, NUL included) is told from one of exactly max_len. */
 			__u64 ptr = 0;
 			long got = -1;
-			__u32 room = (__u32)c->max_len + 2;
-			if (room > GP_MAX_STR + 2)
-				room = GP_MAX_STR + 2;
+			__u64 room = (__u64)c->max_len + 2;
+			GP_AT_MOST(room, GP_MAX_STR + 2);
 			int e = read_word(s->regs, &c->loc[0], 8, &ptr);
 			if (!e && ptr)
 				got = bpf_probe_read_user_str(s->buf + off + sizeof(*v), room, (void *)ptr);
@@ -179,9 +180,8 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			if (read_word(s->regs, &c->loc[0], 8, &ptr) | read_word(s->regs, &c->loc[1], 8, &len))
 				flags |= GP_VAL_FAULT;
 			len = len_of(len, c->size, c->flags, &flags);
-			__u32 n = len > c->max_len ? c->max_len : (__u32)len;
-			if (n > GP_MAX_STR)
-				n = GP_MAX_STR;
+			__u64 n = len > c->max_len ? c->max_len : len;
+			GP_AT_MOST(n, GP_MAX_STR);
 			if (len > n)
 				flags |= GP_VAL_TRUNCATED;
 			v->full_len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
@@ -229,22 +229,16 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 
 #include "jcc.h"
 
-/* One hit, never two at once on a CPU (gprobe_uprobe, oncpu.h): it uses the per-CPU scratch
- * map and, on kernels that give it one, the per-CPU private stack. */
-static __noinline int gprobe_hit(struct x86_regs *r)
+/* What every hit does first: nothing on Go's stack-check jump; its cost counted against
+ * its process's budget; for a latency probe, whether its returns are taken off (in
+ * *no_returns). Returns 0 when the hit ends here. */
+static __always_inline int hit_start(struct x86_regs *r, const struct gp_probe_cfg *cfg,
+				     __u32 slot, __u32 *no_returns)
 {
-	__u64 cookie = bpf_get_attach_cookie(r);
-	__u32 handle = (__u32)cookie;
-	__u32 id = GP_CFG_SLOT(handle);
-	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
-	if (!cfg || cfg->kind == GP_PROBE_FREED)
-		return 0;
 	/* On Go's stack-check jump: taken, the stack grows and the function restarts, to come
 	 * here again with the jump not taken. That second hit is the call. */
 	if (cfg->jcc && jcc_taken(cfg->jcc - 1, r->flags))
 		return 0;
-	__u32 slot = cookie >> 32;
-	__u32 no_returns = 0;
 	if (slot) {
 		if (cfg->cost_ns) {
 			__u64 *spent = bpf_map_lookup_elem(&budget, &slot);
@@ -255,23 +249,61 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 		if (cfg->kind == GP_PROBE_ENTRY || cfg->kind == GP_PROBE_RETURN) {
 			__u32 *off = bpf_map_lookup_elem(&returns_off, &slot);
 			if (off)
-				no_returns = *off;
+				*no_returns = *off;
 		}
 	}
+	return 1;
+}
+
+/* gprobe's own probes of net/http's client (GP_PROBE_HTTP_OUT, _CONN, _DONE): a function
+ * the program calls itself, not gprobe_hit, because the header map search under
+ * http_request (gomap.h) with gprobe_hit's frame above it would take more than the 512
+ * bytes of stack a program's frames share before Linux 6.13. */
+static __noinline int gprobe_http(struct x86_regs *r)
+{
+	__u64 cookie = bpf_get_attach_cookie(r);
+	__u32 id = GP_CFG_SLOT((__u32)cookie);
+	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
+	__u32 no_returns = 0;
+	if (!cfg || cfg->kind < GP_PROBE_HTTP_OUT || cfg->kind == GP_PROBE_HTTP_WRITE ||
+	    cfg->kind == GP_PROBE_FREED || !hit_start(r, cfg, cookie >> 32, &no_returns))
+		return 0;
+	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
+	if (!st)
+		return 0;
+	st->hits++;
+	return http_request(r, cfg, st);
+}
+
+/* One hit, never two at once on a CPU (gprobe_uprobe, oncpu.h): it uses the per-CPU scratch
+ * map and, on kernels that give it one, the per-CPU private stack. */
+static __noinline int gprobe_hit(struct x86_regs *r)
+{
+	__u64 cookie = bpf_get_attach_cookie(r);
+	__u32 handle = (__u32)cookie;
+	__u32 id = GP_CFG_SLOT(handle);
+	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
+	/* Freed, or gprobe_http's (the configuration changed since the program looked). */
+	if (!cfg || cfg->kind >= GP_PROBE_HTTP_OUT)
+		return 0;
+	__u32 no_returns = 0;
+	if (!hit_start(r, cfg, cookie >> 32, &no_returns))
+		return 0;
 	if (cfg->kind == GP_PROBE_LOADER)
 		return loader_hit();
 	struct gp_stats *st = bpf_map_lookup_elem(&stats, &id);
 	if (!st)
 		return 0;
 	st->hits++;
-	if (cfg->kind >= GP_PROBE_HTTP_OUT && cfg->kind != GP_PROBE_HTTP_WRITE)
-		return http_request(r, cfg, st);
 
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	if (!s)
 		return 0;
-	struct hit h = {
+	/* The hit and its in-flight key live in the scratch map, not on the stack: on kernels
+	 * without a private stack (before 6.13) the frames of a hit must add up to 512 bytes. */
+	struct hit *h = &s->h;
+	*h = (struct hit){
 		.pid_tgid = bpf_get_current_pid_tgid(),
 		.now = bpf_ktime_get_ns(),
 		.id = handle,
@@ -280,17 +312,18 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 	};
 	/* Go pairs a call's entry and return by goroutine (runtime.g in R14); C functions by
 	 * thread, R14 being any value there. */
-	struct gp_inflight_key ik = {
-		.goroutine = (cfg->flags & GP_CFG_PAIR_BY_THREAD) ? (__u32)h.pid_tgid : r->r14,
-		.tgid = h.pid_tgid >> 32,
+	struct gp_inflight_key *ik = &s->ik;
+	*ik = (struct gp_inflight_key){
+		.goroutine = (cfg->flags & GP_CFG_PAIR_BY_THREAD) ? (__u32)h->pid_tgid : r->r14,
+		.tgid = h->pid_tgid >> 32,
 		.func_id = cfg->func_id,
 	};
-	h.goroutine = ik.goroutine;
+	h->goroutine = ik->goroutine;
 
 	if (cfg->kind == GP_PROBE_RETURN) {
 		if (no_returns)
 			return 0; /* taken off for their cost: see returns_off */
-		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+		struct gp_inflight *in = bpf_map_lookup_elem(&inflight, ik);
 		if (in && in->overflow > 0) {
 			/* The return of a call nested too deep to be recorded (counted at its entry). */
 			in->overflow--;
@@ -302,21 +335,21 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 			return 0;
 		}
 		__u64 entered;
-		h.call_id = inflight_pop(&ik, in, &entered, &h.fpre);
-		__u64 unrecorded = h.call_id & GP_CALL_UNRECORDED;
-		__u64 left = h.call_id & GP_CALL_FILTERED;
-		h.call_id &= ~(GP_CALL_UNRECORDED | GP_CALL_FILTERED);
-		h.duration = h.now - entered;
-		h.kind = GP_EV_RETURN;
-		if (h.call_id && (cfg->flags & GP_CFG_PROPAGATE))
-			span_exit(ik.tgid, ik.goroutine, h.call_id);
-		if (h.call_id && (cfg->flags & GP_CFG_NEWPROC))
-			span_spawned(s, h.pid_tgid, r->ax);
+		h->call_id = inflight_pop(ik, in, &entered, &h->fpre);
+		__u64 unrecorded = h->call_id & GP_CALL_UNRECORDED;
+		__u64 left = h->call_id & GP_CALL_FILTERED;
+		h->call_id &= ~(GP_CALL_UNRECORDED | GP_CALL_FILTERED);
+		h->duration = h->now - entered;
+		h->kind = GP_EV_RETURN;
+		if (h->call_id && (cfg->flags & GP_CFG_PROPAGATE))
+			span_exit(ik->tgid, ik->goroutine, h->call_id);
+		if (h->call_id && (cfg->flags & GP_CFG_NEWPROC))
+			span_spawned(s, h->pid_tgid, r->ax);
 		if (unrecorded) {
 			/* Counted at its entry (filtered, throttled or lost); a call its `when:`
 			 * left out still has its duration counted. */
 			if (left)
-				count_left_out(id, h.duration);
+				count_left_out(id, h->duration);
 			return 0;
 		}
 	} else {
@@ -327,15 +360,15 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 		}
 		/* With a `when:`, the limit applies to the calls it keeps (emit_any). */
 		if (cfg->rate_limit && !(cfg->flags & GP_CFG_FILTER) &&
-		    over_rate(id, cfg->rate_limit, h.now)) {
+		    over_rate(id, cfg->rate_limit, h->now)) {
 			st->throttled++;
 			if (cfg->kind == GP_PROBE_ENTRY && !no_returns)
-				inflight_skip(&ik);
+				inflight_skip(ik);
 			return 0;
 		}
 		/* With its returns taken off, an entry records the whole call (GP_EV_CALL). */
 		if (cfg->kind == GP_PROBE_ENTRY && !no_returns) {
-			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, &ik);
+			struct gp_inflight *in = bpf_map_lookup_elem(&inflight, ik);
 			if (in && in->depth >= GP_MAX_DEPTH) {
 				/* Deeper than the pairing stack: counted, not recorded, and its return
 				 * skipped so the outer calls still pair exactly. */
@@ -345,24 +378,24 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 			}
 			s->nested = in != NULL;
 			s->seq++;
-			h.call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
-			h.kind = GP_EV_ENTRY;
+			h->call_id = (s->seq << 10) | (bpf_get_smp_processor_id() & 0x3ff);
+			h->kind = GP_EV_ENTRY;
 			if (cfg->flags & GP_CFG_PROPAGATE)
-				span_enter(r, cfg, s, ik.tgid, ik.goroutine, h.call_id);
+				span_enter(r, cfg, s, ik->tgid, ik->goroutine, h->call_id);
 			if (cfg->flags & GP_CFG_NEWPROC)
-				spawn_enter(r, h.pid_tgid);
+				spawn_enter(r, h->pid_tgid);
 		}
 	}
 
 	if (s->lost)
-		h.kind |= GP_EV_AFTER_LOSS;
+		h->kind |= GP_EV_AFTER_LOSS;
 	int err;
 	if (cfg->flags & GP_CFG_WORDS)
-		err = emit_words_n(r, cfg, &h, cfg->n_captures, s);
+		err = emit_words_n(r, cfg, h, cfg->n_captures, s);
 	else if (cfg->flags & GP_CFG_ONE_BYTES)
-		err = emit_one_bytes(r, cfg, &h, s);
+		err = emit_one_bytes(r, cfg, h, s);
 	else
-		err = emit_any(r, cfg, &h, s);
+		err = emit_any(r, cfg, h, s);
 	if (s->incomplete) {
 		st->incomplete += s->incomplete;
 		s->incomplete = 0;
@@ -380,21 +413,21 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 			st->undecided++;
 		/* Its return pops its place and records nothing (but the duration of a call
 		 * left out by its `when:`). */
-		h.call_id |= GP_CALL_UNRECORDED | (err == EMIT_FILTERED ? GP_CALL_FILTERED : 0);
+		h->call_id |= GP_CALL_UNRECORDED | (err == EMIT_FILTERED ? GP_CALL_FILTERED : 0);
 	} else if (err) {
 		st->lost++;
 		s->lost = 1;
 		/* An entry whose record was lost still holds its place for its return. */
-		h.call_id |= GP_CALL_UNRECORDED;
+		h->call_id |= GP_CALL_UNRECORDED;
 	} else {
 		s->lost = 0;
 		st->emitted++;
-		if (h.drop == EMIT_FILTERED) {
+		if (h->drop == EMIT_FILTERED) {
 			st->filtered++;
-			count_left_out(id, h.duration);
-		} else if (h.drop == EMIT_THROTTLED) {
+			count_left_out(id, h->duration);
+		} else if (h->drop == EMIT_THROTTLED) {
 			st->throttled++;
-		} else if (h.drop == EMIT_UNDECIDED) {
+		} else if (h->drop == EMIT_UNDECIDED) {
 			st->undecided++;
 		}
 	}
@@ -406,8 +439,8 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 		/* Remembered for the return: pushed on the in-flight stack of this goroutine and
 		 * function if the entry found one (a nested call), else on a new one. Either way
 		 * is right whatever s->nested says; it only picks the cheaper order. */
-		struct gp_inflight *in = s->nested ? bpf_map_lookup_elem(&inflight, &ik) : NULL;
-		inflight_push(s, &ik, in, h.now, h.call_id, h.fbits);
+		struct gp_inflight *in = s->nested ? bpf_map_lookup_elem(&inflight, ik) : NULL;
+		inflight_push(s, ik, in, h->now, h->call_id, h->fbits);
 	}
 	return 0;
 }
@@ -417,7 +450,7 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 SEC("uprobe")
 int gprobe_uprobe(struct x86_regs *r)
 {
-	GP_ONE_PER_CPU(r, gprobe_hit(r));
+	GP_ONE_PER_CPU(r, oncpu_is_http(r, &c->lv[0]) ? gprobe_http(r) : gprobe_hit(r));
 }
 
 #include "propagate/propagate.h"

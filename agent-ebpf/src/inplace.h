@@ -71,9 +71,12 @@ static __always_inline int emit_bytes(const struct x86_regs *r, const struct hit
 	if (!e)
 		return -1;
 	struct gp_value *v = (struct gp_value *)(e + 1);
-	if (n > size - GP_BYTES_REC(0)) /* the caller chose size >= GP_BYTES_REC(n) */
-		n = size - GP_BYTES_REC(0);
-	if (n && bpf_probe_read_user(v + 1, n, (void *)ptr)) {
+	/* The caller chose size >= GP_BYTES_REC(n); bounded again on the register passed (a
+	 * 32-bit copy of n kept on the stack loses its bound in verifiers before 6.x). */
+	__u64 m = n;
+	GP_AT_MOST(m, size - GP_BYTES_REC(0));
+	n = m;
+	if (m && bpf_probe_read_user(v + 1, m, (void *)ptr)) {
 		flags |= GP_VAL_FAULT;
 		n = 0;
 	}

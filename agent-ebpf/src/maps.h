@@ -111,6 +111,21 @@ struct {
 	__type(value, struct gp_durations);
 } left_out SEC(".maps");
 
+/* What every record of one hit carries in its header. */
+struct hit {
+	__u64 now;
+	__u64 call_id;
+	__u64 duration;
+	__u64 pid_tgid;
+	__u64 goroutine; /* or the thread id, for configurations that pair by thread */
+	__u32 id;
+	__u16 kind;
+	__u32 fpre;  /* a RETURN's `when:` terms decided at its entry (gp_inflight.fbits) */
+	__u32 fbits; /* an ENTRY's `when:` terms decided here, for its return */
+	__u32 drop;  /* EMIT_FILTERED, EMIT_THROTTLED or EMIT_UNDECIDED: why it was left out */
+	__u32 whole; /* an entry that records the whole call (its returns are off) */
+};
+
 struct scratch {
 	__u64 seq;
 	__u64 unwoken; /* bytes written since the last forced wake-up, on this CPU */
@@ -121,6 +136,8 @@ struct scratch {
 	__u64 regs[16];
 	__u64 hdr[2]; /* gomap.h: the string header of the header value found */
 	__u64 ovf;    /* gomap.h: the overflow bucket after the one searched */
+	__u64 scan[6]; /* gomap.h: a slot's key header, value header and key bytes: kept off the
+			* stack, whose frames must add up to 512 bytes before Linux 6.13 */
 	__u64 walk[14]; /* gomap.h: the search in progress (struct gp_walk), in map memory
 			 * whose contents the verifier does not track: its counters then do
 			 * not make each visit of bpf_loop's callback a state of its own */
@@ -141,6 +158,9 @@ struct scratch {
 	struct gp_filter_state fst;    /* when.h: its evaluation */
 	__u32 fout;                    /* when.h: the captures the record keeps (n_out) */
 	struct gp_inflight fresh_in;   /* gprobe.bpf.c: a new in-flight stack, being made */
+	struct hit h;                  /* gprobe.bpf.c: the hit under way */
+	struct gp_inflight_key ik;     /* gprobe.bpf.c: its in-flight key */
+	struct gp_out out;             /* propagate/spans.h: the request http_out remembers */
 	__u8 buf[GP_SCRATCH];
 	/* Never part of a record: lets the verifier accept writes at masked offsets below
 	 * GP_SCRATCH of up to one string's bytes (captures.h). */

@@ -114,6 +114,16 @@ static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level
 		bpf_map_delete_elem(&inflight, &l->ik);
 }
 
+/* Whether a hit is of one of gprobe's own probes of net/http's client (gprobe_http), read
+ * with its key in the global, as the program takes no stack. */
+static __always_inline int oncpu_is_http(struct x86_regs *r, struct gp_oncpu_level *l)
+{
+	l->id = GP_CFG_SLOT((__u32)bpf_get_attach_cookie(r));
+	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &l->id);
+	return cfg && (cfg->kind == GP_PROBE_HTTP_OUT || cfg->kind == GP_PROBE_HTTP_CONN ||
+		       cfg->kind == GP_PROBE_HTTP_DONE);
+}
+
 /* The body of an uprobe program: runs HIT (a call of a __noinline function taking the
  * context) when no other run is under way on this CPU, else counts the hit lost. */
 #define GP_ONE_PER_CPU(ctx, HIT)                                                                   \

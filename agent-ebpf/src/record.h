@@ -9,21 +9,6 @@
 #include "maps.h"
 #include "regs.h"
 
-/* What every record of one hit carries in its header. */
-struct hit {
-	__u64 now;
-	__u64 call_id;
-	__u64 duration;
-	__u64 pid_tgid;
-	__u64 goroutine; /* or the thread id, for configurations that pair by thread */
-	__u32 id;
-	__u16 kind;
-	__u32 fpre;  /* a RETURN's `when:` terms decided at its entry (gp_inflight.fbits) */
-	__u32 fbits; /* an ENTRY's `when:` terms decided here, for its return */
-	__u32 drop;  /* EMIT_FILTERED, EMIT_THROTTLED or EMIT_UNDECIDED: why it was left out */
-	__u32 whole; /* an entry that records the whole call (its returns are off) */
-};
-
 static __always_inline void fill_header(struct gp_event *e, const struct hit *h,
 					const struct x86_regs *r, __u16 data_len)
 {

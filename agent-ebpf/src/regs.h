@@ -14,6 +14,12 @@ struct x86_regs {
 	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
 
+/* n = min(n, max) (n a __u64; max a constant, or a value the verifier knows), bounded on the very register used next: a C
+ * comparison may be made on a copy of n, whose bound the verifiers before 6.8 do not carry
+ * over to the register later passed as a size (6.1: "R2 unbounded memory access", "invalid
+ * indirect access to stack ... size=255"). */
+#define GP_AT_MOST(n, max) asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "ri"((__u64)(max)))
+
 /* A general-purpose register by x86 encoding, read straight from pt_regs: one constant-
  * offset load per case. The verifier rejects pt_regs loads at computed offsets, and clang
  * would merge the cases into one such load: the empty asm keeps each load in its case. */
@@ -71,11 +77,12 @@ static __always_inline void save_regs(__u64 *regs, const struct x86_regs *r)
 
 /* The bytes a memory location's read takes: `size` (1..8; 0 = 8). Exactly that many, so a
  * one-byte USDT operand at the end of a mapping still reads; the decoder masks the rest. */
-static __always_inline __u32 mem_size(__u8 size)
+static __always_inline __u64 mem_size(__u8 size)
 {
-	return (size == 0 || size > 8) ? 8 : size;
+	__u64 n = size ? size : 8;
+	GP_AT_MOST(n, 8);
+	return n;
 }
-
 static __always_inline int read_word(const __u64 *regs, const struct gp_loc *l, __u8 size,
 				     __u64 *out)
 {
@@ -103,7 +110,7 @@ static __always_inline int read_word_direct(const struct x86_regs *r, const stru
 		*out = reg_of(r, l->reg);
 		return 0;
 	case GP_LOC_MEM: {
-		__u32 n = mem_size(size);
+		__u64 n = mem_size(size);
 		if (n == 8)
 			return bpf_probe_read_user(out, 8, (void *)(reg_of(r, l->reg) + (long)l->off));
 		*out = 0;

@@ -297,15 +297,17 @@ static __always_inline int http_out(struct x86_regs *r, const struct gp_probe_cf
 	 * not this request's. */
 	bpf_map_delete_elem(&requests, k);
 	struct gp_span_ctx *sc = bpf_map_lookup_elem(&spanctx, k);
-	struct gp_out out = {};
-	__u32 unsampled = 0;
-	if (!span_current(sc, k->tgid, out.trace, &out.span, &unsampled))
-		return 0; /* no propagating span open: nothing to carry */
-	out.flags = unsampled ? GP_SPAN_UNSAMPLED : 0;
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
 	if (!s)
 		return 0;
+	/* In the scratch map, not on the stack: see struct scratch's out. */
+	struct gp_out *out = &s->out;
+	*out = (struct gp_out){};
+	__u32 unsampled = 0;
+	if (!span_current(sc, k->tgid, out->trace, &out->span, &unsampled))
+		return 0; /* no propagating span open: nothing to carry */
+	out->flags = unsampled ? GP_SPAN_UNSAMPLED : 0;
 	const struct gp_capture *c = &cfg->caps[0];
 	if (c->kind != GP_CAP_HEADER)
 		return 0;
@@ -324,8 +326,8 @@ static __always_inline int http_out(struct x86_regs *r, const struct gp_probe_cf
 			st->incomplete++;
 		return 0;
 	}
-	out.map = w[0];
-	if (bpf_map_update_elem(&requests, k, &out, BPF_ANY)) {
+	out->map = w[0];
+	if (bpf_map_update_elem(&requests, k, out, BPF_ANY)) {
 		st->lost++;
 		return 0;
 	}
