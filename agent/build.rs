@@ -230,12 +230,14 @@ fn main() -> Result<()> {
             run scripts/setup.sh)"
         );
     }
-    // The uprobe programs (loaded by aya), the process hooks (loaded by attach/hooks.rs) in
+    // The uprobe programs (loaded by aya) in two builds: with bpf_loop (5.17+), and without
+    // it for older kernels (gprobe_noloop: Go maps not searched), the process hooks (loaded by attach/hooks.rs) in
     // two builds: with kfuncs (6.13+), and without them for older kernels (procs_compat:
     // holds released by the guardian process, forks not held), and the filter evaluator's
     // test program (attach/filter_run.rs).
     let objects = [
         ("gprobe", "gprobe", None),
+        ("gprobe", "gprobe_noloop", Some("-DGP_NO_BPF_LOOP")),
         ("procs", "procs", None),
         ("procs", "procs_compat", Some("-DGP_NO_KFUNCS")),
         ("filter_test", "filter_test", None),

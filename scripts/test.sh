@@ -49,6 +49,9 @@ step "no lines over 120 characters" python3 scripts/check_lines.py
 # run `cargo build -p gprobe-agent`, whose features differ from the whole workspace's build.
 export GPROBE_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/gprobe"
 step "cargo test" cargo test --workspace --locked --no-fail-fast
+# Every call chain of the BPF programs as built within the 512 bytes of stack that kernels
+# before 6.13 give it (this machine's kernel would load a deeper one).
+step "BPF call chains within 512 bytes of stack" python3 scripts/bpf_stack.py
 # gprobe on Debian's 5.10, 6.1, 6.12 and newest kernels, each booted under QEMU, and on
 # this machine's (scripts/vm.sh): the table check x kernel (README, "Kernel matrix").
 step "kernel matrix" scripts/vm.sh matrix

@@ -1,11 +1,11 @@
 /* One run of gprobe's uprobe programs at a time on each CPU.
  *
- * Since Linux 6.13 the JIT gives programs of the kprobe type (uprobes included) whose
- * frames take 64 bytes or more a private stack, one per CPU (kernel/bpf/verifier.c,
- * bpf_enable_priv_stack: PRIV_STACK_ADAPTIVE); gprobe's program needs it (its frames add
- * up to more than the 512 bytes of a task's BPF stack). Its per-CPU scratch map is shared
- * the same way. Both are safe only while nothing else runs the program on that CPU before
- * it ends, and programs of uprobe_multi links run with migration off but preemption on
+ * gprobe's program keeps its state in a per-CPU scratch map (its frames then add up to
+ * less than the 512 bytes every kernel gives a chain: scripts/bpf_stack.py checks it), and
+ * since Linux 6.13 the JIT gives programs of the kprobe type (uprobes included) whose
+ * frames take 64 bytes or more a private stack, one per CPU too (kernel/bpf/verifier.c,
+ * bpf_enable_priv_stack: PRIV_STACK_ADAPTIVE). Both are safe only while nothing else runs
+ * the program on that CPU before it ends, and programs of uprobe_multi links run with migration off but preemption on
  * (kernel/trace/bpf_trace.c, uprobe_prog_run): on a preemptible kernel (Debian's 7.x:
  * "full (lazy)") a thread preempted inside the program and another thread hitting a probe
  * on that CPU overwrote each other's locals (records with the other hit's thread, kind or

@@ -14,11 +14,12 @@ struct x86_regs {
 	unsigned long ax, cx, dx, si, di, orig_ax, ip, cs, flags, sp, ss;
 };
 
-/* n = min(n, max) (n a __u64; max a constant, or a value the verifier knows), bounded on the very register used next: a C
- * comparison may be made on a copy of n, whose bound the verifiers before 6.8 do not carry
- * over to the register later passed as a size (6.1: "R2 unbounded memory access", "invalid
- * indirect access to stack ... size=255"). */
-#define GP_AT_MOST(n, max) asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "ri"((__u64)(max)))
+/* n = min(n, max) (n a __u64; max a constant, or a value the verifier knows), bounded on
+ * the very register used next: a C comparison may be made on a copy of n, whose bound the
+ * verifiers before 6.8 do not carry over to the register later passed as a size (6.1: "R2
+ * unbounded memory access", "invalid indirect access to stack ... size=255"). */
+#define GP_AT_MOST(n, max)                                                                         \
+	asm volatile("if %0 <= %1 goto +1; %0 = %1" : "+r"(n) : "ri"((__u64)(max)))
 
 /* A general-purpose register by x86 encoding, read straight from pt_regs: one constant-
  * offset load per case. The verifier rejects pt_regs loads at computed offsets, and clang

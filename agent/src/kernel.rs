@@ -41,7 +41,16 @@ const FEATURES: [(FeatureName, &str, &str, Need); 10] = [
     (FeatureName::Ringbuf, "ringbuf", "Linux 5.8", Need::Required),
     (FeatureName::BpfCookie, "bpf_cookie", "Linux 5.15", Need::Required),
     (FeatureName::PerfLink, "perf_link", "Linux 5.15", Need::Required),
-    (FeatureName::BpfLoop, "bpf_loop", "Linux 5.17", Need::Required),
+    (
+        FeatureName::BpfLoop,
+        "bpf_loop",
+        "Linux 5.17",
+        Need::Optional(
+            "Go maps are not searched: `Header[...]` captures are recorded empty and \
+             truncated, a handler does not join its caller's trace (propagate: its spans \
+             start a trace), and no traceparent is written into requests",
+        ),
+    ),
     (
         FeatureName::UprobeMulti,
         "uprobe_multi",
@@ -179,7 +188,7 @@ impl KernelFeatures {
         (!missing.is_empty()).then(|| {
             format!(
                 "this kernel ({}) lacks what gprobe's uprobe programs need: {}; gprobe traces \
-                 on Linux 6.13 and later (README: Kernels)",
+                 on kernels that have them, Linux 5.15 and later (README: Kernels)",
                 self.release,
                 missing.join(", ")
             )
@@ -281,13 +290,19 @@ mod tests {
 
     #[test]
     fn a_missing_required_feature_blocks_tracing_and_names_what_is_needed() {
-        let k = with(&[FeatureName::BpfCookie, FeatureName::BpfLoop]);
+        let k = with(&[
+            FeatureName::BpfCookie,
+            FeatureName::PerfLink,
+            FeatureName::BpfLoop,
+        ]);
         let b = k.blocker().unwrap();
         assert!(
-            b.contains("bpf_cookie (Linux 5.15), bpf_loop (Linux 5.17)"),
+            b.contains("bpf_cookie (Linux 5.15), perf_link (Linux 5.15);"),
             "{b}"
         );
+        assert!(!b.contains("bpf_loop"), "bpf_loop is not needed: {b}");
         assert!(b.starts_with("this kernel (6.1.0-56-amd64) lacks"), "{b}");
+        assert!(with(&[FeatureName::BpfLoop]).blocker().is_none());
     }
 
     #[test]

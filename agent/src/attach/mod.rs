@@ -40,7 +40,7 @@ use detach::DetachPool;
 pub use error::MapError;
 use multi::MultiProgram;
 pub use object::LoadError;
-use object::{take, trace_map_err, BPF_OBJECT, UPROBE_PROG};
+use object::{take, trace_map_err, uprobe_object, UPROBE_PROG};
 use object::{PROPAGATE_DRY_PROG, PROPAGATE_PROG};
 pub use slots::Link;
 use slots::Slots;
@@ -131,10 +131,11 @@ impl BpfTracer {
             tracing::warn!("{why}");
         }
         let wakeup = opts.wakeup_bytes;
+        let bpf_object = uprobe_object(kernel);
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("events", opts.ring_buffer_bytes)
             .override_global("wakeup_bytes", &wakeup, true)
-            .load(BPF_OBJECT)
+            .load(bpf_object)
             .map_err(|e| match memlock {
                 Err(why) => LoadError::Memlock(why),
                 Ok(()) => LoadError::Load(Box::new(e)),
@@ -168,7 +169,7 @@ impl BpfTracer {
             program: UPROBE_PROG,
             source: Box::new(e),
         })?;
-        let multi = match MultiProgram::load(BPF_OBJECT, &ebpf, UPROBE_PROG) {
+        let multi = match MultiProgram::load(bpf_object, &ebpf, UPROBE_PROG) {
             Ok(_) if !kernel.has(FeatureName::UprobeMulti) => None,
             Ok(m) => Some(m),
             Err(e) => {

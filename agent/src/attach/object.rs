@@ -5,12 +5,27 @@
 use super::error::MapError;
 use super::hooks;
 use crate::engine::TraceError;
+use crate::kernel::{FeatureName, KernelFeatures};
 use aya::Ebpf;
 use thiserror::Error;
 
 /// The uprobe object: gprobe_uprobe and the header writer (gprobe.bpf.c).
-pub(super) static BPF_OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
+static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe.bpf.o"));
+
+/// The same built without bpf_loop (GP_NO_BPF_LOOP), for kernels before 5.17: the verifier
+/// refuses a program that calls a helper the kernel does not have, and without it Go maps
+/// (`Header[...]` captures, the trace context's headers) are not searched.
+static BPF_NOLOOP_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe_noloop.bpf.o"));
+
+/// The uprobe object this kernel can load.
+pub(super) fn uprobe_object(kernel: &KernelFeatures) -> &'static [u8] {
+    if kernel.has(FeatureName::BpfLoop) {
+        BPF_OBJECT
+    } else {
+        BPF_NOLOOP_OBJECT
+    }
+}
 
 pub(super) const UPROBE_PROG: &str = "gprobe_uprobe";
 pub(super) const PROPAGATE_PROG: &str = "gprobe_propagate";

@@ -11,7 +11,7 @@
 //! when a hit costs under a third of the `cmp`'s: the two differ about fivefold to tenfold.
 
 use super::multi::MultiProgram;
-use super::object::{BPF_OBJECT, UPROBE_PROG};
+use super::object::{uprobe_object, UPROBE_PROG};
 use super::perf::{self, ProbePoint};
 use super::slots::Link;
 use crate::resolve::sites::KernelSites;
@@ -185,15 +185,16 @@ pub fn measure<G>(
 /// (`gprobe symbols --verbose`).
 pub fn measure_sites() -> Result<KernelSites, SelfTestError> {
     let load = |e: Box<dyn std::error::Error + Send + Sync>| SelfTestError::Load(e);
+    let bpf_object = uprobe_object(super::features::probe());
     let mut ebpf = EbpfLoader::new()
-        .load(BPF_OBJECT)
+        .load(bpf_object)
         .map_err(|e| load(e.into()))?;
     let up: &mut UProbe = ebpf
         .program_mut(UPROBE_PROG)
         .and_then(|p| p.try_into().ok())
         .expect("BPF object has its uprobe program");
     up.load().map_err(|e| load(e.into()))?;
-    let multi = MultiProgram::load(BPF_OBJECT, &ebpf, UPROBE_PROG).ok();
+    let multi = MultiProgram::load(bpf_object, &ebpf, UPROBE_PROG).ok();
     let up: &UProbe = ebpf
         .program(UPROBE_PROG)
         .and_then(|p| p.try_into().ok())

@@ -277,11 +277,9 @@ impl Parser<'_> {
                 same => same,
             };
             match right {
-                Operand::Capture(r) if !is_literal(&r) => Some(format!(
-                    "{} {flipped} {}",
-                    shortened(&r),
-                    shortened(left)
-                )),
+                Operand::Capture(r) if !is_literal(&r) => {
+                    Some(format!("{} {flipped} {}", shortened(&r), shortened(left)))
+                }
                 Operand::Duration => Some(format!("duration {flipped} {}", shortened(left))),
                 _ => None,
             }

@@ -261,3 +261,66 @@ fn requests_sharing_one_header_each_carry_their_own_span() {
         }
     }
 }
+
+/// Kernels without bpf_loop (before 5.17) get the uprobe program built without it, here by
+/// turning it off: gprobe says what that costs, traces every call, and a handler whose
+/// request carries a traceparent does not join its trace (its header map is not searched),
+/// counted as `join_incomplete`, never joined wrong.
+#[test]
+fn without_bpf_loop_a_handler_does_not_join_and_it_is_counted() {
+    let _serial = serial();
+    require_trace("without_bpf_loop_a_handler_does_not_join_and_it_is_counted");
+    let bin = program("e2e/testdata/services", GoVersion::Go127, false);
+    let spec = SpecBuilder::new("noloop")
+        .executable(&bin)
+        .events_per_second(0)
+        .probe(
+            ProbeBuilder::new("main.backHandler")
+                .capture(["r.URL.RawQuery"])
+                .latency(),
+        )
+        .yaml();
+    let g = Gprobe::cmd(&spec)
+        .env("GPROBE_DISABLE_FEATURES", "bpf_loop")
+        .summary_file()
+        .start();
+    g.wait_ready();
+    let dir = gprobe_e2e::harness::build_dir();
+    let back = Service::start(&bin, &["-role", "back"], dir.join("noloop-back.log"));
+    attached(&g, &back, 1);
+    let args = ["-role", "headers", "-backend", &back.url(), "-headers", "5"];
+    let out = run_program(&bin, &[&args[..], &["-n", "4", "-first", "1"]].concat());
+    let sent = program_lines(&out, "sent ");
+    drop(back);
+    let run = g.stop();
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("bpf_loop missing: Go maps are not searched"),
+        "gprobe says what the kernel lacks: {}",
+        run.stderr
+    );
+    let records = run.records_of("main.backHandler");
+    assert_eq!(sent.len(), 4);
+    assert_eq!(records.len(), 4, "every call recorded: {records:?}");
+    for line in &sent {
+        let (trace, _) = ctx(&line["traceparent"]).unwrap();
+        let q = format!("id={}", line["id"]);
+        let r = records
+            .iter()
+            .find(|r| r["args"]["r.URL.RawQuery"] == q.as_str())
+            .unwrap_or_else(|| panic!("no record of {q}"));
+        assert_eq!(id(r, "parent_span_id"), None, "{r} is a root");
+        assert_ne!(id(r, "trace_id"), Some(trace), "{r} did not join");
+    }
+    let summary = run.summary_json();
+    assert_eq!(summary["probes"][0]["join_incomplete"], 4, "{summary}");
+    let missing: Vec<_> = summary["kernel"]["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f[1]["state"] == "missing")
+        .map(|f| f[0].as_str().unwrap().to_string())
+        .collect();
+    assert!(missing.contains(&"bpf_loop".to_string()), "{summary}");
+}
