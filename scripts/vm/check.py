@@ -301,6 +301,13 @@ def check_j(run):
     if status != "200":
         code = re.search(r"HTTP/1\.1 (\d+)", status)
         said = f"answered {code.group(1)}" if code else "never answered"
+        # A kernel gprobe cannot trace on: the agent must stay up (no crash loop), not
+        # ready, saying why, and end cleanly when stopped.
+        err = run.text("agent.err")
+        why = re.search(r"lacks what gprobe's uprobe programs need: [^;]*", err)
+        if (said == "answered 503" and why and "the agent stays up, not ready" in err
+                and run.rc("agent") == 0):
+            return f"503, up and not ready: {why.group(0)[:80]}"
         raise Fail(f"/readyz {said}: {run.last_error('agent')}")
     one = " ".join(body.split())[:90]
     if "kernel" not in body.lower():

@@ -204,7 +204,8 @@ scenario_kill() {
 }
 
 # j: the agent with --spec-dir reports Ready on /readyz, with the kernel's reasons. It is
-# ready once the container runtime answers: a private containerd (CRI only, no pods).
+# ready once the container runtime answers: a private containerd (CRI only, no pods). On a
+# kernel gprobe cannot trace on, it stays up and /readyz answers 503 with the reason.
 scenario_agent() {
 	c=$T/containerd
 	mkdir -p "$T/specs" "$c/root" "$c/state"
@@ -242,6 +243,8 @@ TOML
 			break
 		fi
 		kill -0 "$ap" 2>/dev/null || break
+		# A kernel gprobe cannot trace on: the agent stays up, never ready, and says why.
+		grep -q "the agent stays up, not ready" "$O/agent.err" && break
 		i=$((i + 1))
 		sleep 0.2
 	done

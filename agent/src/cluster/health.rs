@@ -12,6 +12,9 @@ struct State {
     attached: AtomicUsize,
     /// What the kernel lacks and what that costs, said after "ok" on /readyz.
     detail: Mutex<String>,
+    /// Why gprobe cannot trace on this node at all (a kernel without what its programs
+    /// need): /readyz says it, and never answers ready.
+    unable: Mutex<Option<String>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -29,6 +32,12 @@ impl Health {
         *d = lines.iter().map(|l| format!("{l}\n")).collect();
     }
 
+    /// gprobe cannot trace on this node: the agent stays up (no crash loop) and /readyz
+    /// answers 503 with the reason.
+    pub fn set_unable(&self, why: &str) {
+        *self.0.unable.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
+    }
+
     pub fn set_attached(&self, n: usize) {
         self.0.attached.store(n, Ordering::Relaxed);
     }
@@ -40,9 +49,21 @@ impl Handler for State {
     }
 
     fn respond(&self, path: &str) -> Response {
-        let ready = self.ready.load(Ordering::Relaxed);
+        let unable = self
+            .unable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let ready = self.ready.load(Ordering::Relaxed) && unable.is_none();
         match path {
             "/healthz" => Response::text(200, "ok\n"),
+            "/readyz" if unable.is_some() => Response::text(
+                503,
+                format!(
+                    "gprobe cannot trace on this node: {}\n",
+                    unable.unwrap_or_default()
+                ),
+            ),
             "/readyz" if ready => {
                 let detail = self.detail.lock().unwrap_or_else(|e| e.into_inner());
                 Response::text(200, format!("ok\n{detail}"))
@@ -54,7 +75,8 @@ impl Handler for State {
                 body: format!(
                     "# HELP gprobe_agent_links_attached Probe links attached on this node.\n# \
                     TYPE gprobe_agent_links_attached gauge\ngprobe_agent_links_attached {}\n# \
-                        HELP gprobe_agent_ready Whether the container runtime answers.\n# TYPE \
+                        HELP gprobe_agent_ready Whether the agent traces (the container \
+                            runtime answers, the kernel has what gprobe needs).\n# TYPE \
                             gprobe_agent_ready gauge\ngprobe_agent_ready {}\n",
                     self.attached.load(Ordering::Relaxed),
                     u8::from(ready)
@@ -95,6 +117,20 @@ mod tests {
             h.0.respond("/readyz").body,
             "ok\nkernel 6.1.0: task_kfuncs missing: x\n"
         );
+        h.set_unable("this kernel (5.10.0-32-amd64) lacks what gprobe's uprobe programs need");
+        let r = h.0.respond("/readyz");
+        assert_eq!(r.code, 503, "never ready where gprobe cannot trace");
+        assert_eq!(
+            r.body,
+            "gprobe cannot trace on this node: this kernel (5.10.0-32-amd64) lacks what \
+             gprobe's uprobe programs need\n"
+        );
+        assert!(h
+            .0
+            .respond("/metrics")
+            .body
+            .contains("gprobe_agent_ready 0"));
+        assert_eq!(h.0.respond("/healthz").code, 200, "alive: no restart helps");
         let m = h.0.respond("/metrics");
         assert!(
             m.body.contains("gprobe_agent_links_attached 3"),

@@ -8,6 +8,7 @@ pub mod health;
 mod specs;
 pub mod status;
 
+use crate::attach::LoadError;
 use crate::discover::cri::{CriClient, CriError};
 use crate::engine::driver::{Input, SpecEvent};
 use crate::engine::Mode;
@@ -181,14 +182,26 @@ pub async fn run(
     let mode = Mode::Cluster {
         node: opts.node_name.clone(),
     };
-    let (pipeline, _) = Pipeline::start(&opts.pipeline, mode, Vec::new(), out)?;
     let health = health::Health::default();
+    if let Some(addr) = opts.health_addr {
+        tokio::spawn(health::serve(addr, health.clone()));
+    }
+    let pipeline = match Pipeline::start(&opts.pipeline, mode, Vec::new(), out) {
+        Ok((pipeline, _)) => pipeline,
+        Err(PipelineError::Load(LoadError::Kernel(why))) => {
+            // A DaemonSet's pod on a node whose kernel gprobe cannot trace on: restarting
+            // would not help, so it stays up, not ready, and says why (log, /readyz).
+            tracing::error!("{why}; the agent stays up, not ready, until it is stopped");
+            health.set_unable(&why);
+            let mut stop = crate::pipeline::StopSignal::new(opts.duration)?;
+            stop.wait().await;
+            return Ok(RunSummary::default());
+        }
+        Err(e) => return Err(e.into()),
+    };
     // /readyz says what the kernel lacks and what gprobe does instead.
     if let Some(k) = pipeline.stats.kernel_features() {
         health.set_detail(&[k.summary()]);
-    }
-    if let Some(addr) = opts.health_addr {
-        tokio::spawn(health::serve(addr, health.clone()));
     }
     let mut publisher = Publisher {
         node: &opts.node_name,
