@@ -191,7 +191,7 @@ impl Parser<'_> {
                 self.pos = start;
                 return Err(self.error(&format!(
                     "`{}`: the string is {} bytes; at most {MAX_STRING_BYTES} can be compared",
-                    shortened(&text),
+                    shortened(&text, 120),
                     lit.len()
                 )));
             }
@@ -277,10 +277,12 @@ impl Parser<'_> {
                 same => same,
             };
             match right {
-                Operand::Capture(r) if !is_literal(&r) => {
-                    Some(format!("{} {flipped} {}", shortened(&r), shortened(left)))
-                }
-                Operand::Duration => Some(format!("duration {flipped} {}", shortened(left))),
+                Operand::Capture(r) if !is_literal(&r) => Some(format!(
+                    "{} {flipped} {}",
+                    shortened(&r, 40),
+                    shortened(left, 40)
+                )),
+                Operand::Duration => Some(format!("duration {flipped} {}", shortened(left, 40))),
                 _ => None,
             }
         });
@@ -289,12 +291,12 @@ impl Parser<'_> {
             return self.error(&format!(
                 "`{}` is a literal, not a condition on the call: write a term such as \
                  `err != nil`, or leave `when` out to keep every call",
-                shortened(left)
+                shortened(left, 40)
             ));
         }
         let mut e = self.error(&format!(
             "`{}` is a literal: write the value first",
-            shortened(left)
+            shortened(left, 40)
         ));
         if let Some(s) = swapped {
             e.message.push_str(&format!(", as in `{s}`"));
@@ -533,11 +535,12 @@ fn is_literal(text: &str) -> bool {
             .starts_with(|c: char| c.is_ascii_digit())
 }
 
-/// A term or value as a message quotes it: whole up to 60 characters, else its start (a
-/// message quotes at most two of them and the place, and stays short).
-fn shortened(text: &str) -> String {
-    if text.chars().count() <= 60 {
+/// A term or value as a message quotes it: whole up to `max` characters, else its start.
+/// A message that quotes one term gives it 120; one that quotes a literal three times (the
+/// literal-first message and its swapped form) 40 each, so that it stays under 1 kB.
+fn shortened(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
         return text.to_string();
     }
-    format!("{}…", text.chars().take(59).collect::<String>())
+    format!("{}…", text.chars().take(max - 1).collect::<String>())
 }
