@@ -368,7 +368,7 @@ def check_k(run):
 # Kernels gprobe does not trace on yet, and why (README: Kernels): their failed checks show as
 # KNOWN with this reason and do not fail the matrix; everything else must pass.
 KNOWN = {
-    "5.10": "gprobe's uprobe program needs BPF cookies (5.15) and bpf_loop (5.17)",
+    "5.10": "gprobe's uprobe program needs BPF cookies and perf links (5.15)",
 }
 
 
