@@ -47,8 +47,9 @@ const FEATURES: [(FeatureName, &str, &str, Need); 10] = [
         "Linux 5.17",
         Need::Optional(
             "Go maps are not searched: `Header[...]` captures are recorded empty and \
-             truncated, a handler does not join its caller's trace (propagate: its spans \
-             start a trace), and no traceparent is written into requests",
+             truncated, a handler does not join its caller's trace (its spans start a \
+             trace), and propagate writes a traceparent only into requests without other \
+             headers",
         ),
     ),
     (
