@@ -301,7 +301,7 @@ static __noinline int gprobe_hit(struct x86_regs *r)
 	if (!s)
 		return 0;
 	/* The hit and its in-flight key live in the scratch map, not on the stack: on kernels
-	 * without a private stack (before 6.13) the frames of a hit must add up to 512 bytes. */
+	 * without a private stack (before 6.13) the frames of a hit share 512 bytes. */
 	struct hit *h = &s->h;
 	*h = (struct hit){
 		.pid_tgid = bpf_get_current_pid_tgid(),
