@@ -56,6 +56,11 @@ impl HoldMaps {
                 _ => return,
             }
         }
+        // Another gprobe holding it too resumes it when it lets go (pins::held_by_another).
+        if self.pin.as_ref().is_some_and(|p| p.held_by_another(pid)) {
+            tracing::debug!("pid {pid} is held by another gprobe too: it resumes it");
+            return;
+        }
         // SAFETY: kill has no memory preconditions.
         unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
     }

@@ -120,6 +120,29 @@ impl HeldPin {
         Ok((HeldPin { path }, orphans))
     }
 
+    /// Whether another gprobe that runs holds `pid` too (its pinned map lists it). Every
+    /// gprobe's exec hook stops a process whose name it watches, so two of them on one
+    /// machine (an agent and a `gprobe run`, two users) can hold the same process: the
+    /// first to resume it would let it run before the other attached, and the other would
+    /// miss its first calls believing it held it. So a gprobe removes its own hold first,
+    /// then resumes the process only when no other lists it: the last one to let go
+    /// resumes it (two letting go at once may both resume it: harmless).
+    pub fn held_by_another(&self, pid: u32) -> bool {
+        let Some(dir) = self.path.parent() else {
+            return false;
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return false;
+        };
+        entries.flatten().any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let live = owner_of(&name).is_some_and(|(tgid, start)| start_time(tgid) == Some(start));
+            e.path() != self.path
+                && live
+                && read_pin(&e.path()).is_ok_and(|holds| holds.iter().any(|o| o.pid == pid))
+        })
+    }
+
     /// Removes the pin (the agent stops cleanly, having resumed what it held), gprobe's
     /// folder when it is empty, and the bpffs mount when gprobe made it and it is empty.
     pub fn remove(self) {
