@@ -43,10 +43,14 @@ fn classes_loaded_by_a_jvm_started_after_gprobe_are_all_seen_from_the_first() {
         )
         .yaml();
     let g = Gprobe::cmd(&spec).summary_file().start();
-    let out = Command::new(&java)
+    let child = Command::new(&java)
         .args(["-Xshare:auto", "-Xlog:class+load=info", "-version"])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run java");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("run java");
     assert!(out.status.success(), "{out:?}");
     let run = g.stop();
     assert!(run.status.success(), "{}", run.stderr);
@@ -71,11 +75,14 @@ fn classes_loaded_by_a_jvm_started_after_gprobe_are_all_seen_from_the_first() {
     want.sort();
     got.sort();
     assert_eq!(got, want);
+    // This JVM traced, never missed. Another java of the machine's, starting or ending
+    // while gprobe starts, is its own (once: one that exited before gprobe could inspect
+    // it, listed as missed).
     let processes = run.summary().processes;
-    assert_eq!(
-        (processes.matched, processes.traced, processes.missed.len()),
-        (1, 1, 0),
-        "{}",
+    assert!(processes.traced >= 1, "{}", run.stderr);
+    assert!(
+        processes.missed.iter().all(|m| m.pid != pid),
+        "pid {pid} missed: {}",
         run.stderr
     );
 }
