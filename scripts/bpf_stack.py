@@ -41,11 +41,13 @@ def objdump():
 def functions(tool, obj):
     """Each function: its section, its deepest stack slot, and the functions it calls."""
     syms = subprocess.run([tool, "-t", obj], capture_output=True, text=True, check=True).stdout
-    text_at = {}
+    text_at, externs = {}, set()
     for line in syms.splitlines():
         m = SYM.match(line)
         if m and m.group(2) == ".text":
             text_at[int(m.group(1), 16)] = m.group(3)
+        elif "*UND*" in line:
+            externs.add(line.split()[-1])  # a kernel function (kfunc): no frame of ours
     dis = subprocess.run([tool, "-dr", obj], capture_output=True, text=True, check=True).stdout
     funcs, section, cur, pending = {}, None, None, None
     for line in dis.splitlines():
@@ -55,7 +57,7 @@ def functions(tool, obj):
         m = FUNC.match(line)
         if m:
             cur = m.group(2)
-            funcs[cur] = {"section": section, "depth": 0, "calls": set(), "at": int(m.group(1), 16)}
+            funcs[cur] = {"section": section, "depth": 0, "calls": set()}
             continue
         if cur is None:
             continue
@@ -81,7 +83,7 @@ def functions(tool, obj):
         if r and pending:
             kind, _, imm = pending
             if r.group(2) != ".text":
-                if kind == "call":
+                if kind == "call" and r.group(2) not in externs:
                     f["calls"].add(r.group(2))
             else:
                 # A static function: its call's imm + 1 instructions into .text; a callback
@@ -122,6 +124,10 @@ def main(argv):
     failed = False
     for obj in argv or default_objects():
         funcs = functions(tool, obj)
+        # A call whose target was not found would leave a frame out: a count too low.
+        lost = {c for f in funcs.values() for c in f["calls"] if c not in funcs}
+        if lost:
+            sys.exit(f"bpf_stack: {os.path.basename(obj)}: calls not resolved: {sorted(lost)}")
         programs = [n for n, f in funcs.items() if f["section"] != ".text"]
         for p in sorted(programs):
             total, chain = deepest(funcs, p)
