@@ -64,9 +64,14 @@ fn programs_exec_d_by_a_wrapper_are_traced_once_from_their_first_call() {
         let v: Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["calls"], CALLS);
     }
-    let run = g.stop();
-    assert!(run.status.success(), "{}", run.stderr);
+    every_run_traced_once_from_its_first_call(g, "gprobe");
+}
 
+/// Stops `g` and checks that it traced each of the RUNS runs from its first call: every
+/// process matched and traced, none missed, every call delivered once, in order.
+fn every_run_traced_once_from_its_first_call(g: Gprobe, name: &str) {
+    let run = g.stop();
+    assert!(run.status.success(), "{name}: {}", run.stderr);
     let s = run.summary();
     assert_eq!(
         (
@@ -75,13 +80,14 @@ fn programs_exec_d_by_a_wrapper_are_traced_once_from_their_first_call() {
             s.processes.missed.len()
         ),
         (RUNS as u64, RUNS as u64, 0),
-        "{}",
+        "{name}: {}",
         run.stderr
     );
     let p = s.probe("target");
     assert_eq!(
         (p.delivered, p.lost, p.unfinished),
-        (RUNS as u64 * CALLS, 0, 0)
+        (RUNS as u64 * CALLS, 0, 0),
+        "{name}: every call of every run, from its first"
     );
     // Each run's calls exactly once, in order: n = 0, 1, 2, ...
     let mut by_pid: std::collections::BTreeMap<u64, Vec<i64>> = Default::default();
@@ -92,10 +98,10 @@ fn programs_exec_d_by_a_wrapper_are_traced_once_from_their_first_call() {
             .or_default()
             .push(r["args"]["n"].as_i64().unwrap());
     }
-    assert_eq!(by_pid.len(), RUNS);
+    assert_eq!(by_pid.len(), RUNS, "{name}");
     let want: Vec<i64> = (0..CALLS as i64).collect();
     for (pid, ns) in by_pid {
-        assert_eq!(ns, want, "pid {pid}");
+        assert_eq!(ns, want, "{name}: pid {pid}");
     }
 }
 
@@ -119,26 +125,7 @@ fn two_gprobes_holding_one_process_each_trace_it_from_its_first_call() {
         let v: Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["calls"], CALLS);
     }
-    for (name, g) in [("first", a), ("second", b)] {
-        let run = g.stop();
-        assert!(run.status.success(), "{name}: {}", run.stderr);
-        let s = run.summary();
-        assert_eq!(
-            (
-                s.processes.matched,
-                s.processes.traced,
-                s.processes.missed.len()
-            ),
-            (RUNS as u64, RUNS as u64, 0),
-            "{name}: {}",
-            run.stderr
-        );
-        let p = s.probe("target");
-        assert_eq!(
-            (p.delivered, p.lost, p.unfinished),
-            (RUNS as u64 * CALLS, 0, 0),
-            "{name}: every call of every run, from its first (the other gprobe did not \
-             resume a process this one held)"
-        );
-    }
+    // Neither let a process run before the other attached (pins::held_by_another).
+    every_run_traced_once_from_its_first_call(a, "first");
+    every_run_traced_once_from_its_first_call(b, "second");
 }

@@ -137,9 +137,7 @@ impl HeldPin {
         entries.flatten().any(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let live = owner_of(&name).is_some_and(|(tgid, start)| start_time(tgid) == Some(start));
-            e.path() != self.path
-                && live
-                && read_pin(&e.path()).is_ok_and(|holds| holds.iter().any(|o| o.pid == pid))
+            e.path() != self.path && live && pin_holds(&e.path(), pid)
         })
     }
 
@@ -186,6 +184,13 @@ fn adopt(dir: &Path) -> Vec<Orphan> {
         let _ = std::fs::remove_file(e.path());
     }
     out
+}
+
+/// Whether the pinned map at `path` lists `pid`: one lookup, not a read of the whole map.
+fn pin_holds(path: &Path, pid: u32) -> bool {
+    MapData::from_pin(path)
+        .and_then(|m| BpfHashMap::<MapData, u32, GpHold>::try_from(Map::HashMap(m)))
+        .is_ok_and(|map| map.get(&pid, 0).is_ok())
 }
 
 fn read_pin(path: &Path) -> Result<Vec<Orphan>, aya::maps::MapError> {
