@@ -72,6 +72,7 @@ const STRUCTS: &[(&str, &[&str])] = &[
     ("gp_hold", &["since_ns", "holder", "kind", "ppid"]),
     ("gp_proc_stats", &["lost", "hold_failed", "released"]),
     ("gp_span_key", &["goroutine", "tgid"]),
+    ("gp_site_key", &["tgid", "addr"]),
     ("gp_inflight_key", &["goroutine", "tgid", "func_id"]),
     (
         "gp_inflight",
@@ -230,17 +231,24 @@ fn main() -> Result<()> {
             run scripts/setup.sh)"
         );
     }
-    // The uprobe programs (loaded by aya) in two builds: with bpf_loop (5.17+), and without
-    // it for older kernels (gprobe_noloop: Go maps not searched), the process hooks (loaded by attach/hooks.rs) in
-    // two builds: with kfuncs (6.13+), and without them for older kernels (procs_compat:
-    // holds released by the guardian process, forks not held), and the filter evaluator's
+    // The uprobe programs (loaded by aya) in three builds: with bpf_loop (5.17+); without
+    // it for older kernels (gprobe_noloop: Go maps not searched); and without BPF cookies
+    // or atomic fetch either, for kernels before 5.15 (gprobe_nocookie: probes found by
+    // their address, agent-ebpf/src/cookie.h). The process hooks (loaded by attach/hooks.rs)
+    // in two builds: with kfuncs (6.13+), and without them for older kernels (procs_compat:
+    // holds released by the guardian process, forks not held). And the filter evaluator's
     // test program (attach/filter_run.rs).
-    let objects = [
-        ("gprobe", "gprobe", None),
-        ("gprobe", "gprobe_noloop", Some("-DGP_NO_BPF_LOOP")),
-        ("procs", "procs", None),
-        ("procs", "procs_compat", Some("-DGP_NO_KFUNCS")),
-        ("filter_test", "filter_test", None),
+    let objects: [(&str, &str, &[&str]); 6] = [
+        ("gprobe", "gprobe", &[]),
+        ("gprobe", "gprobe_noloop", &["-DGP_NO_BPF_LOOP"]),
+        (
+            "gprobe",
+            "gprobe_nocookie",
+            &["-DGP_NO_BPF_LOOP", "-DGP_NO_COOKIE"],
+        ),
+        ("procs", "procs", &[]),
+        ("procs", "procs_compat", &["-DGP_NO_KFUNCS"]),
+        ("filter_test", "filter_test", &[]),
     ];
     for (name, output, define) in objects {
         run(

@@ -254,6 +254,14 @@ struct gp_stats {
 			  * could not be read, or the returns are off): never recorded */
 };
 
+/* A probe's address in a process: the key of `sites`, where kernels without BPF cookies
+ * find which probe fired (agent-ebpf/src/cookie.h). */
+struct gp_site_key {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 addr;
+};
+
 struct gp_inflight_key {
 	__u64 goroutine;
 	__u32 tgid;

@@ -124,10 +124,9 @@ static __always_inline __u64 elem_count(__u64 l, __u8 *flags)
 
 /* One string of a []string at `p`: u32 full length, u16 bytes kept, u8 flags, u8 0, the
  * bytes padded to 8. Returns the bytes written. */
-__attribute__((noinline)) int gp_str_elem(struct scratch *s, __u32 p, __u64 src, __u32 max)
+GP_SUBPROG int gp_str_elem(GP_S_PARAMS, __u32 p, __u64 src, __u32 max)
 {
-	if (!s)
-		return 0;
+	GP_S_LOAD
 	__u64 h[2];
 	__u8 ef = 0;
 	__u32 k = 0, full = 0;
@@ -146,11 +145,9 @@ __attribute__((noinline)) int gp_str_elem(struct scratch *s, __u32 p, __u64 src,
 
 /* One interface of a []any / []error at `p`: u64 type, u64 data, u64 w0, u64 w1, u16 bytes
  * kept, u8 flags, 5 bytes 0, then (DATA_STR) the bytes at w0, padded. */
-__attribute__((noinline)) int gp_iface_elem(struct scratch *s, const struct gp_capture *c,
-					    __u32 p, __u64 src)
+GP_SUBPROG int gp_iface_elem(GP_SC_PARAMS, __u32 p, __u64 src)
 {
-	if (!s || !c)
-		return 0;
+	GP_SC_LOAD
 	__u64 e[2];
 	__u64 ty = 0, w0 = 0, w1 = 0;
 	__u8 ef = 0;
@@ -196,11 +193,9 @@ __attribute__((noinline)) int gp_iface_elem(struct scratch *s, const struct gp_c
  * (IFACE: the index of the node it was queued as; 0xff: nil, or no room), u16 bytes kept
  * `k`, u16 0, u64 w (STR: the full length; WORD: the word), then (STR) the `k` bytes
  * padded to 8. Returns the bytes written. */
-__attribute__((noinline)) int gp_err_field(struct scratch *s, const struct gp_capture *c,
-					   __u32 p, __u64 data, __u32 kind_off)
+GP_SUBPROG int gp_err_field(GP_SC_PARAMS, __u32 p, __u64 data, __u32 kind_off)
 {
-	if (!s || !c)
-		return 0;
+	GP_SC_LOAD
 	/* One argument for both: BPF functions take five at most. */
 	__u32 kind = kind_off & 0xff, off = (kind_off >> 8) & 0xff;
 	__u64 h[2] = { 0, 0 };
@@ -252,11 +247,9 @@ __attribute__((noinline)) int gp_err_field(struct scratch *s, const struct gp_ca
  * u8 fields that follow, u8 flags (FAULT: its itab was unreadable), u16 0; then its
  * fields as its table's layout for that hash says (none for a type the table lacks).
  * Returns the bytes written. */
-__attribute__((noinline)) int gp_err_node(struct scratch *s, const struct gp_capture *c,
-					  __u32 p, __u32 i)
+GP_SUBPROG int gp_err_node(GP_SC_PARAMS, __u32 p, __u32 i)
 {
-	if (!s || !c)
-		return 0;
+	GP_SC_LOAD
 	__u64 tab = s->eq[i & 7][0], data = s->eq[i & 7][1];
 	__u64 th[2] = { 0, 0 }; /* itab + 8: the type, then its hash */
 	__u8 nf = 0, nflags = 0;
@@ -282,7 +275,12 @@ __attribute__((noinline)) int gp_err_node(struct scratch *s, const struct gp_cap
 	for (__u32 f = 0; f < GP_ERR_FIELDS; f++) {
 		if (f >= nf)
 			break;
-		__u32 got = gp_err_field(s, c, q, data, et.kind[f] | ((__u32)et.off[f] << 8));
+		/* Bounded on the register used: 5.10's verifier loses the loop's bound (nf)
+		 * when it is spilled ("invalid read from stack"). */
+		__u64 fi = f;
+		GP_AT_MOST(fi, GP_ERR_FIELDS - 1);
+		__u32 got = gp_err_field(GP_SC(s, c, GP_CI), q, data,
+					 et.kind[fi] | ((__u32)et.off[fi] << 8));
 		/* Read back untracked: each field's outcomes do not multiply the next's. */
 		q = untracked(s, q + (got & (GP_SCRATCH - 1)));
 	}
@@ -292,7 +290,7 @@ __attribute__((noinline)) int gp_err_node(struct scratch *s, const struct gp_cap
 /* The nodes of an error capture whose words are (tab, data), from `o`: breadth first, as
  * the fields queue them. Returns the bytes written; *nodes the nodes. */
 static __always_inline __u32 error_value(struct scratch *s, const struct gp_capture *c, __u32 o,
-					 __u64 tab, __u64 data, __u32 *nodes)
+					 __u64 tab, __u64 data, __u32 *nodes, __u32 ci)
 {
 	s->eq[0][0] = tab;
 	s->eq[0][1] = data;
@@ -303,7 +301,7 @@ static __always_inline __u32 error_value(struct scratch *s, const struct gp_capt
 	for (; i < GP_ERR_NODES; i++) {
 		if (i >= s->enq)
 			break;
-		__u32 got = gp_err_node(s, c, p, i);
+		__u32 got = gp_err_node(GP_SC(s, c, ci), p, i);
 		p = untracked(s, p + (got & (GP_SCRATCH - 1)));
 	}
 	*nodes = i;
@@ -312,11 +310,9 @@ static __always_inline __u32 error_value(struct scratch *s, const struct gp_capt
 
 /* One value of a capture with a path or of a composite kind, at `off`: its gp_value header
  * and bytes. Returns the bytes written (header included, padded to 8). */
-__attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct gp_capture *c,
-					       __u32 off, __u32 i)
+GP_SUBPROG int gp_capture_value(GP_SC_PARAMS, __u32 off, __u32 i)
 {
-	if (!s || !c)
-		return 0;
+	GP_SC_LOAD
 	off &= GP_DATA_MASK;
 	struct gp_value *v = (struct gp_value *)(s->buf + off);
 	__u32 o = off + sizeof(*v); /* the value's bytes */
@@ -406,15 +402,15 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
 			if (j >= n)
 				break;
 			__u64 src = w[0] + 16 * (__u64)j;
-			__u32 got = kind == GP_CAP_STRS ? gp_str_elem(s, p, src, max)
-							: gp_iface_elem(s, c, p, src);
+			__u32 got = kind == GP_CAP_STRS ? gp_str_elem(GP_S(s), p, src, max)
+							: gp_iface_elem(GP_SC(s, c, GP_CI), p, src);
 			/* Read back untracked: each element's outcomes do not multiply the next's. */
 			p = untracked(s, p + (got & (GP_SCRATCH - 1)));
 		}
 		len = (p - o) & (GP_SCRATCH - 1);
 	} else if (kind == GP_CAP_ERROR) {
 		__u32 nodes = 0;
-		len = error_value(s, c, o, w[0], w[1], &nodes);
+		len = error_value(s, c, o, w[0], w[1], &nodes, GP_CI);
 		v->full_len = nodes;
 	} else {
 		flags |= GP_VAL_FAULT;
@@ -430,11 +426,9 @@ __attribute__((noinline)) int gp_capture_value(struct scratch *s, const struct g
  * the others: a function of its own, called by the hit itself, because the frames of the
  * map search (gomap.h) under gp_capture_value's would take more than the 512 bytes of
  * stack a program's frames share before Linux 6.13. */
-__attribute__((noinline)) int gp_capture_header(struct scratch *s, const struct gp_capture *c,
-						__u32 off, __u32 i)
+GP_SUBPROG int gp_capture_header(GP_SC_PARAMS, __u32 off, __u32 i)
 {
-	if (!s || !c)
-		return 0;
+	GP_SC_LOAD
 	off &= GP_DATA_MASK;
 	struct gp_value *v = (struct gp_value *)(s->buf + off);
 	__u64 w[2];
@@ -450,7 +444,7 @@ __attribute__((noinline)) int gp_capture_header(struct scratch *s, const struct 
 	}
 	/* A propagating entry searched this map already in this hit (propagate/spans.h). */
 	int r = s->hdr_map && s->hdr_map == w[0] ? (int)s->hdr_res
-						 : gp_header_lookup(s, w[0], c->size);
+						 : gp_header_lookup(GP_S(s), w[0], c->size);
 	s->hdr_map = 0;
 	__u32 len = 0;
 	if (r < 0)

@@ -57,10 +57,9 @@
  * costs far more than the bytes it copies), and searched in the scratch buffer; only keys
  * of the right length are read. Where the whole read fails, its slots in use are read one
  * by one. */
-__attribute__((noinline)) int gp_scan_group(struct scratch *s, __u64 g, __u32 layout)
+GP_SUBPROG int gp_scan_group(GP_S_PARAMS, __u64 g, __u32 layout)
 {
-	if (!s)
-		return 0;
+	GP_S_LOAD
 	s->ovf = 0;
 	__u32 size = layout == GP_MAP_HMAP ? HMAP_BUCKET : SWISS_GROUP;
 	/* Go leaves the memory of empty slots as the kernel gave it: a page of them may not
@@ -208,7 +207,7 @@ static long gp_walk_step(__u64 i, void *ctx)
 		at = w->groups + w->g * SWISS_GROUP;
 		w->g++;
 	}
-	int r = gp_scan_group(s, at, w->layout);
+	int r = gp_scan_group(GP_S(s), at, w->layout);
 	if (w->layout == GP_MAP_HMAP)
 		w->next = s->ovf;
 	if (r & GP_SCAN_FOUND) {
@@ -231,10 +230,9 @@ static long gp_walk_step(__u64 i, void *ctx)
  * not be read, -2 the map is bigger than searched. -1 and -2: not searched to the end.
  * Built with GP_NO_BPF_LOOP (the object for kernels without bpf_loop, before 5.17), a map
  * with keys is never searched: -2. */
-__attribute__((noinline)) int gp_header_lookup(struct scratch *s, __u64 m, __u32 layout)
+GP_SUBPROG int gp_header_lookup(GP_S_PARAMS, __u64 m, __u32 layout)
 {
-	if (!s)
-		return 0;
+	GP_S_LOAD
 	if (!m)
 		return 0; /* a nil map: no headers */
 	__u64 h[5];

@@ -14,6 +14,7 @@ char LICENSE[] SEC("license") = "GPL";
 
 #include "maps.h"
 #include "regs.h"
+#include "cookie.h"
 
 static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 {
@@ -25,7 +26,15 @@ static __always_inline int over_rate(__u32 id, __u32 limit, __u64 now)
 		rt->window_start = now;
 		rt->count = 0;
 	}
+#ifdef GP_NO_COOKIE
+	/* No atomic fetch on these kernels (cookie.h): the count read after the add may hold
+	 * other CPUs' adds too, so a racing call can be throttled one early, never admitted
+	 * over the limit. */
+	__sync_fetch_and_add(&rt->count, 1);
+	return rt->count > limit;
+#else
 	return __sync_fetch_and_add(&rt->count, 1) >= limit;
+#endif
 }
 
 /* The in-flight stack of one goroutine (or thread) and function pairs each entry with its
@@ -133,8 +142,11 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 		s->capoff[i & (GP_MAX_CAPTURES - 1)] = off;
 		if ((c->flags & GP_CAPF_PATH) || c->kind >= GP_CAP_IFACE) {
 			/* Field paths and Go's composite kinds: a function verified once. */
-			int n = c->kind == GP_CAP_HEADER ? gp_capture_header(s, c, off, i)
-							 : gp_capture_value(s, c, off, i);
+			int n = c->kind == GP_CAP_HEADER
+					? gp_capture_header(GP_SC(s, c, GP_CAP_REF(GP_CFG_SLOT(h->id), i)),
+							    off, i)
+					: gp_capture_value(GP_SC(s, c, GP_CAP_REF(GP_CFG_SLOT(h->id), i)),
+							   off, i);
 			off = untracked(s, off + n);
 			continue;
 		}
@@ -196,10 +208,9 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 	}
 	off &= (GP_SCRATCH - 1);
 	if (cfg->flags & GP_CFG_FILTER) {
-		__u32 bits = 0;
 		s->fout = GP_MAX_CAPTURES;
-		int t = gp_when(s, GP_CFG_SLOT(h->id), h->duration, h->fpre, &bits);
-		h->fbits = bits;
+		int t = gp_when(GP_S(s), GP_CFG_SLOT(h->id), h->duration, h->fpre);
+		h->fbits = s->wbits;
 		/* The rate limit counts the calls kept, not all of them: a probe whose `when:` is
 		 * decided at the return is limited there. */
 		if (t == GP_TRUTH_FALSE)
@@ -261,7 +272,7 @@ static __always_inline int hit_start(struct x86_regs *r, const struct gp_probe_c
  * bytes of stack a program's frames share before Linux 6.13. */
 static __noinline int gprobe_http(struct x86_regs *r)
 {
-	__u64 cookie = bpf_get_attach_cookie(r);
+	__u64 cookie = gp_cookie(r, GP_HIT_SITE());
 	__u32 id = GP_CFG_SLOT((__u32)cookie);
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	__u32 no_returns = 0;
@@ -279,7 +290,7 @@ static __noinline int gprobe_http(struct x86_regs *r)
  * map and, on kernels that give it one, the per-CPU private stack. */
 static __noinline int gprobe_hit(struct x86_regs *r)
 {
-	__u64 cookie = bpf_get_attach_cookie(r);
+	__u64 cookie = gp_cookie(r, GP_HIT_SITE());
 	__u32 handle = (__u32)cookie;
 	__u32 id = GP_CFG_SLOT(handle);
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);

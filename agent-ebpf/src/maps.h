@@ -91,12 +91,25 @@ struct {
 	__type(value, struct gp_err_type);
 } errtypes SEC(".maps");
 
+#ifdef GP_NO_COOKIE
+/* Kernels before 5.15 (the object without cookies): 5.10's verifier refuses hash maps
+ * allocated on update in programs of the kprobe type ("trace type programs with run-time
+ * allocated hash maps are unsafe"; 6.1 allows them), so these are preallocated, and
+ * left_out, per CPU, smaller (512 slots of 512 bytes a CPU).
+ */
+#define GP_ALLOC_ON_UPDATE 0
+#define GP_LEFT_OUT_MAX 512
+#else
+#define GP_ALLOC_ON_UPDATE BPF_F_NO_PREALLOC
+#define GP_LEFT_OUT_MAX 4096
+#endif
+
 /* The `when:` predicates of the configurations that have one (GP_CFG_FILTER), by slot:
  * allocated as the agent adds them (most configurations have none). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(map_flags, GP_ALLOC_ON_UPDATE);
 	__type(key, __u32);
 	__type(value, struct gp_filter);
 } filters SEC(".maps");
@@ -105,8 +118,8 @@ struct {
  * probe's return configuration: added by the agent with the configuration. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 4096);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, GP_LEFT_OUT_MAX);
+	__uint(map_flags, GP_ALLOC_ON_UPDATE);
 	__type(key, __u32);
 	__type(value, struct gp_durations);
 } left_out SEC(".maps");
@@ -157,6 +170,7 @@ struct scratch {
 	struct gp_fvals fv;            /* when.h: the values of the terms of a `when:` */
 	struct gp_filter_state fst;    /* when.h: its evaluation */
 	__u32 fout;                    /* when.h: the captures the record keeps (n_out) */
+	__u32 wbits;                   /* when.h: the terms' truth gp_when found */
 	struct gp_inflight fresh_in;   /* gprobe.bpf.c: a new in-flight stack, being made */
 	struct hit h;                  /* gprobe.bpf.c: the hit under way */
 	struct gp_inflight_key ik;     /* gprobe.bpf.c: its in-flight key */
@@ -177,5 +191,66 @@ struct {
 /* Wake the reader only once about this much data was written on one CPU; it also polls on
  * a short timer, so quiet periods still flush. 0 = let the kernel decide for every record. */
 volatile const __u64 wakeup_bytes = 0;
+
+/* gprobe's BPF functions (GP_SUBPROG) are global: the verifier checks each once, on its own
+ * (captures.h). 5.10's verifier takes only scalars and the context as a global function's
+ * arguments ("Arg#0 type PTR in gp_header_lookup() is not supported yet"; 5.12 takes
+ * pointers to memory), and verifying them at each call instead exceeds its million
+ * instructions. So the object for kernels before 5.15 (GP_NO_COOKIE) passes them numbers
+ * and each looks its memory up again: the scratch map, and a capture by its
+ * configuration's slot and index (`ci`: slot << 8 | index). Elsewhere they take pointers,
+ * the lookups saved.
+ *
+ *   GP_S_PARAMS / GP_S_LOAD / GP_S(s): a function of the scratch map `s` (GP_S_GET: `s`
+ *   at hand, maybe NULL);
+ *   GP_SC_PARAMS / GP_SC_LOAD / GP_SC(s, c, ci): of `s` and capture `c` (`ci` names it);
+ *   GP_CI: inside a GP_SC function, its own `ci`, to pass on. */
+#define GP_SUBPROG __attribute__((noinline))
+/* In a GP_S function: `s` at hand, or 0 returned. */
+#define GP_S_LOAD                                                                                  \
+	GP_S_GET                                                                                   \
+	if (!s)                                                                                    \
+		return 0;
+
+static __always_inline struct scratch *gp_scratch(__u32 key)
+{
+	return bpf_map_lookup_elem(&scratch, &key);
+}
+
+static __always_inline const struct gp_probe_cfg *gp_cfg_of(__u32 slot)
+{
+	return bpf_map_lookup_elem(&probes, &slot);
+}
+
+
+#define GP_CAP_REF(slot, i) (((slot) << 8) | ((i) & (GP_MAX_CAPTURES - 1)))
+
+#ifdef GP_NO_COOKIE
+/* The scratch map's key (0) is passed: an argument the callee ignored, clang would not set. */
+#define GP_S_PARAMS __u32 s_key_
+#define GP_S_GET struct scratch *s = gp_scratch(s_key_);
+#define GP_S(s) 0
+#define GP_SC_PARAMS __u32 ci_
+#define GP_SC_LOAD                                                                                 \
+	struct scratch *s = gp_scratch(0);                                                         \
+	const struct gp_probe_cfg *cfg_ = gp_cfg_of(ci_ >> 8);                                     \
+	if (!s || !cfg_)                                                                           \
+		return 0;                                                                          \
+	/* Indexed only once checked: clang would compute it before, refused on a maybe-NULL */ \
+	asm volatile("" : "+r"(cfg_));                                                             \
+	const struct gp_capture *c = &cfg_->caps[ci_ & (GP_MAX_CAPTURES - 1)];
+#define GP_SC(s, c, ci) (ci)
+#define GP_CI ci_
+#else
+#define GP_S_PARAMS struct scratch *s
+#define GP_S_GET
+#define GP_S(s) (s)
+#define GP_SC_PARAMS struct scratch *s, const struct gp_capture *c
+#define GP_SC_LOAD                                                                                 \
+	if (!s || !c)                                                                              \
+		return 0;
+#define GP_SC(s, c, ci) (s), (c)
+#define GP_CI 0
+#endif
 
 #endif

@@ -29,6 +29,7 @@
 #include "maps.h"
 #include "regs.h"
 #include "jcc.h"
+#include "cookie.h"
 
 #define GP_ONCPU_CPUS 1024 /* CPUs beyond share slots: a hit then counted lost, never wrong */
 #define GP_ONCPU_LEVELS 4
@@ -37,6 +38,7 @@ struct gp_oncpu_level {
 	__u32 id;   /* the hit's configuration: the key of probes and stats */
 	__u32 slot; /* its process and spec: the key of returns_off */
 	struct gp_inflight_key ik;
+	struct gp_site_key site; /* where a kernel without cookies finds the probe (cookie.h) */
 	__u64 flags, r14; /* the registers it needs, read at once: the context is then dead */
 };
 
@@ -62,7 +64,7 @@ static __always_inline void oncpu_count(struct gp_oncpu_level *l, int unpaired)
  * on the in-flight stack kept as gprobe_hit would. */
 static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level *l)
 {
-	__u64 cookie = bpf_get_attach_cookie(r);
+	__u64 cookie = gp_cookie(r, &l->site);
 	l->id = GP_CFG_SLOT((__u32)cookie);
 	l->slot = cookie >> 32;
 	l->flags = r->flags;
@@ -118,18 +120,28 @@ static __always_inline void oncpu_lost(struct x86_regs *r, struct gp_oncpu_level
  * with its key in the global, as the program takes no stack. */
 static __always_inline int oncpu_is_http(struct x86_regs *r, struct gp_oncpu_level *l)
 {
-	l->id = GP_CFG_SLOT((__u32)bpf_get_attach_cookie(r));
+	l->id = GP_CFG_SLOT((__u32)gp_cookie(r, &l->site));
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &l->id);
 	return cfg && (cfg->kind == GP_PROBE_HTTP_OUT || cfg->kind == GP_PROBE_HTTP_CONN ||
 		       cfg->kind == GP_PROBE_HTTP_DONE);
 }
+
+#ifdef GP_NO_COOKIE
+/* The object for kernels without BPF cookies (before 5.15) has no atomic fetch either
+ * (5.12). None is needed there: those kernels run a uprobe's programs with preemption off
+ * and never two on one CPU (kernel/trace/bpf_trace.c, trace_call_bpf: bpf_prog_active), so
+ * nothing runs between this read and write on the CPU. */
+#define GP_BUSY_ENTER(c) ({ __u32 lv_ = (c)->busy; (c)->busy = lv_ + 1; lv_; })
+#else
+#define GP_BUSY_ENTER(c) __sync_fetch_and_add(&(c)->busy, 1)
+#endif
 
 /* The body of an uprobe program: runs HIT (a call of a __noinline function taking the
  * context) when no other run is under way on this CPU, else counts the hit lost. */
 #define GP_ONE_PER_CPU(ctx, HIT)                                                                   \
 	do {                                                                                       \
 		struct gp_oncpu *c = &oncpu[bpf_get_smp_processor_id() & (GP_ONCPU_CPUS - 1)];     \
-		__u32 level = __sync_fetch_and_add(&c->busy, 1);                                   \
+		__u32 level = GP_BUSY_ENTER(c);                                                    \
 		if (level == 0)                                                                    \
 			HIT;                                                                       \
 		else                                                                               \

@@ -70,14 +70,15 @@ static __always_inline void when_value(struct scratch *s, const struct gp_filter
 #define GP_TRUTH_UNDECIDED 3
 
 /* The truth of the `when:` of configuration slot `id` over the record in `s` (values from
- * 0 to `n` captures) and `duration`, with the terms decided at the entry in `pre`; `*bits`
- * gets the terms' truth (known: low 16 bits, true: high 16), for the return. Unknown
- * without a predicate. Global: verified once, on its own. */
-__attribute__((noinline)) int gp_when(struct scratch *s, __u32 id, __u64 duration, __u32 pre,
-				      __u32 *bits)
+ * 0 to `n` captures) and `duration`, with the terms decided at the entry in `pre`;
+ * s->wbits gets the terms' truth (known: low 16 bits, true: high 16), for the return.
+ * Unknown without a predicate. Global: verified once, on its own. */
+GP_SUBPROG int gp_when(GP_S_PARAMS, __u32 id, __u64 duration, __u32 pre)
 {
-	if (!s || !bits)
+	GP_S_GET
+	if (!s)
 		return GP_TRUTH_UNKNOWN;
+	s->wbits = 0;
 	const struct gp_filter *f = bpf_map_lookup_elem(&filters, &id);
 	if (!f)
 		return GP_TRUTH_UNKNOWN;
@@ -88,7 +89,7 @@ __attribute__((noinline)) int gp_when(struct scratch *s, __u32 id, __u64 duratio
 		when_value(s, &f->terms[i], &s->fv.v[i], duration);
 	}
 	__u32 t = filter_eval(f, &s->fv, &s->fst, pre);
-	*bits = (s->fst.tk & 0xffff) | ((s->fst.tt & 0xffff) << 16);
+	s->wbits = (s->fst.tk & 0xffff) | ((s->fst.tt & 0xffff) << 16);
 	if (t != GP_TRUTH_UNKNOWN)
 		return t;
 	for (__u32 i = 0; i < GP_FILTER_TERMS; i++) {

@@ -39,8 +39,27 @@ const FEATURES: [(FeatureName, &str, &str, Need); 10] = [
     (FeatureName::Btf, "btf", "kernel BTF, CONFIG_DEBUG_INFO_BTF=y", Need::Required),
     (FeatureName::Uprobes, "uprobes", "CONFIG_UPROBE_EVENTS=y", Need::Required),
     (FeatureName::Ringbuf, "ringbuf", "Linux 5.8", Need::Required),
-    (FeatureName::BpfCookie, "bpf_cookie", "Linux 5.15", Need::Required),
-    (FeatureName::PerfLink, "perf_link", "Linux 5.15", Need::Required),
+    (
+        FeatureName::BpfCookie,
+        "bpf_cookie",
+        "Linux 5.15",
+        Need::Optional(
+            "a probe is found by its address in each process (gprobe writes them at attach), \
+             and the uprobe program without cookies has no bpf_loop either (Go maps are not \
+             searched, as without bpf_loop); a C function's return cannot be probed (a return \
+             probe fires at its caller's address): a probe with a C function's `result` or \
+             latency is refused with the reason",
+        ),
+    ),
+    (
+        FeatureName::PerfLink,
+        "perf_link",
+        "Linux 5.15",
+        Need::Optional(
+            "the uprobe program is set on each uprobe's perf event (PERF_EVENT_IOC_SET_BPF); \
+             without a link no cookie is passed, so probes are found as without bpf_cookie",
+        ),
+    ),
     (
         FeatureName::BpfLoop,
         "bpf_loop",
@@ -189,7 +208,8 @@ impl KernelFeatures {
         (!missing.is_empty()).then(|| {
             format!(
                 "this kernel ({}) lacks what gprobe's uprobe programs need: {}; gprobe traces \
-                 on kernels that have them, Linux 5.15 and later (README: Kernels)",
+                 on kernels that have them, Linux 5.10 and later built with BTF (README: \
+                 Kernels)",
                 self.release,
                 missing.join(", ")
             )
@@ -292,18 +312,27 @@ mod tests {
     #[test]
     fn a_missing_required_feature_blocks_tracing_and_names_what_is_needed() {
         let k = with(&[
+            FeatureName::Ringbuf,
             FeatureName::BpfCookie,
             FeatureName::PerfLink,
             FeatureName::BpfLoop,
         ]);
         let b = k.blocker().unwrap();
         assert!(
-            b.contains("bpf_cookie (Linux 5.15), perf_link (Linux 5.15);"),
+            b.contains("lacks what gprobe's uprobe programs need: ringbuf (Linux 5.8);"),
             "{b}"
         );
-        assert!(!b.contains("bpf_loop"), "bpf_loop is not needed: {b}");
+        for optional in ["bpf_loop", "bpf_cookie", "perf_link"] {
+            assert!(!b.contains(optional), "{optional} is not needed: {b}");
+        }
         assert!(b.starts_with("this kernel (6.1.0-56-amd64) lacks"), "{b}");
-        assert!(with(&[FeatureName::BpfLoop]).blocker().is_none());
+        assert!(with(&[
+            FeatureName::BpfLoop,
+            FeatureName::BpfCookie,
+            FeatureName::PerfLink
+        ])
+        .blocker()
+        .is_none());
     }
 
     #[test]

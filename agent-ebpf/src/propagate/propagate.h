@@ -41,7 +41,7 @@ static __attribute__((noinline)) int http_write_dry(struct x86_regs *r,
 
 static __noinline int propagate_hit(struct x86_regs *r, const int write)
 {
-	__u32 id = GP_CFG_SLOT((__u32)bpf_get_attach_cookie(r));
+	__u32 id = GP_CFG_SLOT((__u32)gp_cookie(r, GP_HIT_SITE()));
 	struct gp_probe_cfg *cfg = bpf_map_lookup_elem(&probes, &id);
 	if (!cfg)
 		return 0;

@@ -113,16 +113,12 @@ static __always_inline __u64 hexn(const char *p, __u32 n, __u8 *bad)
 }
 
 /* The caller's span from the W3C traceparent (version 00) of the request this hit's
- * handler serves, read by the configuration's GP_CAP_HEADER capture (caps[aux - 1]):
+ * handler serves, read by `c`, the configuration's GP_CAP_HEADER capture (caps[aux - 1]):
  * s->span[0..1] (trace) and s->span[3] (parent). 1 when there is a valid one whose
  * sampled flag is set, 3 when it is clear; 0 when there is none. */
-__attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_probe_cfg *cfg)
+GP_SUBPROG int gp_remote_ctx(GP_SC_PARAMS)
 {
-	if (!s || !cfg)
-		return 0;
-	if (cfg->aux == 0 || cfg->aux > GP_MAX_CAPTURES)
-		return 0;
-	const struct gp_capture *c = &cfg->caps[(cfg->aux - 1) & (GP_MAX_CAPTURES - 1)];
+	GP_SC_LOAD
 	if (c->kind != GP_CAP_HEADER)
 		return 0;
 	__u64 w[2];
@@ -132,7 +128,7 @@ __attribute__((noinline)) int gp_remote_ctx(struct scratch *s, const struct gp_p
 	/* As W3C trace context reads it (and the agent's parser): version 00 is exactly 55
 	 * bytes; a later version may be longer, with a '-' after the flags; version ff is
 	 * invalid. */
-	int found = gp_header_lookup(s, w[0], c->size);
+	int found = gp_header_lookup(GP_S(s), w[0], c->size);
 	/* The record's header capture, next in this hit, takes this outcome (captures.h). */
 	s->hdr_map = w[0];
 	s->hdr_res = found;
@@ -179,7 +175,13 @@ static __always_inline void span_enter(const struct x86_regs *r, const struct gp
 		}
 	} else {
 		save_regs(s->regs, r);
-		int remote = gp_remote_ctx(s, cfg);
+		int remote = 0;
+		if (cfg->aux && cfg->aux <= GP_MAX_CAPTURES) {
+			__u32 ai = (cfg->aux - 1) & (GP_MAX_CAPTURES - 1);
+			/* s->h: the hit under way (gprobe.bpf.c), whose configuration this is. */
+			remote = gp_remote_ctx(
+				GP_SC(s, &cfg->caps[ai], GP_CAP_REF(GP_CFG_SLOT(s->h.id), ai)));
+		}
 		if (remote) {
 			/* The caller decided. */
 			unsampled = remote == 3;
@@ -318,7 +320,7 @@ static __always_inline int http_out(struct x86_regs *r, const struct gp_probe_cf
 		st->lost++;
 		return 0;
 	}
-	int found = gp_header_lookup(s, w[0], c->size);
+	int found = gp_header_lookup(GP_S(s), w[0], c->size);
 	if (found != 0) {
 		if (found == 1)
 			st->throttled++; /* its own traceparent */

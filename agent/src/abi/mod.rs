@@ -335,6 +335,16 @@ pub struct GpSpanKey {
     pub _pad: u32,
 }
 
+/// `sites`' key: a probe's address in a process, where kernels without BPF cookies find
+/// which probe fired (agent-ebpf/src/cookie.h; filled by attach/sites.rs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GpSiteKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub addr: u64,
+}
+
 /// `inflight`'s key: one goroutine's (or thread's) calls of one probed function in one
 /// process (`func_id`: the probe's first entry configuration).
 #[repr(C)]
@@ -470,6 +480,7 @@ macro_rules! for_each_record {
             GpHold,
             GpProcStats,
             GpSpanKey,
+            GpSiteKey,
             GpInflightKey,
             GpInflight,
             GpSpanCtx,
@@ -557,6 +568,7 @@ check_layout!(GpStats, SIZEOF_GP_STATS, hits => OFFSETOF_GP_STATS_HITS, emitted 
 const _: () = assert!(std::mem::size_of::<GpEvent>() == 48);
 const _: () = assert!(std::mem::size_of::<GpValue>() == 8);
 
+check_layout!(GpSiteKey, SIZEOF_GP_SITE_KEY, tgid => OFFSETOF_GP_SITE_KEY_TGID, addr => OFFSETOF_GP_SITE_KEY_ADDR);
 check_layout!(GpSpanKey, SIZEOF_GP_SPAN_KEY, goroutine => OFFSETOF_GP_SPAN_KEY_GOROUTINE,
     tgid => OFFSETOF_GP_SPAN_KEY_TGID);
 check_layout!(GpInflightKey, SIZEOF_GP_INFLIGHT_KEY, goroutine => OFFSETOF_GP_INFLIGHT_KEY_GOROUTINE,

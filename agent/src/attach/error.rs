@@ -38,6 +38,16 @@ pub enum PerfError {
     Open(#[source] std::io::Error),
     #[error("attaching the BPF program to the uprobe failed (bpf_link_create): {0}")]
     Link(#[source] std::io::Error),
+    #[error("attaching the BPF program to the uprobe failed (PERF_EVENT_IOC_SET_BPF): {0}")]
+    SetBpf(#[source] std::io::Error),
+    #[error(transparent)]
+    Site(super::sites::SiteError),
+    #[error(
+        "a C function's return cannot be probed on this kernel: without BPF cookies (Linux \
+        5.15) gprobe finds a probe by the address hit, and a return probe fires at its \
+        caller's; trace the entry alone (no `result` or latency of a C function)"
+    )]
+    ReturnWithoutCookie,
 }
 
 /// Why the kernel refused a BPF map operation (aya's error, behind the project's type).

@@ -23,6 +23,7 @@ mod pod;
 mod propagate;
 pub mod ring;
 pub mod selftest;
+mod sites;
 mod slots;
 mod sys;
 
@@ -47,6 +48,7 @@ use slots::Slots;
 use std::collections::BTreeSet;
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A site's BPF cookie: its configuration in the low half, its budget slot in the high one.
@@ -115,6 +117,8 @@ pub struct BpfTracer {
     propagate_prog: &'static str,
     /// The guardian exited, and holding stopped (said once).
     guardian_lost: bool,
+    /// Where probes are found by their address: kernels without BPF cookies (sites.rs).
+    sites: Option<Arc<sites::SiteTable>>,
 }
 
 impl BpfTracer {
@@ -170,7 +174,8 @@ impl BpfTracer {
             source: Box::new(e),
         })?;
         let multi = match MultiProgram::load(bpf_object, &ebpf, UPROBE_PROG) {
-            Ok(_) if !kernel.has(FeatureName::UprobeMulti) => None,
+            // Without cookies probes are found by address: each needs its own perf event.
+            Ok(_) if !kernel.has(FeatureName::UprobeMulti) || !object::has_cookies(kernel) => None,
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::info!(
@@ -185,6 +190,11 @@ impl BpfTracer {
             procs: ring::Ring::new(take(&mut ebpf, "proc_events")?),
         };
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| LoadError::Cpus(e))?;
+        let sites = if object::has_cookies(kernel) {
+            None
+        } else {
+            Some(sites::SiteTable::new(take(&mut ebpf, "sites")?))
+        };
         let tracer = BpfTracer {
             multi,
             probes: take(&mut ebpf, "probes")?,
@@ -208,6 +218,7 @@ impl BpfTracer {
             },
             propagate_cfgs: BTreeSet::new(),
             guardian_lost: false,
+            sites,
         };
         Ok((tracer, rings))
     }
@@ -279,15 +290,36 @@ impl BpfTracer {
             .and_then(|p| p.try_into().ok())
             .expect("BPF object has its uprobe programs");
         let prog = up.fd().expect("the uprobe program is loaded");
+        let identify = match &self.sites {
+            Some(table) => perf::Identify::Address(table),
+            None => perf::Identify::Cookie,
+        };
+        if self.sites.is_some() && sites.iter().any(|s| s.point.ret) {
+            return Err(TraceError::Attach {
+                path: target.display().to_string(),
+                offset: sites
+                    .iter()
+                    .find(|s| s.point.ret)
+                    .map_or(0, |s| s.point.offset),
+                source: perf::PerfError::ReturnWithoutCookie,
+            });
+        }
         let mut links = Vec::with_capacity(sites.len());
         for s in sites {
-            match perf::attach(prog.as_fd(), target, s.point, pid, cookie(s)) {
+            match perf::attach(prog.as_fd(), target, s.point, pid, cookie(s), identify) {
                 Ok(l) => links.push(self.slots.links().perf(l, s.cfg)),
                 Err(e) => {
                     self.pool.drop_all(links);
-                    let gone = matches!(&e, perf::PerfError::Open(io) | perf::PerfError::Link(io)
-                        if matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT)))
-                        && gone();
+                    let gone = match &e {
+                        perf::PerfError::Open(io)
+                        | perf::PerfError::Link(io)
+                        | perf::PerfError::SetBpf(io) => {
+                            matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT))
+                        }
+                        // Its maps unreadable, or the file no longer mapped: it exited.
+                        perf::PerfError::Site(_) => true,
+                        _ => false,
+                    } && gone();
                     return Err(if gone {
                         TraceError::ProcessGone
                     } else {

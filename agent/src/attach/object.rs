@@ -18,9 +18,23 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 static BPF_NOLOOP_OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe_noloop.bpf.o"));
 
+/// The same built without BPF cookies and atomic fetch too (GP_NO_COOKIE), for kernels
+/// before 5.15: a probe is found by its address in the process (agent-ebpf/src/cookie.h,
+/// sites.rs).
+static BPF_NOCOOKIE_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gprobe_nocookie.bpf.o"));
+
+/// Whether the program is told which probe fired by a cookie on a BPF link (else by the
+/// address hit).
+pub(super) fn has_cookies(kernel: &KernelFeatures) -> bool {
+    kernel.has(FeatureName::BpfCookie) && kernel.has(FeatureName::PerfLink)
+}
+
 /// The uprobe object this kernel can load.
 pub(super) fn uprobe_object(kernel: &KernelFeatures) -> &'static [u8] {
-    if kernel.has(FeatureName::BpfLoop) {
+    if !has_cookies(kernel) {
+        BPF_NOCOOKIE_OBJECT
+    } else if kernel.has(FeatureName::BpfLoop) {
         BPF_OBJECT
     } else {
         BPF_NOLOOP_OBJECT

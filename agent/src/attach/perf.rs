@@ -1,8 +1,10 @@
 //! Uprobes as perf events of one process, with the BPF program attached through a BPF link
-//! that carries the cookie. aya's own uprobe attach cannot set a reference-counter offset
+//! that carries the cookie, or, on kernels without BPF links on perf events or cookies
+//! (before 5.15), attached to the event itself and found by its address (sites.rs). aya's own uprobe attach cannot set a reference-counter offset
 //! (USDT semaphores) and keeps links inside the program object (so they could not be closed
 //! from other threads); the kernel interface itself is small.
 
+use super::sites::{SiteEntries, SiteTable};
 use super::sys::{self, Cmd};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -17,6 +19,8 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `perf_event_attr` up to `config2` (PERF_ATTR_SIZE_VER1).
 const PERF_ATTR_SIZE_VER1: u32 = 72;
 const BPF_PERF_EVENT: u32 = 41;
+/// `_IOW('$', 8, __u32)`: runs a BPF program on the event (before BPF links).
+const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
 
 /// The uprobe PMU as this kernel describes it in sysfs.
 #[derive(Debug, Clone, Copy)]
@@ -60,13 +64,27 @@ fn pmu() -> Result<UprobePmu, PmuError> {
     .clone()
 }
 
-/// One attached uprobe: the perf event and the BPF link running the program on it.
-/// Dropping it detaches (closing the perf event unregisters the uprobe, which waits for an
-/// RCU grace period: drop these off the event path).
+/// One attached uprobe: the perf event and the BPF link running the program on it (or the
+/// program set on the event, and its addresses in `sites`). Dropping it detaches (closing
+/// the perf event unregisters the uprobe, which waits for an RCU grace period: drop these
+/// off the event path); fields drop in order, the addresses after the event.
 #[derive(Debug)]
 pub struct PerfLink {
-    _link: OwnedFd,
+    _link: Option<OwnedFd>,
     _event: OwnedFd,
+    _sites: Option<SiteEntries>,
+}
+
+/// How the program is told which probe fired.
+#[derive(Debug, Clone, Copy)]
+pub enum Identify<'a> {
+    /// A BPF link carrying the cookie (5.15+).
+    Cookie,
+    /// The program set on the event; the cookie written at the probe's addresses in the
+    /// process (kernels without cookies).
+    Address(&'a Arc<SiteTable>),
+    /// The program set on the event, no configuration (the kernel self-test's probes).
+    Nothing,
 }
 
 /// Opens a uprobe on `target` at `point` that fires only in process `pid`, and runs `prog`
@@ -77,6 +95,7 @@ pub fn attach(
     point: ProbePoint,
     pid: u32,
     cookie: u64,
+    identify: Identify<'_>,
 ) -> Result<PerfLink, PerfError> {
     let pmu = pmu().map_err(PerfError::Pmu)?;
     let mut config = 0u64;
@@ -116,6 +135,33 @@ pub fn attach(
     }
     // SAFETY: a new fd we own.
     let event = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if let Identify::Address(_) | Identify::Nothing = identify {
+        // Written before the program runs on the event: its first hit finds its probe.
+        let sites = match identify {
+            Identify::Address(table) => Some(
+                table
+                    .add(pid, target, point.offset, cookie)
+                    .map_err(PerfError::Site)?,
+            ),
+            _ => None,
+        };
+        // SAFETY: an ioctl taking a program fd by value, on an event fd we own.
+        let r = unsafe {
+            libc::ioctl(
+                event.as_raw_fd(),
+                PERF_EVENT_IOC_SET_BPF as _,
+                prog.as_raw_fd(),
+            )
+        };
+        if r < 0 {
+            return Err(PerfError::SetBpf(std::io::Error::last_os_error()));
+        }
+        return Ok(PerfLink {
+            _link: None,
+            _event: event,
+            _sites: sites,
+        });
+    }
 
     // union bpf_attr, link_create: prog_fd, target_fd, attach_type, flags, then
     // perf_event.bpf_cookie at offset 16.
@@ -127,7 +173,8 @@ pub fn attach(
     // SAFETY: a zero-initialized bpf_attr of the size passed, naming fds we hold.
     let link = unsafe { sys::bpf_fd(Cmd::LinkCreate, &mut battr) }.map_err(PerfError::Link)?;
     Ok(PerfLink {
-        _link: link,
+        _link: Some(link),
         _event: event,
+        _sites: None,
     })
 }

@@ -214,6 +214,11 @@ pub(super) fn place(
     offsets: &[u64],
 ) -> Result<Vec<Link>, SelfTestError> {
     let pid = std::process::id();
+    let identify = if super::object::has_cookies(super::features::probe()) {
+        perf::Identify::Cookie
+    } else {
+        perf::Identify::Nothing
+    };
     if let Some(m) = multi {
         let sites: Vec<(u64, u64, u64)> = offsets.iter().map(|&o| (o, NO_CONFIG, 0)).collect();
         return m
@@ -229,7 +234,7 @@ pub(super) fn place(
                 ret: false,
                 ref_ctr_offset: 0,
             };
-            perf::attach(prog, path, point, pid, NO_CONFIG)
+            perf::attach(prog, path, point, pid, NO_CONFIG, identify)
                 .map(Link::perf_unaccounted)
                 .map_err(SelfTestError::Perf)
         })
