@@ -1,13 +1,14 @@
 //! The structure the design promises, checked on the sources: only `attach/` uses aya (the
 //! ring-buffer reader, the engine's tracer boundary and discovery speak the project's own
-//! types), and no source file of the workspace is over 600 lines (a file that long holds more
-//! than one idea: split it where the ideas part). The import graph is checked by
-//! scripts/import_cycles.py, line lengths by scripts/check_lines.sh.
+//! types), and the module tree is the folder tree: no module of the workspace is declared
+//! with a path attribute, so a module's file is where its path says (`a::b` in `a/b.rs` or
+//! `a/b/mod.rs`, a child of `a.rs` in `a/`). The import graph is checked by
+//! scripts/import_cycles.py, line lengths by scripts/check_lines.py.
 
 use std::path::{Path, PathBuf};
 
-/// Most lines a source file may have.
-const MAX_LINES: usize = 600;
+/// What starts a path attribute (built in two parts so that this file has none).
+const PATH_ATTRIBUTE: &str = concat!("#[", "path");
 
 fn files_with(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
@@ -24,8 +25,17 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     files_with(dir, &["rs"], out);
 }
 
+/// `file:line` of each line of `text` that has a path attribute, comments left out.
+fn path_attributes(file: &str, text: &str) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//") && l.contains(PATH_ATTRIBUTE))
+        .map(|(i, _)| format!("{file}:{}", i + 1))
+        .collect()
+}
+
 #[test]
-fn no_source_file_is_over_600_lines() {
+fn no_module_is_declared_with_a_path_attribute() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = Vec::new();
     for dir in [
@@ -38,18 +48,33 @@ fn no_source_file_is_over_600_lines() {
         "e2e/tests",
         "httpd/src",
     ] {
-        files_with(&root.join(dir), &["rs", "c", "h"], &mut files);
+        rust_files(&root.join(dir), &mut files);
     }
     assert!(files.len() > 150, "found only {} source files", files.len());
-    let long: Vec<String> = files
+    let found: Vec<String> = files
         .iter()
-        .filter_map(|p| {
-            let n = std::fs::read_to_string(p).unwrap().lines().count();
-            (n > MAX_LINES)
-                .then(|| format!("{} ({n} lines)", p.strip_prefix(&root).unwrap().display()))
+        .flat_map(|p| {
+            let name = p.strip_prefix(&root).unwrap().display().to_string();
+            path_attributes(&name, &std::fs::read_to_string(p).unwrap())
         })
         .collect();
-    assert!(long.is_empty(), "over {MAX_LINES} lines: {long:?}");
+    assert!(
+        found.is_empty(),
+        "modules declared with {PATH_ATTRIBUTE}] (move the file to the folder of its module): \
+         {found:?}"
+    );
+}
+
+#[test]
+fn a_path_attribute_is_found_and_a_comment_is_not() {
+    let text = format!(
+        "// {PATH_ATTRIBUTE} = \"x.rs\"] in a comment\n\
+         /// {PATH_ATTRIBUTE}] in a doc comment\n\
+         #[cfg(test)]\n\
+         {PATH_ATTRIBUTE} = \"x.rs\"]\n\
+         mod tests;\n"
+    );
+    assert_eq!(path_attributes("a.rs", &text), ["a.rs:4"]);
 }
 
 #[test]

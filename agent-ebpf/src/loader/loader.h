@@ -1,6 +1,6 @@
 /* The dynamic loader hook (GP_PROBE_LOADER): gprobe's own uprobe on the loader's
  * `_dl_debug_state`, placed in processes with a probe on a library. Its agent side is
- * agent/src/auxiliary/loader/. */
+ * agent/src/engine/loader.rs (agent/src/auxiliary/loader/ says where each part lives). */
 #ifndef GPROBE_LOADER_H
 #define GPROBE_LOADER_H
 

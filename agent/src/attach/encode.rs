@@ -169,5 +169,4 @@ fn record_shape(caps: &[CapturePlan]) -> u8 {
 }
 
 #[cfg(test)]
-#[path = "encode_tests.rs"]
 mod tests;

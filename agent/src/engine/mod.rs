@@ -15,13 +15,11 @@ pub mod driver;
 pub mod error;
 mod hold_state;
 mod holds;
-// The engine's part of gprobe's auxiliary probes, in their folders (`crate::auxiliary`).
-#[path = "../auxiliary/loader/engine.rs"]
+// `loader`, `newproc`, `propagate`: the engine's part of gprobe's auxiliary probes (the
+// probes: `crate::auxiliary`).
 mod loader;
-#[path = "../auxiliary/newproc/engine.rs"]
 mod newproc;
 mod plancache;
-#[path = "../auxiliary/propagate/engine.rs"]
 mod propagate;
 mod respec;
 mod spec_id;

@@ -398,5 +398,4 @@ pub(super) fn error_text(bytes: &[u8], max_len: u16, ctx: &DecodeCtx<'_>) -> Val
 }
 
 #[cfg(test)]
-#[path = "errtext_tests.rs"]
 mod tests;

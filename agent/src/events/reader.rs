@@ -529,5 +529,4 @@ fn drain(ring: &mut Ring, proc: &mut Processor) -> (bool, Vec<CallRecord>) {
 }
 
 #[cfg(test)]
-#[path = "reader_tests.rs"]
 mod tests;

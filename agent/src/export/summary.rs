@@ -1,6 +1,6 @@
 //! The end-of-run report, built from [`Stats`] only: the text printed on stderr and the
 //! `--summary-file` JSON of docs/DESIGN.md and the README, with the same numbers. The model
-//! and the JSON are here; the text is worded in summary_text.rs.
+//! and the JSON are here; the text is worded in summary/text.rs.
 
 use crate::resolve::sites::{self, KernelSites, SiteClass, SiteCosts};
 use crate::stats::Stats;
@@ -9,7 +9,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
-#[path = "summary_text.rs"]
 mod text;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

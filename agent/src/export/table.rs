@@ -21,7 +21,6 @@ use cells::{cut_end, cut_start, duration, fmt_value, wrap};
 use std::io::Write;
 use std::time::Duration;
 
-#[path = "table_cells.rs"]
 mod cells;
 
 pub use cells::WIDTH;

@@ -19,8 +19,7 @@
 pub mod c;
 pub mod go;
 pub mod planner;
-// Where gprobe's own request probes go, in their folder (`crate::auxiliary::propagate`).
-#[path = "../auxiliary/propagate/plan.rs"]
+// Where gprobe's own request probes go (the probe: `crate::auxiliary::propagate`).
 pub mod propagate;
 pub mod resolver;
 pub mod sites;

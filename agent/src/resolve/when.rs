@@ -211,5 +211,4 @@ fn decode_name(d: &Decode) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "when_tests.rs"]
 mod tests;

@@ -7,10 +7,10 @@
 //! - The plan is the file offset of `_dl_debug_state` in the loader, found by
 //!   `resolve::resolver` (`loader_hook`); [`LibraryGlob`] is which libraries a probe's
 //!   `library` names.
-//! - `engine.rs` (compiled as `crate::engine::loader`): watching the loader of a process
-//!   with a library probe, and a loader event (attach, then resume).
-//! - `tests.rs` (compiled as `crate::engine::tests::loader`): the engine's part, with the
-//!   fake tracer and resolver.
+//! - `engine/loader.rs` (`crate::engine::loader`): watching the loader of a process with a
+//!   library probe, and a loader event (attach, then resume).
+//! - `engine/tests/loader.rs` (`crate::engine::tests::loader`): the tests of the engine's
+//!   part, with the fake tracer and resolver.
 //! - BPF: `agent-ebpf/src/loader/loader.h` (`loader_hit`, included by gprobe.bpf.c); the
 //!   configuration is written by `attach/` (`loader_config`), the hold and its event go
 //!   through the process hooks' maps (`procmaps.h`).

@@ -6,10 +6,10 @@
 //! Layout:
 //! - The plan is an ordinary probe plan of `runtime.newproc1` (its `callergp` and result),
 //!   made by `resolve::resolver` (`newproc_plan`).
-//! - `engine.rs` (compiled as `crate::engine::newproc`): planning it once per executable,
+//! - `engine/newproc.rs` (`crate::engine::newproc`): planning it once per executable,
 //!   placing it in a process with a latency probe and removing it with the last one.
-//! - `tests.rs` (compiled as `crate::engine::tests::newproc`): the engine's part, with the
-//!   fake tracer and resolver.
+//! - `engine/tests/newproc.rs` (`crate::engine::tests::newproc`): the tests of the engine's
+//!   part, with the fake tracer and resolver.
 //! - BPF: the newproc1 entry and return in `agent-ebpf/src/propagate/spans.h` (they hand
 //!   the starting goroutine's span to the new one, with the other span code); the agent
 //!   reads its records in `events/` (`InternalProbe::Newproc`).

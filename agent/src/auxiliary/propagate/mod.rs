@@ -3,12 +3,12 @@
 //! the call that started them.
 //!
 //! Layout:
-//! - `plan.rs` (compiled as `crate::resolve::propagate`): where the request probes go in a
+//! - `resolve/propagate.rs` (`crate::resolve::propagate`): where the request probes go in a
 //!   Go executable (net/http's round trips and header writer).
-//! - `engine.rs` (compiled as `crate::engine::propagate`): placing the request probes in a
+//! - `engine/propagate.rs` (`crate::engine::propagate`): placing the request probes in a
 //!   process with a propagating probe, removing them with its last one, and their counts.
-//! - `tests.rs` (compiled as `crate::engine::tests::propagate`): the engine's part, with
-//!   the fake tracer and resolver.
+//! - `engine/tests/propagate.rs` (`crate::engine::tests::propagate`): the tests of the
+//!   engine's part, with the fake tracer and resolver.
 //! - BPF (`agent-ebpf/src/propagate/`): `spans.h`, the spans of propagating probes kept
 //!   per goroutine, the request and connection probes, and runtime.newproc1's part
 //!   (included by gprobe.bpf.c); `propagate.h` and `propagate_write.h`, the header writer

@@ -376,13 +376,11 @@ mod attach;
 mod budget;
 mod cluster;
 mod holds;
-// The tests of gprobe's auxiliary probes, in their folders (`crate::auxiliary`).
-#[path = "../../auxiliary/loader/tests.rs"]
+// `loader`, `newproc`, `propagate`: the tests of gprobe's auxiliary probes (the probes:
+// `crate::auxiliary`).
 mod loader;
 mod missed;
-#[path = "../../auxiliary/newproc/tests.rs"]
 mod newproc;
-#[path = "../../auxiliary/propagate/tests.rs"]
 mod propagate;
 mod respec;
 

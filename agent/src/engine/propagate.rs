@@ -1,7 +1,7 @@
 //! Outgoing requests carry the spans of `propagate: true` probes: in a process with such a
-//! probe, gprobe places its own probes (`plan.rs`): where net/http starts a
-//! request (and at its returns, where the request is forgotten), where it hands the
-//! request to a connection, and where it writes the request's headers (BPF's
+//! probe, gprobe places its own probes (planned in `resolve/propagate.rs`): where net/http
+//! starts a request (and at its returns, where the request is forgotten), where it hands
+//! the request to a connection, and where it writes the request's headers (BPF's
 //! gprobe_propagate). They are removed with the last propagating probe of the process.
 
 use super::aux_state::PropagateProbes;
