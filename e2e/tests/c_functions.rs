@@ -377,3 +377,76 @@ fn children_forked_by_a_traced_process_are_traced_too() {
     assert!(s.processes.missed.is_empty(), "{:?}", s.processes.missed);
     assert_eq!((s.processes.matched, s.processes.traced), (4, 4));
 }
+
+/// Kernels without BPF cookies (before 5.15; here by turning them off): the program finds
+/// which probe fired by the process and the address hit. Every entry of a C function and
+/// every USDT probe equals the program's line; a probe that needs a C function's return
+/// (`r0`, latency) is refused on its own, with the reason, and the others trace.
+#[test]
+fn without_bpf_cookies_probes_are_found_by_their_address_and_c_returns_are_refused() {
+    let _serial = serial();
+    require_trace("without_bpf_cookies_probes_are_found_by_their_address_and_c_returns_are_refused");
+    let dir = TempDir::new("c-nocookie");
+    let bin = ctarget(dir.path(), true);
+    let spec = SpecBuilder::new("c")
+        .executable(&bin)
+        .probe(ProbeBuilder::new("add").capture(["a", "b", "r0"]).latency())
+        .probe(ProbeBuilder::new("greet").capture(["name", "len"]))
+        .probe(ProbeBuilder::new("fact").capture(["n"]))
+        .probe(
+            ProbeBuilder::usdt("ctarget:order")
+                .signature("(const char *item, int qty)")
+                .capture(["item", "qty"]),
+        )
+        .yaml();
+    let g = Gprobe::cmd(&spec)
+        .env("GPROBE_DISABLE_FEATURES", "bpf_cookie")
+        .start();
+    let out = run_program(&bin, &["-n", "6", "-threads", "3"]);
+    let run = g.stop();
+    assert!(run.status.success(), "gprobe failed:\n{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("bpf_cookie missing: a probe is found by its address"),
+        "gprobe says what the kernel lacks: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("c / add: 0 calls delivered")
+            && run
+                .stderr
+                .contains("failed: not attached: attaching a uprobe to ")
+            && run
+                .stderr
+                .contains("a C function's return cannot be probed on this kernel"),
+        "the probe needing add's return is refused with the reason: {}",
+        run.stderr
+    );
+    assert!(run.records_of("add").is_empty());
+    let greets = seen(&run.records_of("greet"), &[("name", "name"), ("len", "len")]);
+    let want: Vec<BTreeMap<String, String>> = program_lines(&out, "greet ")
+        .into_iter()
+        .map(|l| l.into_iter().filter(|(k, _)| k == "name" || k == "len").collect())
+        .collect();
+    assert_eq!(want.len(), 6);
+    assert_eq!(greets, want);
+    // fact is recursive: each outer call the program prints makes n calls.
+    let mut facts: Vec<i64> = run
+        .records_of("fact")
+        .iter()
+        .map(|r| r["args"]["n"].as_i64().unwrap())
+        .collect();
+    facts.sort();
+    let mut want: Vec<i64> = program_lines(&out, "fact ")
+        .iter()
+        .flat_map(|l| 1..=l["n"].parse::<i64>().unwrap())
+        .collect();
+    want.sort();
+    assert!(!want.is_empty());
+    assert_eq!(facts, want);
+    let orders = run.records_of("usdt:ctarget:order");
+    assert_eq!(
+        seen(&orders, &[("item", "item"), ("qty", "qty")]),
+        program_lines(&out, "order ")
+    );
+}
