@@ -385,7 +385,9 @@ fn children_forked_by_a_traced_process_are_traced_too() {
 #[test]
 fn without_bpf_cookies_probes_are_found_by_their_address_and_c_returns_are_refused() {
     let _serial = serial();
-    require_trace("without_bpf_cookies_probes_are_found_by_their_address_and_c_returns_are_refused");
+    require_trace(
+        "without_bpf_cookies_probes_are_found_by_their_address_and_c_returns_are_refused",
+    );
     let dir = TempDir::new("c-nocookie");
     let bin = ctarget(dir.path(), true);
     let spec = SpecBuilder::new("c")
@@ -423,10 +425,17 @@ fn without_bpf_cookies_probes_are_found_by_their_address_and_c_returns_are_refus
         run.stderr
     );
     assert!(run.records_of("add").is_empty());
-    let greets = seen(&run.records_of("greet"), &[("name", "name"), ("len", "len")]);
+    let greets = seen(
+        &run.records_of("greet"),
+        &[("name", "name"), ("len", "len")],
+    );
     let want: Vec<BTreeMap<String, String>> = program_lines(&out, "greet ")
         .into_iter()
-        .map(|l| l.into_iter().filter(|(k, _)| k == "name" || k == "len").collect())
+        .map(|l| {
+            l.into_iter()
+                .filter(|(k, _)| k == "name" || k == "len")
+                .collect()
+        })
         .collect();
     assert_eq!(want.len(), 6);
     assert_eq!(greets, want);
