@@ -275,8 +275,9 @@ GP_SUBPROG int gp_err_node(GP_SC_PARAMS, __u32 p, __u32 i)
 	for (__u32 f = 0; f < GP_ERR_FIELDS; f++) {
 		if (f >= nf)
 			break;
-		/* Bounded on the register used: 5.10's verifier loses the loop's bound (nf)
-		 * when it is spilled ("invalid read from stack"). */
+		/* A copy bounded on the register used: 5.10's verifier loses the loop's bound
+		 * (nf) when it is spilled ("invalid read from stack"); bounding f itself would
+		 * make the loop endless to it. */
 		__u64 fi = f;
 		GP_AT_MOST(fi, GP_ERR_FIELDS - 1);
 		__u32 got = gp_err_field(GP_SC(s, c, GP_CI), q, data,

@@ -124,6 +124,80 @@ static __always_inline void count_left_out(__u32 id, __u64 ns)
 #define EMIT_UNDECIDED 3 /* its `when:` cannot be decided (GP_TRUTH_UNDECIDED, or needs the
 			  * return of an entry whose returns are off): nothing written */
 
+/* A capture of a register or stack word, a C string or bytes with a length, at `off`: its
+ * gp_value header and bytes. Returns the bytes written (header included, padded to 8). */
+static __always_inline __u32 capture_plain(struct scratch *s, const struct gp_capture *c,
+					   __u32 off, __u32 i)
+{
+	off &= GP_DATA_MASK;
+	__u32 wrote = 0;
+	struct gp_value *v = (struct gp_value *)(s->buf + off);
+	__u8 flags = 0;
+	v->cap = i;
+	v->full_len = 0;
+	if (c->kind == GP_CAP_WORD) {
+		__u64 w;
+		if (read_word(s->regs, &c->loc[0], c->size, &w))
+			flags |= GP_VAL_FAULT;
+		*(__u64 *)(s->buf + off + sizeof(*v)) = w;
+		v->len = 8;
+		wrote = sizeof(*v) + 8;
+	} else if (c->kind == GP_CAP_CSTR) {
+		/* max_len + 2 bytes: a string of more than max_len bytes (the helper returns
+		 * max_len + 2, NUL included) is told from one of exactly max_len. */
+		__u64 ptr = 0;
+		long got = -1;
+		__u64 room = (__u64)c->max_len + 2;
+		GP_AT_MOST(room, GP_MAX_STR + 2);
+		int e = read_word(s->regs, &c->loc[0], 8, &ptr);
+		if (!e && ptr)
+			got = bpf_probe_read_user_str(s->buf + off + sizeof(*v), room, (void *)ptr);
+		__u32 n = 0;
+		if (got <= 0) {
+			/* NULL is a null value; a string not read is unreadable. */
+			flags |= GP_VAL_FAULT | (!e && !ptr ? GP_VAL_NIL : 0);
+		} else {
+			n = (__u32)got - 1; /* without the NUL */
+			if (n > c->max_len) {
+				n = c->max_len;
+				flags |= GP_VAL_TRUNCATED;
+			}
+		}
+		if (n > GP_MAX_STR)
+			n = GP_MAX_STR;
+		v->full_len = n + ((flags & GP_VAL_TRUNCATED) ? 1 : 0);
+		v->len = n;
+		wrote = sizeof(*v) + ((n + 7) & ~7U);
+	} else {
+		__u64 ptr = 0, len = 0;
+		if (read_word(s->regs, &c->loc[0], 8, &ptr) | read_word(s->regs, &c->loc[1], 8, &len))
+			flags |= GP_VAL_FAULT;
+		len = len_of(len, c->size, c->flags, &flags);
+		__u64 n = len > c->max_len ? c->max_len : len;
+		GP_AT_MOST(n, GP_MAX_STR);
+		if (len > n)
+			flags |= GP_VAL_TRUNCATED;
+		v->full_len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
+		if (n && bpf_probe_read_user(s->buf + off + sizeof(*v), n, (void *)ptr)) {
+			flags |= GP_VAL_FAULT;
+			n = 0;
+		}
+		v->len = n;
+		wrote = sizeof(*v) + ((n + 7) & ~7U);
+	}
+	v->flags = flags;
+	return wrote;
+}
+
+/* The same, a function verified once: the object for kernels before 5.15 (GP_NO_COOKIE)
+ * calls it for every capture, as 5.10's verifier, taking the eight captures' kinds and
+ * sizes path by path inline, did not finish in minutes. */
+GP_SUBPROG int gp_capture_plain(GP_SC_PARAMS, __u32 off, __u32 i)
+{
+	GP_SC_LOAD
+	return capture_plain(s, c, off, i);
+}
+
 /* Records with string/bytes captures, whose size depends on the values, and those of
  * configurations with a `when:` (decided on the values assembled): assembled in the
  * per-CPU scratch buffer, then copied into the ring buffer. Returns -1 when it is full. */
@@ -150,61 +224,12 @@ static __always_inline int emit_any(const struct x86_regs *r, const struct gp_pr
 			off = untracked(s, off + n);
 			continue;
 		}
-		struct gp_value *v = (struct gp_value *)(s->buf + off);
-		__u8 flags = 0;
-		v->cap = i;
-		v->full_len = 0;
-		if (c->kind == GP_CAP_WORD) {
-			__u64 w;
-			if (read_word(s->regs, &c->loc[0], c->size, &w))
-				flags |= GP_VAL_FAULT;
-			*(__u64 *)(s->buf + off + sizeof(*v)) = w;
-			v->len = 8;
-			off += sizeof(*v) + 8;
-		} else if (c->kind == GP_CAP_CSTR) {
-			/* max_len + 2 bytes: a string of more than max_len bytes (the helper returns
-			 * max_len + 2, NUL included) is told from one of exactly max_len. */
-			__u64 ptr = 0;
-			long got = -1;
-			__u64 room = (__u64)c->max_len + 2;
-			GP_AT_MOST(room, GP_MAX_STR + 2);
-			int e = read_word(s->regs, &c->loc[0], 8, &ptr);
-			if (!e && ptr)
-				got = bpf_probe_read_user_str(s->buf + off + sizeof(*v), room, (void *)ptr);
-			__u32 n = 0;
-			if (got <= 0) {
-				/* NULL is a null value; a string not read is unreadable. */
-				flags |= GP_VAL_FAULT | (!e && !ptr ? GP_VAL_NIL : 0);
-			} else {
-				n = (__u32)got - 1; /* without the NUL */
-				if (n > c->max_len) {
-					n = c->max_len;
-					flags |= GP_VAL_TRUNCATED;
-				}
-			}
-			if (n > GP_MAX_STR)
-				n = GP_MAX_STR;
-			v->full_len = n + ((flags & GP_VAL_TRUNCATED) ? 1 : 0);
-			v->len = n;
-			off += sizeof(*v) + ((n + 7) & ~7U);
-		} else {
-			__u64 ptr = 0, len = 0;
-			if (read_word(s->regs, &c->loc[0], 8, &ptr) | read_word(s->regs, &c->loc[1], 8, &len))
-				flags |= GP_VAL_FAULT;
-			len = len_of(len, c->size, c->flags, &flags);
-			__u64 n = len > c->max_len ? c->max_len : len;
-			GP_AT_MOST(n, GP_MAX_STR);
-			if (len > n)
-				flags |= GP_VAL_TRUNCATED;
-			v->full_len = len > 0xffffffffULL ? 0xffffffffU : (__u32)len;
-			if (n && bpf_probe_read_user(s->buf + off + sizeof(*v), n, (void *)ptr)) {
-				flags |= GP_VAL_FAULT;
-				n = 0;
-			}
-			v->len = n;
-			off += sizeof(*v) + ((n + 7) & ~7U);
-		}
-		v->flags = flags;
+#ifdef GP_NO_COOKIE
+		int n = gp_capture_plain(GP_SC(s, c, GP_CAP_REF(GP_CFG_SLOT(h->id), i)), off, i);
+		off = untracked(s, off + n);
+#else
+		off += capture_plain(s, c, off, i);
+#endif
 	}
 	off &= (GP_SCRATCH - 1);
 	if (cfg->flags & GP_CFG_FILTER) {

@@ -319,7 +319,8 @@ def check_j(run):
         # A kernel gprobe cannot trace on: the agent must stay up (no crash loop), not
         # ready, saying why, and end cleanly when stopped.
         err = run.text("agent.err")
-        why = re.search(r"lacks what gprobe's uprobe programs need: [^;]*", err)
+        why = re.search(r"lacks what gprobe's uprobe programs need: [^;]*|"
+                        r"loading BPF program gprobe_uprobe[^:]*: [^.]*", err)
         if (said == "answered 503" and why and "the agent stays up, not ready" in err
                 and run.rc("agent") == 0):
             return f"503, up and not ready: {why.group(0)[:80]}"
@@ -381,8 +382,11 @@ def check_k(run):
 
 
 # Kernels gprobe does not trace on yet, and why (README: Kernels): their failed checks show as
-# KNOWN with this reason and do not fail the matrix; everything else must pass. None today.
-KNOWN = {}
+# KNOWN with this reason and do not fail the matrix; everything else must pass.
+KNOWN = {
+    "5.10": "5.10's verifier refuses gprobe's program for kernels without BPF cookies "
+            "(over a million instructions to check)",
+}
 
 
 def judge(run, key):

@@ -41,7 +41,7 @@ pub enum PerfError {
     #[error("attaching the BPF program to the uprobe failed (PERF_EVENT_IOC_SET_BPF): {0}")]
     SetBpf(#[source] std::io::Error),
     #[error(transparent)]
-    Site(super::sites::SiteError),
+    Site(SiteError),
     #[error(
         "a C function's return cannot be probed on this kernel: without BPF cookies (Linux \
         5.15) gprobe finds a probe by the address hit, and a return probe fires at its \
@@ -78,4 +78,33 @@ pub enum WriterRefused {
         /// /sys/kernel/security/lockdown names one.
         lockdown: Option<String>,
     },
+}
+
+/// Why a probe's addresses could not be written (kernels without BPF cookies: sites.rs).
+#[derive(Debug, thiserror::Error)]
+pub enum SiteError {
+    #[error("reading /proc/{pid}/maps failed: {source}")]
+    Maps {
+        pid: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading {} failed: {source}", path.display())]
+    Stat {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "process {pid} does not map offset {offset:#x} of {} executable: on this kernel \
+        (no BPF cookies) gprobe finds a probe by its address in the process",
+        path.display()
+    )]
+    NotMapped {
+        pid: u32,
+        path: PathBuf,
+        offset: u64,
+    },
+    #[error("writing a probe's address into the BPF map `sites` failed: {0}")]
+    Map(#[source] MapError),
 }

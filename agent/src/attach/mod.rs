@@ -137,6 +137,7 @@ impl BpfTracer {
         let wakeup = opts.wakeup_bytes;
         let bpf_object = uprobe_object(kernel);
         let mut ebpf = EbpfLoader::new()
+            .verifier_log_level(object::verifier_log_level())
             .map_max_entries("events", opts.ring_buffer_bytes)
             .override_global("wakeup_bytes", &wakeup, true)
             .load(bpf_object)
@@ -170,7 +171,11 @@ impl BpfTracer {
             .and_then(|p| p.try_into().ok())
             .expect("BPF object has its uprobe program");
         up.load().map_err(|e| LoadError::Program {
-            program: UPROBE_PROG,
+            program: if object::has_cookies(kernel) {
+                UPROBE_PROG
+            } else {
+                "gprobe_uprobe (built for kernels without BPF cookies: README, Kernels)"
+            },
             source: Box::new(e),
         })?;
         let multi = match MultiProgram::load(bpf_object, &ebpf, UPROBE_PROG) {

@@ -41,6 +41,20 @@ pub(super) fn uprobe_object(kernel: &KernelFeatures) -> &'static [u8] {
     }
 }
 
+/// Names the verifier's log of a refused program: `full` for every instruction it checked.
+pub const VERIFIER_LOG_ENV: &str = "GPROBE_VERIFIER_LOG";
+
+/// The verifier's log asked for when a program is refused: its message and statistics; the
+/// instruction-by-instruction log with GPROBE_VERIFIER_LOG=full. That one runs to
+/// megabytes, past the buffer (its end, the reason, cut off), and makes an old kernel
+/// verify for minutes (5.10 in an emulated VM: over 5 minutes, against 42 s without it).
+pub(super) fn verifier_log_level() -> aya::VerifierLogLevel {
+    match std::env::var(VERIFIER_LOG_ENV).as_deref() {
+        Ok("full") => aya::VerifierLogLevel::DEBUG | aya::VerifierLogLevel::STATS,
+        _ => aya::VerifierLogLevel::STATS,
+    }
+}
+
 pub(super) const UPROBE_PROG: &str = "gprobe_uprobe";
 pub(super) const PROPAGATE_PROG: &str = "gprobe_propagate";
 pub(super) const PROPAGATE_DRY_PROG: &str = "gprobe_propagate_dry";

@@ -1,8 +1,9 @@
 //! Uprobes as perf events of one process, with the BPF program attached through a BPF link
 //! that carries the cookie, or, on kernels without BPF links on perf events or cookies
-//! (before 5.15), attached to the event itself and found by its address (sites.rs). aya's own uprobe attach cannot set a reference-counter offset
-//! (USDT semaphores) and keeps links inside the program object (so they could not be closed
-//! from other threads); the kernel interface itself is small.
+//! (before 5.15), attached to the event itself and found by its address (sites.rs). aya's
+//! own uprobe attach cannot set a reference-counter offset (USDT semaphores) and keeps
+//! links inside the program object (so they could not be closed from other threads); the
+//! kernel interface itself is small.
 
 use super::sites::{SiteEntries, SiteTable};
 use super::sys::{self, Cmd};

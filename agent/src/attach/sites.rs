@@ -7,41 +7,13 @@
 //! address wrote its own since (a spec changed: the new link is made before the old one is
 //! dropped, on another thread).
 
-use super::error::MapError;
+use super::error::{MapError, SiteError};
 use crate::abi::GpSiteKey;
 use aya::maps::{HashMap as BpfHashMap, MapData};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-#[derive(Debug, thiserror::Error)]
-pub enum SiteError {
-    #[error("reading /proc/{pid}/maps failed: {source}")]
-    Maps {
-        pid: u32,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("reading {} failed: {source}", path.display())]
-    Stat {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(
-        "process {pid} does not map offset {offset:#x} of {} executable: on this kernel \
-        (no BPF cookies) gprobe finds a probe by its address in the process",
-        path.display()
-    )]
-    NotMapped {
-        pid: u32,
-        path: PathBuf,
-        offset: u64,
-    },
-    #[error("writing a probe's address into the BPF map `sites` failed: {0}")]
-    Map(#[source] MapError),
-}
 
 /// The `sites` map, shared by the thread that attaches and the one that detaches.
 pub struct SiteTable {
@@ -234,7 +206,8 @@ mod tests {
     fn an_offset_is_found_at_its_address_in_this_process() {
         // This test binary's own code: the mapping holding a function's address, and the
         // offset in the file that address comes from.
-        let here = file_mappings_are_read_with_their_offsets_and_permissions as usize as u64;
+        let here =
+            file_mappings_are_read_with_their_offsets_and_permissions as fn() as usize as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let m = parse_maps(&maps)
             .find(|m| m.exec && m.start <= here && here < m.end)

@@ -188,9 +188,11 @@ pub async fn run(
     }
     let pipeline = match Pipeline::start(&opts.pipeline, mode, Vec::new(), out) {
         Ok((pipeline, _)) => pipeline,
-        Err(PipelineError::Load(LoadError::Kernel(why))) => {
-            // A DaemonSet's pod on a node whose kernel gprobe cannot trace on: restarting
-            // would not help, so it stays up, not ready, and says why (log, /readyz).
+        Err(PipelineError::Load(e @ (LoadError::Kernel(_) | LoadError::Program { .. }))) => {
+            // A DaemonSet's pod on a node whose kernel gprobe cannot trace on (a feature
+            // missing, or its verifier refusing the program): restarting would not help, so
+            // it stays up, not ready, and says why (log, /readyz).
+            let why = e.to_string();
             tracing::error!("{why}; the agent stays up, not ready, until it is stopped");
             health.set_unable(&why);
             let mut stop = crate::pipeline::StopSignal::new(opts.duration)?;
