@@ -51,19 +51,21 @@ impl SiteTable {
                 addr,
             })
             .collect();
-        let entries = SiteEntries {
+        // Each key written is in `entries` at once: on an error, dropping them removes
+        // those written before it.
+        let mut entries = SiteEntries {
             table: self.clone(),
             keys: Vec::with_capacity(keys.len()),
             cookie,
         };
-        let mut entries = entries;
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        for k in keys {
-            map.insert(k, cookie, 0)
-                .map_err(|e| SiteError::Map(MapError(Box::new(e))))?;
-            entries.keys.push(k);
+        {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            for k in keys {
+                map.insert(k, cookie, 0)
+                    .map_err(|e| SiteError::Map(MapError(Box::new(e))))?;
+                entries.keys.push(k);
+            }
         }
-        drop(map);
         Ok(entries)
     }
 }
