@@ -136,6 +136,7 @@ impl BpfTracer {
         }
         let wakeup = opts.wakeup_bytes;
         let bpf_object = uprobe_object(kernel);
+        let cookies = object::has_cookies(kernel);
         let mut ebpf = EbpfLoader::new()
             .verifier_log_level(object::verifier_log_level())
             .map_max_entries("events", opts.ring_buffer_bytes)
@@ -171,7 +172,7 @@ impl BpfTracer {
             .and_then(|p| p.try_into().ok())
             .expect("BPF object has its uprobe program");
         up.load().map_err(|e| LoadError::Program {
-            program: if object::has_cookies(kernel) {
+            program: if cookies {
                 UPROBE_PROG
             } else {
                 "gprobe_uprobe (built for kernels without BPF cookies: README, Kernels)"
@@ -180,7 +181,7 @@ impl BpfTracer {
         })?;
         let multi = match MultiProgram::load(bpf_object, &ebpf, UPROBE_PROG) {
             // Without cookies probes are found by address: each needs its own perf event.
-            Ok(_) if !kernel.has(FeatureName::UprobeMulti) || !object::has_cookies(kernel) => None,
+            Ok(_) if !kernel.has(FeatureName::UprobeMulti) || !cookies => None,
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::info!(
@@ -195,7 +196,7 @@ impl BpfTracer {
             procs: ring::Ring::new(take(&mut ebpf, "proc_events")?),
         };
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| LoadError::Cpus(e))?;
-        let sites = if object::has_cookies(kernel) {
+        let sites = if cookies {
             None
         } else {
             Some(sites::SiteTable::new(take(&mut ebpf, "sites")?))
@@ -295,10 +296,6 @@ impl BpfTracer {
             .and_then(|p| p.try_into().ok())
             .expect("BPF object has its uprobe programs");
         let prog = up.fd().expect("the uprobe program is loaded");
-        let identify = match &self.sites {
-            Some(table) => perf::Identify::Address(table),
-            None => perf::Identify::Cookie,
-        };
         if self.sites.is_some() && sites.iter().any(|s| s.point.ret) {
             return Err(TraceError::Attach {
                 path: target.display().to_string(),
@@ -309,6 +306,25 @@ impl BpfTracer {
                 source: perf::PerfError::ReturnWithoutCookie,
             });
         }
+        // Without cookies: the target's mappings in the process, read once for its sites.
+        let mapped = match &self.sites {
+            Some(_) => match sites::TargetMappings::read(pid, target) {
+                Ok(m) => Some(m),
+                Err(_) if gone() => return Err(TraceError::ProcessGone),
+                Err(e) => {
+                    return Err(TraceError::Attach {
+                        path: target.display().to_string(),
+                        offset: sites.first().map_or(0, |s| s.point.offset),
+                        source: perf::PerfError::Site(e),
+                    })
+                }
+            },
+            None => None,
+        };
+        let identify = match (&self.sites, &mapped) {
+            (Some(table), Some(mapped)) => perf::Identify::Address(table, mapped),
+            _ => perf::Identify::Cookie,
+        };
         let mut links = Vec::with_capacity(sites.len());
         for s in sites {
             match perf::attach(prog.as_fd(), target, s.point, pid, cookie(s), identify) {
@@ -321,7 +337,7 @@ impl BpfTracer {
                         | perf::PerfError::SetBpf(io) => {
                             matches!(io.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT))
                         }
-                        // Its maps unreadable, or the file no longer mapped: it exited.
+                        // The file no longer mapped: it may have exited.
                         perf::PerfError::Site(_) => true,
                         _ => false,
                     } && gone();

@@ -5,7 +5,7 @@
 //! links inside the program object (so they could not be closed from other threads); the
 //! kernel interface itself is small.
 
-use super::sites::{SiteEntries, SiteTable};
+use super::sites::{SiteEntries, SiteTable, TargetMappings};
 use super::sys::{self, Cmd};
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -82,8 +82,8 @@ pub enum Identify<'a> {
     /// A BPF link carrying the cookie (5.15+).
     Cookie,
     /// The program set on the event; the cookie written at the probe's addresses in the
-    /// process (kernels without cookies).
-    Address(&'a Arc<SiteTable>),
+    /// process, found in the target's mappings there (kernels without cookies).
+    Address(&'a Arc<SiteTable>, &'a TargetMappings),
     /// The program set on the event, no configuration (the kernel self-test's probes).
     Nothing,
 }
@@ -136,16 +136,17 @@ pub fn attach(
     }
     // SAFETY: a new fd we own.
     let event = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    if let Identify::Address(_) | Identify::Nothing = identify {
-        // Written before the program runs on the event: its first hit finds its probe.
-        let sites = match identify {
-            Identify::Address(table) => Some(
-                table
-                    .add(pid, target, point.offset, cookie)
-                    .map_err(PerfError::Site)?,
-            ),
-            _ => None,
-        };
+    // Written before the program runs on the event: its first hit finds its probe.
+    let sites = match identify {
+        Identify::Cookie => None,
+        Identify::Address(table, mapped) => Some(
+            table
+                .add(mapped, point.offset, cookie)
+                .map_err(PerfError::Site)?,
+        ),
+        Identify::Nothing => None,
+    };
+    if !matches!(identify, Identify::Cookie) {
         // SAFETY: an ioctl taking a program fd by value, on an event fd we own.
         let r = unsafe {
             libc::ioctl(

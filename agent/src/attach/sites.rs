@@ -33,16 +33,16 @@ impl SiteTable {
         })
     }
 
-    /// Writes `cookie` at every address of `offset` of `target` in process `pid`; they are
-    /// removed when the returned entries are dropped.
+    /// Writes `cookie` at every address of `offset` in `mapped` (the target's executable
+    /// mappings in its process); they are removed when the returned entries are dropped.
     pub(super) fn add(
         self: &Arc<SiteTable>,
-        pid: u32,
-        target: &Path,
+        mapped: &TargetMappings,
         offset: u64,
         cookie: u64,
     ) -> Result<SiteEntries, SiteError> {
-        let addrs = addresses(pid, target, offset)?;
+        let pid = mapped.pid;
+        let addrs = mapped.addresses(offset)?;
         let keys: Vec<GpSiteKey> = addrs
             .into_iter()
             .map(|addr| GpSiteKey {
@@ -92,43 +92,70 @@ impl Drop for SiteEntries {
     }
 }
 
-/// The addresses of `offset` of `target` in `pid`'s executable mappings of that file.
-fn addresses(pid: u32, target: &Path, offset: u64) -> Result<Vec<u64>, SiteError> {
-    let stat = |path: &Path| {
-        std::fs::metadata(path)
-            .map(|m| (m.dev(), m.ino()))
-            .map_err(|source| SiteError::Stat {
-                path: path.to_path_buf(),
-                source,
-            })
-    };
-    let want = stat(target)?;
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|source| SiteError::Maps { pid, source })?;
-    // Each mapped path is compared once, seen through the process's root as the target is
-    // (on overlayfs both stat the same overlay file).
-    let mut same: HashMap<String, bool> = HashMap::new();
-    let mut out = Vec::new();
-    for m in parse_maps(&maps) {
-        if !m.exec || offset < m.offset || offset - m.offset >= m.end - m.start {
-            continue;
+/// A target file's executable mappings in one process, read once for all the uprobes
+/// attached to it there.
+#[derive(Debug)]
+pub struct TargetMappings {
+    pid: u32,
+    path: PathBuf,
+    /// (start, end, file offset) of each.
+    ranges: Vec<(u64, u64, u64)>,
+}
+
+impl TargetMappings {
+    /// `target`'s executable mappings in `pid`, from /proc/PID/maps.
+    pub(super) fn read(pid: u32, target: &Path) -> Result<TargetMappings, SiteError> {
+        let stat = |path: &Path| {
+            std::fs::metadata(path)
+                .map(|m| (m.dev(), m.ino()))
+                .map_err(|source| SiteError::Stat {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        };
+        let want = stat(target)?;
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .map_err(|source| SiteError::Maps { pid, source })?;
+        // Each mapped path is compared once, seen through the process's root as the target
+        // is (on overlayfs both stat the same overlay file).
+        let mut same: HashMap<String, bool> = HashMap::new();
+        let mut ranges = Vec::new();
+        for m in parse_maps(&maps) {
+            if !m.exec {
+                continue;
+            }
+            let is_target = *same.entry(m.path.to_string()).or_insert_with(|| {
+                let seen = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
+                stat(&seen).is_ok_and(|k| k == want)
+            });
+            if is_target {
+                ranges.push((m.start, m.end, m.offset));
+            }
         }
-        let is_target = *same.entry(m.path.to_string()).or_insert_with(|| {
-            let seen = PathBuf::from(format!("/proc/{pid}/root{}", m.path));
-            stat(&seen).is_ok_and(|k| k == want)
-        });
-        if is_target {
-            out.push(m.start + (offset - m.offset));
-        }
-    }
-    if out.is_empty() {
-        return Err(SiteError::NotMapped {
+        Ok(TargetMappings {
             pid,
             path: target.to_path_buf(),
-            offset,
-        });
+            ranges,
+        })
     }
-    Ok(out)
+
+    /// The addresses of file offset `offset` in these mappings.
+    fn addresses(&self, offset: u64) -> Result<Vec<u64>, SiteError> {
+        let out: Vec<u64> = self
+            .ranges
+            .iter()
+            .filter(|(start, end, off)| offset >= *off && offset - off < end - start)
+            .map(|(start, _, off)| start + (offset - off))
+            .collect();
+        if out.is_empty() {
+            return Err(SiteError::NotMapped {
+                pid: self.pid,
+                path: self.path.clone(),
+                offset,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// A file mapping of a /proc/PID/maps text.
@@ -216,10 +243,10 @@ mod tests {
             .expect("the test's code is mapped");
         let offset = m.offset + (here - m.start);
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
-        let got = addresses(std::process::id(), &exe, offset).unwrap();
-        assert_eq!(got, [here]);
+        let mapped = TargetMappings::read(std::process::id(), &exe).unwrap();
+        assert_eq!(mapped.addresses(offset).unwrap(), [here]);
         assert!(matches!(
-            addresses(std::process::id(), &exe, u64::MAX / 2),
+            mapped.addresses(u64::MAX / 2),
             Err(SiteError::NotMapped { .. })
         ));
     }
