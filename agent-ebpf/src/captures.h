@@ -253,7 +253,8 @@ GP_SUBPROG int gp_err_node(GP_SC_PARAMS, __u32 p, __u32 i)
 	__u64 tab = s->eq[i & 7][0], data = s->eq[i & 7][1];
 	__u64 th[2] = { 0, 0 }; /* itab + 8: the type, then its hash */
 	__u8 nf = 0, nflags = 0;
-	struct gp_err_type et = {};
+	struct gp_err_type *et = &s->et;
+	*et = (struct gp_err_type){};
 	if (tab && bpf_probe_read_user(th, sizeof(th), (void *)(tab + 8))) {
 		nflags = GP_VAL_FAULT;
 		th[0] = 0;
@@ -261,8 +262,8 @@ GP_SUBPROG int gp_err_node(GP_SC_PARAMS, __u32 p, __u32 i)
 		struct gp_err_key key = { .table = c->table, .hash = (__u32)th[1] };
 		struct gp_err_type *found = bpf_map_lookup_elem(&errtypes, &key);
 		if (found) {
-			et = *found;
-			nf = et.n > GP_ERR_FIELDS ? GP_ERR_FIELDS : et.n;
+			*et = *found;
+			nf = et->n > GP_ERR_FIELDS ? GP_ERR_FIELDS : et->n;
 		}
 	}
 	*(__u64 *)at(s, p) = th[0];
@@ -271,20 +272,24 @@ GP_SUBPROG int gp_err_node(GP_SC_PARAMS, __u32 p, __u32 i)
 	*at(s, p + 13) = nflags;
 	*(__u16 *)at(s, p + 14) = 0;
 	__u32 q = p + 16;
-#pragma clang loop unroll(disable)
-	for (__u32 f = 0; f < GP_ERR_FIELDS; f++) {
-		if (f >= nf)
-			break;
-		/* A copy bounded on the register used: 5.10's verifier loses the loop's bound
-		 * (nf) when it is spilled ("invalid read from stack"); bounding f itself would
-		 * make the loop endless to it. */
-		__u64 fi = f;
-		GP_AT_MOST(fi, GP_ERR_FIELDS - 1);
-		__u32 got = gp_err_field(GP_SC(s, c, GP_CI), q, data,
-					 et.kind[fi] | ((__u32)et.off[fi] << 8));
-		/* Read back untracked: each field's outcomes do not multiply the next's. */
-		q = untracked(s, q + (got & (GP_SCRATCH - 1)));
-	}
+	/* Unrolled by hand (clang will not unroll a loop with two exits): as a loop, clang folds
+	 * its bounds into one, f < nf, and 5.10's verifier, which forgets a bounded number it
+	 * spills (nf), then walks it a million times ("BPF program is too large"). The layout is
+	 * read from the scratch map at each field (kept on the stack, the unrolled fields took
+	 * 128 bytes: over 512 for the chain). Each field's size is read back untracked: its
+	 * outcomes do not multiply the next's. */
+#define GP_ERR_FIELD_AT(f)                                                                          \
+	if (nf > (f))                                                                              \
+		q = untracked(s, q + (gp_err_field(GP_SC(s, c, GP_CI), q, data,                    \
+						   et->kind[f] | ((__u32)et->off[f] << 8)) &         \
+				      (GP_SCRATCH - 1)));
+	_Static_assert(GP_ERR_FIELDS == 5, "one GP_ERR_FIELD_AT for each field");
+	GP_ERR_FIELD_AT(0)
+	GP_ERR_FIELD_AT(1)
+	GP_ERR_FIELD_AT(2)
+	GP_ERR_FIELD_AT(3)
+	GP_ERR_FIELD_AT(4)
+#undef GP_ERR_FIELD_AT
 	return (q - p) & (GP_SCRATCH - 1);
 }
 

@@ -166,6 +166,8 @@ struct scratch {
 	__u64 eq[8][2]; /* captures.h: the interfaces of an error capture still to read */
 	__u32 enq;      /* how many eq holds */
 	__u32 estrs;    /* strings of the error capture read */
+	struct gp_err_type et; /* captures.h: the layout of the error node being read, in map
+				* memory: read at each field, not kept in (spilled) registers */
 	__u32 capoff[GP_MAX_CAPTURES]; /* when.h: where each capture's value starts in buf */
 	struct gp_fvals fv;            /* when.h: the values of the terms of a `when:` */
 	struct gp_filter_state fst;    /* when.h: its evaluation */
