@@ -139,6 +139,12 @@ def check_b(run):
     return f"Go 1.19: {n1} of {n1}; Go 1.27 stripped (signature): {n2} of {n2}"
 
 
+def lacks(run, name, feature):
+    """Whether the kernel lacked `feature`, as run `name`'s summary says."""
+    features = dict(run.summary(name).get("kernel", {}).get("features", []))
+    return features.get(feature, {}).get("state") == "missing"
+
+
 def check_c(run):
     run.gprobe_ok("c")
     out, recs = run.text("c.out"), run.records("c")
@@ -146,8 +152,7 @@ def check_c(run):
     got_sub = Counter(tuple(str(values(r).get(k)) for k in ("a", "b")) for r in of_symbol(recs, "sub"))
     if not want_sub or got_sub != want_sub:
         raise Fail(f"sub: {sum(got_sub.values())} recorded for {sum(want_sub.values())} made")
-    features = dict(run.summary("c").get("kernel", {}).get("features", []))
-    if features.get("bpf_cookie", {}).get("state") == "missing":
+    if lacks(run, "c", "bpf_cookie"):
         # Without cookies a return probe cannot be told apart (it fires at the caller's
         # address): the probe needing add's result is refused, with the reason, alone.
         add = probe_counts(run.summary("c"), "add")
@@ -193,6 +198,11 @@ def check_e(run):
     n, note = 0, ""
     for name, symbol in (("go-go127", "net/http.(*Client).Get"), ("c", "add")):
         run.gprobe_ok(name)
+        if name == "c" and lacks(run, "c", "bpf_cookie"):
+            # A C function's return cannot be probed without cookies: check c judges the
+            # refusal; Go's latency (probes on its RET instructions) is measured as anywhere.
+            note += "; no BPF cookies: C latency refused (check c)"
+            continue
         recs = of_symbol(run.records(name), symbol)
         if not recs:
             raise Fail(f"{symbol}: no calls recorded")
@@ -208,7 +218,8 @@ def check_e(run):
             raise Fail(f"{symbol}: returns_lost={p.get('returns_lost')} unfinished={p.get('unfinished')}")
         n += len(recs) - len(unfinished)
         note += f"; {len(unfinished)} C return(s) counted lost (runs interleaved on one CPU)" if unfinished else ""
-    return f"{n} calls (Go RET probes, C uretprobe), each with its duration{note}"
+    how = "Go RET probes" if "refused" in note else "Go RET probes, C uretprobe"
+    return f"{n} calls ({how}), each with its duration{note}"
 
 
 def check_f(run):
@@ -349,6 +360,9 @@ def check_k(run):
         raise Fail("the front service did not get the traceparents the client sent")
     back_saw = {l["id"]: l["traceparent"] for l in program_lines(run.text("prop.back"), "back ")}
     recs = run.records("prop")
+    # Without bpf_loop Go maps are not searched: a handler cannot read the traceparent it
+    # was sent, so its span starts a trace (README: Kernels). The write is checked the same.
+    joins = not lacks(run, "prop", "bpf_loop")
 
     def one(symbol, query):
         hits = [r for r in recs if r.get("symbol") == symbol and values(r).get("r.URL.RawQuery") == query]
@@ -363,7 +377,7 @@ def check_k(run):
             want = f"00-{f['trace_id']}-{f['span_id']}-01"
             if back_saw.get(line) != want:
                 raise Fail(f"request {line} carried {back_saw.get(line)}, not the front span's {want}")
-            if (b.get("trace_id"), b.get("parent_span_id")) != (f["trace_id"], f["span_id"]):
+            if joins and (b.get("trace_id"), b.get("parent_span_id")) != (f["trace_id"], f["span_id"]):
                 raise Fail(f"back span of {query} is not the child of the front span that sent it")
     headers = program_lines(run.text("prop.headers"), "sent ")
     own = {l["id"]: l["traceparent"] for l in headers}
@@ -373,16 +387,16 @@ def check_k(run):
         raise Fail("a request with a traceparent of its own got a wrong answer")
     if prop.get("written") != 24:
         raise Fail(f"summary: written={prop.get('written')}, not 24")
+    if not joins:
+        return ("24 of 24 requests carry their front span's traceparent, exact bytes, 12 answers right; "
+                "3 own traceparents kept (no bpf_loop: back spans cannot read it, start traces)")
     return ("24 of 24 back spans under the front span that sent them, exact bytes, 12 answers right; "
             "3 own traceparents kept")
 
 
 # Kernels gprobe does not trace on yet, and why (README: Kernels): their failed checks show as
 # KNOWN with this reason and do not fail the matrix; everything else must pass.
-KNOWN = {
-    "5.10": "5.10's verifier refuses gprobe's program for kernels without BPF cookies "
-            "(over a million instructions to check)",
-}
+KNOWN = {}
 
 
 def judge(run, key):

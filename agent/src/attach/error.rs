@@ -107,4 +107,20 @@ pub enum SiteError {
     },
     #[error("writing a probe's address into the BPF map `sites` failed: {0}")]
     Map(#[source] MapError),
+    #[error(
+        "another probe is at {addr:#x} in process {pid}: on this kernel (no BPF cookies, \
+        before Linux 5.15) gprobe finds a probe by its address, so one address of a process \
+        takes one probe; this one is not attached there (probe the function from one \
+        ProbeSpec)"
+    )]
+    Shared { pid: u32, addr: u64 },
+    #[error(
+        "the probe this one replaces at {addr:#x} in process {pid} was still being detached \
+        after {waited:?} (on this kernel an address of a process takes one probe)"
+    )]
+    StillDetaching {
+        pid: u32,
+        addr: u64,
+        waited: std::time::Duration,
+    },
 }

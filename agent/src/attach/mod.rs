@@ -422,6 +422,9 @@ impl Tracer for BpfTracer {
     }
 
     fn detach(&mut self, links: Vec<Link>) {
+        for l in &links {
+            l.retire();
+        }
         self.pool.drop_all(links);
     }
 

@@ -73,7 +73,17 @@ fn pmu() -> Result<UprobePmu, PmuError> {
 pub struct PerfLink {
     _link: Option<OwnedFd>,
     _event: OwnedFd,
-    _sites: Option<SiteEntries>,
+    sites: Option<SiteEntries>,
+}
+
+impl PerfLink {
+    /// Said when it is handed over to be detached: a probe that comes to its addresses
+    /// waits for it (sites.rs).
+    pub(super) fn retire(&self) {
+        if let Some(s) = &self.sites {
+            s.retire();
+        }
+    }
 }
 
 /// How the program is told which probe fired.
@@ -161,7 +171,7 @@ pub fn attach(
         return Ok(PerfLink {
             _link: None,
             _event: event,
-            _sites: sites,
+            sites,
         });
     }
 
@@ -177,6 +187,6 @@ pub fn attach(
     Ok(PerfLink {
         _link: Some(link),
         _event: event,
-        _sites: None,
+        sites: None,
     })
 }

@@ -3,9 +3,13 @@
 //! module fills. For each uprobe attached in a process it writes the probe's cookie at every
 //! address where the process maps the probed file's offset executable (read from
 //! /proc/PID/maps at attach: the process is held or running, its mappings of that file
-//! made), and removes them when the uprobe is detached, unless a newer uprobe at the same
-//! address wrote its own since (a spec changed: the new link is made before the old one is
-//! dropped, on another thread).
+//! made), and removes them when the uprobe is detached.
+//!
+//! An address of a process takes one probe there: every uprobe at it runs the program, and
+//! each run would find the same entry, so two probes' hits could not be told apart. A probe
+//! at an address another live probe holds (two ProbeSpecs on one function) is refused with
+//! the reason; one whose predecessor is being detached (a ProbeSpec changed: its old probes
+//! are dropped on another thread) waits for it to be gone, so no hit is counted twice.
 
 use super::error::{MapError, SiteError};
 use crate::abi::GpSiteKey;
@@ -13,11 +17,79 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
-/// The `sites` map, shared by the thread that attaches and the one that detaches.
+/// How long a probe waits for the one it replaces at its address to be detached (closing a
+/// uprobe's perf event waits for an RCU grace period: milliseconds, more under load).
+const REPLACED_WAIT: Duration = Duration::from_secs(5);
+
+/// Who holds each address: the cookie written there, and whether its uprobe is being
+/// detached. The rules, apart from the BPF map they guard.
+#[derive(Debug, Default)]
+struct Owners(HashMap<GpSiteKey, Owner>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Owner {
+    cookie: u64,
+    retiring: bool,
+}
+
+/// What a new probe at an address finds there.
+#[derive(Debug, PartialEq, Eq)]
+enum Claim {
+    Free,
+    /// A probe being detached: wait for it.
+    Retiring,
+    /// A live probe: refuse.
+    Held,
+}
+
+impl Owners {
+    fn claim(&self, k: &GpSiteKey) -> Claim {
+        match self.0.get(k) {
+            None => Claim::Free,
+            Some(o) if o.retiring => Claim::Retiring,
+            Some(_) => Claim::Held,
+        }
+    }
+
+    fn take(&mut self, k: GpSiteKey, cookie: u64) {
+        self.0.insert(
+            k,
+            Owner {
+                cookie,
+                retiring: false,
+            },
+        );
+    }
+
+    fn retire(&mut self, k: &GpSiteKey, cookie: u64) {
+        if let Some(o) = self.0.get_mut(k).filter(|o| o.cookie == cookie) {
+            o.retiring = true;
+        }
+    }
+
+    /// Whether `cookie` held `k` (then it no longer does).
+    fn release(&mut self, k: &GpSiteKey, cookie: u64) -> bool {
+        let held = self.0.get(k).is_some_and(|o| o.cookie == cookie);
+        if held {
+            self.0.remove(k);
+        }
+        held
+    }
+}
+
+struct Inner {
+    map: BpfHashMap<MapData, GpSiteKey, u64>,
+    owners: Owners,
+}
+
+/// The `sites` map, shared by the thread that attaches and the ones that detach.
 pub struct SiteTable {
-    map: Mutex<BpfHashMap<MapData, GpSiteKey, u64>>,
+    inner: Mutex<Inner>,
+    /// Notified when addresses are released.
+    released: Condvar,
 }
 
 impl std::fmt::Debug for SiteTable {
@@ -29,12 +101,18 @@ impl std::fmt::Debug for SiteTable {
 impl SiteTable {
     pub(super) fn new(map: BpfHashMap<MapData, GpSiteKey, u64>) -> Arc<SiteTable> {
         Arc::new(SiteTable {
-            map: Mutex::new(map),
+            inner: Mutex::new(Inner {
+                map,
+                owners: Owners::default(),
+            }),
+            released: Condvar::new(),
         })
     }
 
     /// Writes `cookie` at every address of `offset` in `mapped` (the target's executable
     /// mappings in its process); they are removed when the returned entries are dropped.
+    /// Refused where another live probe is; waits (up to [`REPLACED_WAIT`]) where one is
+    /// being detached.
     pub(super) fn add(
         self: &Arc<SiteTable>,
         mapped: &TargetMappings,
@@ -42,8 +120,8 @@ impl SiteTable {
         cookie: u64,
     ) -> Result<SiteEntries, SiteError> {
         let pid = mapped.pid;
-        let addrs = mapped.addresses(offset)?;
-        let keys: Vec<GpSiteKey> = addrs
+        let keys: Vec<GpSiteKey> = mapped
+            .addresses(offset)?
             .into_iter()
             .map(|addr| GpSiteKey {
                 tgid: pid,
@@ -58,14 +136,38 @@ impl SiteTable {
             keys: Vec::with_capacity(keys.len()),
             cookie,
         };
-        {
-            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-            for k in keys {
-                map.insert(k, cookie, 0)
-                    .map_err(|e| SiteError::Map(MapError(Box::new(e))))?;
-                entries.keys.push(k);
+        let deadline = Instant::now() + REPLACED_WAIT;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for k in keys {
+            loop {
+                match inner.owners.claim(&k) {
+                    Claim::Free => break,
+                    Claim::Held => return Err(SiteError::Shared { pid, addr: k.addr }),
+                    Claim::Retiring => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return Err(SiteError::StillDetaching {
+                                pid,
+                                addr: k.addr,
+                                waited: REPLACED_WAIT,
+                            });
+                        }
+                        inner = self
+                            .released
+                            .wait_timeout(inner, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                }
             }
+            inner
+                .map
+                .insert(k, cookie, 0)
+                .map_err(|e| SiteError::Map(MapError(Box::new(e))))?;
+            inner.owners.take(k, cookie);
+            entries.keys.push(k);
         }
+        drop(inner);
         Ok(entries)
     }
 }
@@ -79,16 +181,26 @@ pub struct SiteEntries {
     cookie: u64,
 }
 
+impl SiteEntries {
+    /// Marks these addresses as being detached: a probe that comes to them waits for them.
+    pub(super) fn retire(&self) {
+        let mut inner = self.table.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for k in &self.keys {
+            inner.owners.retire(k, self.cookie);
+        }
+    }
+}
+
 impl Drop for SiteEntries {
     fn drop(&mut self) {
-        let mut map = self.table.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.table.inner.lock().unwrap_or_else(|p| p.into_inner());
         for k in &self.keys {
-            // Under the lock that writers take: a newer uprobe's cookie at this address
-            // stays.
-            if map.get(k, 0).ok() == Some(self.cookie) {
-                let _ = map.remove(k);
+            if inner.owners.release(k, self.cookie) {
+                let _ = inner.map.remove(k);
             }
         }
+        drop(inner);
+        self.table.released.notify_all();
     }
 }
 
@@ -229,6 +341,33 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn an_address_takes_one_live_probe_and_waits_only_for_one_being_detached() {
+        let k = GpSiteKey {
+            tgid: 7,
+            _pad: 0,
+            addr: 0x401000,
+        };
+        let mut o = Owners::default();
+        assert_eq!(o.claim(&k), Claim::Free);
+        o.take(k, 1);
+        // Another spec's probe (or this one again) at a live probe's address: refused.
+        assert_eq!(o.claim(&k), Claim::Held);
+        // Retiring is by the holder only: another cookie's detach changes nothing.
+        o.retire(&k, 2);
+        assert_eq!(o.claim(&k), Claim::Held);
+        o.retire(&k, 1);
+        assert_eq!(o.claim(&k), Claim::Retiring);
+        // Only the holder's release frees it (its map entry is then removed).
+        assert!(!o.release(&k, 2));
+        assert_eq!(o.claim(&k), Claim::Retiring);
+        assert!(o.release(&k, 1));
+        assert_eq!(o.claim(&k), Claim::Free);
+        // Another process's same address is another key.
+        o.take(k, 1);
+        assert_eq!(o.claim(&GpSiteKey { tgid: 8, ..k }), Claim::Free);
     }
 
     #[test]

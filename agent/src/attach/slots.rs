@@ -49,6 +49,15 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Said when it is handed over to be detached (perf.rs, sites.rs).
+    pub(super) fn retire(&self) {
+        if let Some(LinkFd::Perf(p)) = &self.fd {
+            p.retire();
+        }
+    }
+}
+
 impl Drop for Link {
     fn drop(&mut self) {
         // Closing returns once the kernel has unregistered the uprobes and waited for the

@@ -22,6 +22,11 @@ impl Summary {
         if self.probes.is_empty() {
             s += "  no probe was configured\n";
         }
+        // Without bpf_loop no header map is searched at all (README: Kernels).
+        let no_map_search = self.kernel.as_ref().is_some_and(|k| {
+            k.missing()
+                .any(|f| f == crate::kernel::FeatureName::BpfLoop)
+        });
         for p in &self.probes {
             let _ = writeln!(
                 s,
@@ -110,9 +115,13 @@ impl Summary {
                 p.join_incomplete,
                 &format!(
                     "{} could not be searched to the end for an incoming traceparent \
-                     (over 1,024 headers, or unreadable): their spans may start a trace \
-                     of their own",
-                    count(p.join_incomplete, "request's header", "requests' headers")
+                     ({}): their spans may start a trace of their own",
+                    count(p.join_incomplete, "request's header", "requests' headers"),
+                    if no_map_search {
+                        "this kernel has no bpf_loop: Go maps are not searched"
+                    } else {
+                        "over 1,024 headers, or unreadable"
+                    }
                 ),
             );
             detail(
