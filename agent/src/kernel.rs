@@ -48,8 +48,8 @@ const FEATURES: [(FeatureName, &str, &str, Need); 10] = [
              and the uprobe program without cookies has no bpf_loop either (Go maps are not \
              searched, as without bpf_loop); a C function's return cannot be probed (a return \
              probe fires at its caller's address): a probe with a C function's `result` or \
-             latency is refused with the reason. 5.10's verifier refuses that program today \
-             (README: Kernels)",
+             latency is refused with the reason; an address of a process takes one probe (a \
+             second ProbeSpec on a function already probed there is refused with the reason)",
         ),
     ),
     (
@@ -209,7 +209,7 @@ impl KernelFeatures {
         (!missing.is_empty()).then(|| {
             format!(
                 "this kernel ({}) lacks what gprobe's uprobe programs need: {}; gprobe traces \
-                 on Linux 5.15 and later (README: Kernels)",
+                 on Linux 5.10 and later (README: Kernels)",
                 self.release,
                 missing.join(", ")
             )

@@ -394,11 +394,6 @@ def check_k(run):
             "3 own traceparents kept")
 
 
-# Kernels gprobe does not trace on yet, and why (README: Kernels): their failed checks show as
-# KNOWN with this reason and do not fail the matrix; everything else must pass.
-KNOWN = {}
-
-
 def judge(run, key):
     try:
         if (run.d / "vm-error").exists() and not (run.d / "kernel").exists():
@@ -415,10 +410,6 @@ def judge(run, key):
 def main(argv):
     cols = [a.split("=", 1) for a in argv]
     results = {(name, k): judge(Run(Path(d)), k) for name, d in cols for k, _ in CHECKS}
-    for (name, k), (status, why) in list(results.items()):
-        known = KNOWN.get(name.split()[0])
-        if status == "FAIL" and known:
-            results[(name, k)] = ("KNOWN", f"{known} ({why[:100]})")
     kernels = {}
     for name, d in cols:
         p = Path(d) / "kernel"
