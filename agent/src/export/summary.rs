@@ -421,6 +421,26 @@ mod tests {
     }
 
     #[test]
+    fn without_bpf_loop_unsearched_headers_are_said_to_be_the_kernels() {
+        let mut sum = Summary::from_stats(&stats());
+        sum.kernel = Some(crate::kernel::KernelFeatures {
+            release: "5.10.0-32-amd64".into(),
+            features: vec![(
+                crate::kernel::FeatureName::BpfLoop,
+                crate::kernel::Found::Missing,
+            )],
+        });
+        let t = sum.render();
+        assert!(
+            t.contains(
+                "5 requests' headers could not be searched to the end for an incoming \
+                traceparent (this kernel has no bpf_loop: Go maps are not searched)"
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
     fn the_text_names_every_cause_with_what_to_do() {
         let t = Summary::from_stats(&stats()).render();
         let has = |s: &str| assert!(t.contains(s), "missing {s:?} in:\n{t}");
