@@ -80,26 +80,42 @@ impl Owners {
     }
 }
 
-struct Inner {
-    map: BpfHashMap<MapData, GpSiteKey, u64>,
+/// The BPF map the entries are written to (a plain map in the unit tests).
+pub trait SiteMap: Send + 'static {
+    fn put(&mut self, k: GpSiteKey, cookie: u64) -> Result<(), MapError>;
+    fn delete(&mut self, k: &GpSiteKey);
+}
+
+impl SiteMap for BpfHashMap<MapData, GpSiteKey, u64> {
+    fn put(&mut self, k: GpSiteKey, cookie: u64) -> Result<(), MapError> {
+        self.insert(k, cookie, 0).map_err(|e| MapError(Box::new(e)))
+    }
+
+    fn delete(&mut self, k: &GpSiteKey) {
+        let _ = self.remove(k);
+    }
+}
+
+struct Inner<M> {
+    map: M,
     owners: Owners,
 }
 
 /// The `sites` map, shared by the thread that attaches and the ones that detach.
-pub struct SiteTable {
-    inner: Mutex<Inner>,
+pub struct SiteTable<M = BpfHashMap<MapData, GpSiteKey, u64>> {
+    inner: Mutex<Inner<M>>,
     /// Notified when addresses are released.
     released: Condvar,
 }
 
-impl std::fmt::Debug for SiteTable {
+impl<M> std::fmt::Debug for SiteTable<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("SiteTable")
     }
 }
 
-impl SiteTable {
-    pub(super) fn new(map: BpfHashMap<MapData, GpSiteKey, u64>) -> Arc<SiteTable> {
+impl<M: SiteMap> SiteTable<M> {
+    pub(super) fn new(map: M) -> Arc<SiteTable<M>> {
         Arc::new(SiteTable {
             inner: Mutex::new(Inner {
                 map,
@@ -114,11 +130,11 @@ impl SiteTable {
     /// Refused where another live probe is; waits (up to [`REPLACED_WAIT`]) where one is
     /// being detached.
     pub(super) fn add(
-        self: &Arc<SiteTable>,
+        self: &Arc<SiteTable<M>>,
         mapped: &TargetMappings,
         offset: u64,
         cookie: u64,
-    ) -> Result<SiteEntries, SiteError> {
+    ) -> Result<SiteEntries<M>, SiteError> {
         let pid = mapped.pid;
         let keys: Vec<GpSiteKey> = mapped
             .addresses(offset)?
@@ -129,6 +145,16 @@ impl SiteTable {
                 addr,
             })
             .collect();
+        self.add_keys(pid, keys, cookie, REPLACED_WAIT)
+    }
+
+    fn add_keys(
+        self: &Arc<SiteTable<M>>,
+        pid: u32,
+        keys: Vec<GpSiteKey>,
+        cookie: u64,
+        wait: Duration,
+    ) -> Result<SiteEntries<M>, SiteError> {
         // Each key written is in `entries` at once: on an error, dropping them removes
         // those written before it.
         let mut entries = SiteEntries {
@@ -136,7 +162,7 @@ impl SiteTable {
             keys: Vec::with_capacity(keys.len()),
             cookie,
         };
-        let deadline = Instant::now() + REPLACED_WAIT;
+        let deadline = Instant::now() + wait;
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         for k in keys {
             loop {
@@ -149,7 +175,7 @@ impl SiteTable {
                             return Err(SiteError::StillDetaching {
                                 pid,
                                 addr: k.addr,
-                                waited: REPLACED_WAIT,
+                                waited: wait,
                             });
                         }
                         inner = self
@@ -160,10 +186,7 @@ impl SiteTable {
                     }
                 }
             }
-            inner
-                .map
-                .insert(k, cookie, 0)
-                .map_err(|e| SiteError::Map(MapError(Box::new(e))))?;
+            inner.map.put(k, cookie).map_err(SiteError::Map)?;
             inner.owners.take(k, cookie);
             entries.keys.push(k);
         }
@@ -175,13 +198,13 @@ impl SiteTable {
 /// One uprobe's entries in `sites`: removed on drop (after the uprobe's perf event is
 /// closed: [`super::perf::PerfLink`] drops its event first).
 #[derive(Debug)]
-pub struct SiteEntries {
-    table: Arc<SiteTable>,
+pub struct SiteEntries<M: SiteMap = BpfHashMap<MapData, GpSiteKey, u64>> {
+    table: Arc<SiteTable<M>>,
     keys: Vec<GpSiteKey>,
     cookie: u64,
 }
 
-impl SiteEntries {
+impl<M: SiteMap> SiteEntries<M> {
     /// Marks these addresses as being detached: a probe that comes to them waits for them.
     pub(super) fn retire(&self) {
         let mut inner = self.table.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -191,12 +214,12 @@ impl SiteEntries {
     }
 }
 
-impl Drop for SiteEntries {
+impl<M: SiteMap> Drop for SiteEntries<M> {
     fn drop(&mut self) {
         let mut inner = self.table.inner.lock().unwrap_or_else(|p| p.into_inner());
         for k in &self.keys {
             if inner.owners.release(k, self.cookie) {
-                let _ = inner.map.remove(k);
+                inner.map.delete(k);
             }
         }
         drop(inner);
@@ -368,6 +391,69 @@ mod tests {
         // Another process's same address is another key.
         o.take(k, 1);
         assert_eq!(o.claim(&GpSiteKey { tgid: 8, ..k }), Claim::Free);
+    }
+
+    /// The map as the program would see it.
+    #[derive(Default, Clone)]
+    struct Plain(Arc<Mutex<HashMap<GpSiteKey, u64>>>);
+
+    impl SiteMap for Plain {
+        fn put(&mut self, k: GpSiteKey, cookie: u64) -> Result<(), MapError> {
+            self.0.lock().unwrap().insert(k, cookie);
+            Ok(())
+        }
+
+        fn delete(&mut self, k: &GpSiteKey) {
+            self.0.lock().unwrap().remove(k);
+        }
+    }
+
+    #[test]
+    fn a_probe_replacing_one_being_detached_waits_for_it_and_a_second_live_one_is_refused() {
+        let map = Plain::default();
+        let table = SiteTable::new(map.clone());
+        let k = GpSiteKey {
+            tgid: 7,
+            _pad: 0,
+            addr: 0x401000,
+        };
+        let wait = Duration::from_secs(10);
+        let old = table.add_keys(7, vec![k], 1, wait).unwrap();
+        assert_eq!(map.0.lock().unwrap().get(&k), Some(&1));
+        // Another spec's probe while the first is live: refused at once.
+        let t0 = Instant::now();
+        assert!(matches!(
+            table.add_keys(7, vec![k], 2, wait),
+            Err(SiteError::Shared {
+                pid: 7,
+                addr: 0x401000
+            })
+        ));
+        assert!(t0.elapsed() < wait);
+        // A spec changed: the old probe is handed over to be detached, and dropped on
+        // another thread once the new one waits for it.
+        old.retire();
+        // Not written while the old uprobe may still fire: the wait ends unanswered.
+        assert!(matches!(
+            table.add_keys(7, vec![k], 2, Duration::from_millis(20)),
+            Err(SiteError::StillDetaching { .. })
+        ));
+        assert_eq!(map.0.lock().unwrap().get(&k), Some(&1));
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let detacher = std::thread::spawn(move || {
+            rx.recv().unwrap();
+            drop(old);
+        });
+        let waiting = {
+            let table = table.clone();
+            std::thread::spawn(move || table.add_keys(7, vec![k], 2, wait))
+        };
+        tx.send(()).unwrap();
+        detacher.join().unwrap();
+        let new = waiting.join().unwrap().unwrap();
+        assert_eq!(map.0.lock().unwrap().get(&k), Some(&2));
+        drop(new);
+        assert!(map.0.lock().unwrap().is_empty());
     }
 
     #[test]
