@@ -1,10 +1,13 @@
-//! /healthz, /readyz and /metrics for the agent's pod probes and Prometheus, served by the
-//! hardened server of `gprobe-httpd` (read deadlines, a connection cap, accept back-off).
+//! /healthz, /readyz and /metrics for the agent's pod probes and Prometheus, and the trace
+//! streams of `kubectl gprobe trace` (traces.rs), served by the hardened server of
+//! `gprobe-httpd` (read deadlines, a connection cap, accept back-off).
 
-use gprobe_httpd::{Handler, Limits, Response, METRICS};
+use super::traces::Traces;
+use gprobe_crds::trace::{parse_stream_path, TOKEN_HEADER};
+use gprobe_httpd::{Handler, Limits, Request, Response, StreamStart, METRICS};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug, Default)]
 struct State {
@@ -15,6 +18,8 @@ struct State {
     /// Why gprobe cannot trace on this node at all (a kernel without what its programs
     /// need): /readyz says it, and never answers ready.
     unable: Mutex<Option<String>>,
+    /// Served at `/traces/NAMESPACE/NAME` once set.
+    traces: OnceLock<Traces>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -40,6 +45,11 @@ impl Health {
 
     pub fn set_attached(&self, n: usize) {
         self.0.attached.store(n, Ordering::Relaxed);
+    }
+
+    /// Serves these trace streams (once; later calls are ignored).
+    pub fn set_traces(&self, traces: Traces) {
+        let _ = self.0.traces.set(traces);
     }
 }
 
@@ -84,6 +94,19 @@ impl Handler for State {
             },
             _ => Response::text(404, "not found\n"),
         }
+    }
+
+    fn stream(&self, request: &Request<'_>) -> Option<StreamStart> {
+        let (namespace, name) = parse_stream_path(request.path)?;
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        let token = request.header(TOKEN_HEADER).map(str::to_string);
+        let traces = self.traces.get().cloned();
+        Some(Box::pin(async move {
+            match traces {
+                Some(t) => t.open(&namespace, &name, token.as_deref()).await,
+                None => Err(Response::text(503, "this agent serves no traces yet\n")),
+            }
+        }))
     }
 }
 
