@@ -48,6 +48,10 @@ pub enum Notice {
         status: ProbeAttachmentStatus,
         /// Calls the probes' `when:` left out on this node.
         filtered: u64,
+        /// Calls lost on this node: the ring buffer was full.
+        lost: u64,
+        /// Calls over the spec's `limits.eventsPerSecond` on this node, not recorded.
+        throttled: u64,
         /// Calls recorded and delivered on this node (to every reader, this one included).
         delivered: u64,
         /// Calls this stream's reader did not take in time: dropped for it alone.

@@ -156,7 +156,7 @@ impl Traces {
             node: self.0.node.clone(),
         });
         for r in readers {
-            let _ = r.tx.try_send(self.status_line(key, None, &r.dropped));
+            let _ = r.tx.try_send(self.status_line(key, &r.dropped));
             let _ = r.tx.try_send(end.clone());
         }
     }
@@ -178,7 +178,7 @@ impl Traces {
         let mut readers = lock(&self.0.readers);
         for (key, list) in readers.iter_mut() {
             for r in list.iter() {
-                let _ = r.tx.try_send(self.status_line(key, None, &r.dropped));
+                let _ = r.tx.try_send(self.status_line(key, &r.dropped));
             }
             self.prune(list);
         }
@@ -195,20 +195,15 @@ impl Traces {
     }
 
     /// The [`Notice::Status`] line of `key` for a reader that lost `dropped` calls.
-    fn status_line(
-        &self,
-        key: &str,
-        status: Option<ProbeAttachmentStatus>,
-        dropped: &AtomicU64,
-    ) -> Vec<u8> {
-        let status = status
-            .or_else(|| lock(&self.0.statuses).get(key).cloned())
-            .unwrap_or_default();
-        let (mut filtered, mut delivered) = (0, 0);
+    fn status_line(&self, key: &str, dropped: &AtomicU64) -> Vec<u8> {
+        let status = lock(&self.0.statuses).get(key).cloned().unwrap_or_default();
+        let (mut filtered, mut lost, mut throttled, mut delivered) = (0, 0, 0, 0);
         if let Some(stats) = self.0.stats.get() {
             for (k, s) in stats.probes() {
                 if &*k.spec == key {
                     filtered += s.filtered;
+                    lost += s.lost;
+                    throttled += s.throttled;
                     delivered += s.delivered;
                 }
             }
@@ -217,6 +212,8 @@ impl Traces {
             node: self.0.node.clone(),
             status,
             filtered,
+            lost,
+            throttled,
             delivered,
             dropped: dropped.load(Ordering::Relaxed),
         })
@@ -289,9 +286,7 @@ impl Traces {
             ));
         }
         // What is attached so far, first: the reader need not wait for the next change.
-        let _ = reader
-            .tx
-            .try_send(self.status_line(&key, None, &reader.dropped));
+        let _ = reader.tx.try_send(self.status_line(&key, &reader.dropped));
         readers.entry(key).or_default().push(reader);
         self.0.count.fetch_add(1, Ordering::Relaxed);
         Ok(Stream {
