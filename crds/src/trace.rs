@@ -45,7 +45,7 @@ pub enum Notice {
         node: String,
         /// Per container and probe: attached, or why not (a binary without the symbol),
         /// with its hits, lost and throttled calls.
-        status: ProbeAttachmentStatus,
+        status: Box<ProbeAttachmentStatus>,
         /// Calls the probes' `when:` left out on this node.
         filtered: u64,
         /// Calls lost on this node: the ring buffer was full.

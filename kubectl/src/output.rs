@@ -241,12 +241,17 @@ mod tests {
     use super::*;
     use gprobe_crds::{LinkStatus, ProbeAttachmentStatus};
 
-    const CALL: &str = r#"{"probe":"get-1","symbol":"net/http.(*Client).Get","pid":42,"tid":42,"start_time_unix_nano":3723004000000,"duration_ns":183000,"args":{"url":"http://x/item/1"},"returns":{"err":null},"resource":{"k8s.pod.name":"web-1"}}"#;
+    const CALL: &str = concat!(
+        r#"{"probe":"get-1","symbol":"net/http.(*Client).Get","pid":42,"tid":42,"#,
+        r#""start_time_unix_nano":3723004000000,"duration_ns":183000,"#,
+        r#""args":{"url":"http://x/item/1"},"returns":{"err":null},"#,
+        r#""resource":{"k8s.pod.name":"web-1"}}"#
+    );
 
     fn status(node: &str, pod: &str, state: LinkState, message: Option<&str>) -> Notice {
         Notice::Status {
             node: node.into(),
-            status: ProbeAttachmentStatus {
+            status: Box::new(ProbeAttachmentStatus {
                 links: vec![LinkStatus {
                     container: "c1".into(),
                     pod: pod.into(),
@@ -259,7 +264,7 @@ mod tests {
                     site: None,
                 }],
                 ..Default::default()
-            },
+            }),
             filtered: 3,
             lost: 1,
             throttled: 0,

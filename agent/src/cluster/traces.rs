@@ -210,7 +210,7 @@ impl Traces {
         }
         notice_line(&Notice::Status {
             node: self.0.node.clone(),
-            status,
+            status: Box::new(status),
             filtered,
             lost,
             throttled,
