@@ -22,6 +22,13 @@
 #      the client's trace when it sent a traceparent (as e2e/tests/services.rs checks
 #      locally); where the node's kernel forbids BPF to write the traceparent (lockdown),
 #      the agent says so, and the back service's spans are exact roots of their own;
+#   3c. `kubectl gprobe trace` (the plugin, built by the test): a user without the rights is
+#      refused before anything is created (no spec, no calls), one missing only pods/proxy on
+#      the agents too; with the chart's trace roles, `--for 20s --hist` prints exactly the
+#      calls of the pod's log in its window and a histogram of them; its spec is gone after,
+#      and so are its uprobes within 5 s; the agent serves its calls to no request without
+#      the trace's token; a plugin killed with -9 leaves its spec until ttlSeconds are up,
+#      then the operator deletes it;
 #   4. a ProbeSpec naming a symbol the binary lacks: its reason in status and in an Event;
 #   5. RBAC and admission, enforced by the API server, with a token bound to the agent's pod
 #      (what the kubelet mounts): creating or patching another node's ProbeAttachment, reading
@@ -169,6 +176,11 @@ log "building the images (OCI archives, no container engine)"
 "$root/scripts/images.sh" --tag e2e-upgrade --out "$tmp/images" --no-build | tee -a "$tmp/images.txt"
 (cd "$root/examples/http-client" &&
   CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -o "$tmp/http-client" main.go)
+# kubectl gprobe: on PATH, where kubectl finds its plugins.
+(cd "$root" && cargo build --release --locked -p kubectl-gprobe --bin kubectl-gprobe)
+mkdir -p "$tmp/bin"
+cp "${CARGO_TARGET_DIR:-$root/target}/release/kubectl-gprobe" "$tmp/bin/"
+export PATH="$tmp/bin:$PATH"
 oci() { python3 "$root/scripts/oci-image.py" "$@" | tee -a "$tmp/images.txt"; }
 oci --ref gprobe.local/http-client:e2e --out "$tmp/images/http-client.tar" \
   --file "$tmp/http-client:/app/http-client" --entrypoint /app/http-client
@@ -288,6 +300,107 @@ log "propagation on this node: $(propagation_mode)"
 k delete -n "$app_ns" probespec services
 k delete -n "$app_ns" deploy/services --wait=false
 
+# --- 3c. kubectl gprobe trace ------------------------------------------------------------------
+gprobe_progs() { # the number of BPF programs of gprobe loaded in this machine's kernel
+  bpftool -j prog show 2>/dev/null | python3 -c '
+import json, sys
+print(sum(1 for p in json.load(sys.stdin) if p.get("name", "").startswith("gprobe")))'
+}
+uprobes() { # the uprobe links (perf_event) in this machine's kernel
+  bpftool -j link show 2>/dev/null | python3 -c '
+import json, sys
+print(sum(1 for l in json.load(sys.stdin) if l.get("type") == "perf_event" and "uprobe" in json.dumps(l)))'
+}
+same_kernel=false
+if [[ $EUID -eq 0 ]] && command -v bpftool >/dev/null &&
+  [[ "$(k get node "$node" -o jsonpath='{.status.nodeInfo.kernelVersion}')" == "$(uname -r)" ]] &&
+  [[ "$(gprobe_progs)" -gt 0 ]]; then
+  same_kernel=true
+fi
+probe='net/http.(*Client).Get(url) -> err'
+trace_specs() { k get -n "$app_ns" probespecs -l gprobe.dev/trace -o name; }
+# refused AS WANT: `kubectl gprobe trace` as user AS fails, naming the right WANT, and prints
+# no call; no spec is left.
+refused() {
+  local rc=0
+  k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+    --for 5s --as "$1" >"$tmp/refused.out" 2>"$tmp/refused.err" || rc=$?
+  sed 's/^/  /' "$tmp/refused.err"
+  ((rc != 0)) || die "kubectl gprobe trace as $1: exit status 0, expected a refusal"
+  grep -q "refused: $1 may not $2" "$tmp/refused.err" || die "as $1: no refusal naming '$2'"
+  [[ ! -s "$tmp/refused.out" ]] || die "as $1: something was printed on stdout"
+  [[ -z "$(trace_specs)" ]] || die "as $1: a trace's ProbeSpec exists: $(trace_specs)"
+}
+log "kubectl gprobe trace: refused without the rights"
+refused e2e-nobody "create probespecs.gprobe.dev in namespace $app_ns"
+# The chart's roles, one at a time: the tracer role in the app's namespace only...
+k create rolebinding -n "$app_ns" e2e-tracer --clusterrole "$release-tracer" --user e2e-tracer
+refused e2e-tracer "get pods/proxy in namespace $system_ns"
+# ...then the agents' pod proxy too: a trace goes through.
+k create rolebinding -n "$system_ns" e2e-tracer --role "$release-trace-stream" --user e2e-tracer
+
+log "kubectl gprobe trace deploy/http-client '$probe' --for 20s --hist (as e2e-tracer)"
+# The uprobes before it: those of http-client-urls (step 3b's pod and spec are gone first).
+k wait --for=delete -n "$app_ns" pod -l app=services --timeout="${timeout}s"
+$same_kernel && uprobes_before="$(uprobes)"
+trace_start_us=$(($(date +%s%N) / 1000))
+k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 20s --hist --as e2e-tracer >"$tmp/trace.jsonl" 2>"$tmp/trace.err" ||
+  { cat "$tmp/trace.err"; die "kubectl gprobe trace failed"; }
+trace_end_us=$(($(date +%s%N) / 1000))
+ended=$SECONDS
+cat "$tmp/trace.err"
+k logs -n "$app_ns" "$pod" >"$tmp/app.log"
+python3 "$here/check_trace.py" "$tmp/trace.jsonl" "$tmp/app.log" "$pod" 60 "$tmp/trace.err" ||
+  die "kubectl gprobe trace did not print exactly the pod's calls (above)"
+[[ -z "$(trace_specs)" ]] || die "the trace's ProbeSpec is still there: $(trace_specs)"
+if $same_kernel; then
+  back_to_before() { [[ "$(uprobes)" == "$uprobes_before" ]]; }
+  until back_to_before; do
+    ((SECONDS - ended < 5)) || die "uprobes: $(uprobes) 5 s after the trace, $uprobes_before before it"
+    sleep 0.2
+  done
+  echo "uprobe links within $((SECONDS - ended)) s of the end: $(uprobes), as before the trace"
+fi
+echo "trace window: ${trace_start_us}..${trace_end_us} us (cluster_test.sh counts its API requests)"
+echo "$trace_start_us $trace_end_us" >"${TRACE_WINDOW_FILE:-/dev/null}"
+
+log "kubectl gprobe trace killed with -9: the operator deletes its spec when ttlSeconds are up"
+plugin="$tmp/bin/kubectl-gprobe"
+"$plugin" trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 10s --expiry-margin 5s >"$tmp/killed.jsonl" 2>"$tmp/killed.err" &
+plugin_pid=$!
+# Killed at its first call, well within its 10 s.
+started=$SECONDS
+until [[ -s "$tmp/killed.jsonl" ]]; do
+  ((SECONDS - started < 8)) || die "no call of the trace to be killed within 8 s"
+  sleep 0.1
+done
+kill -9 "$plugin_pid"
+wait "$plugin_pid" 2>/dev/null || true
+spec_name="$(trace_specs)"
+[[ -n "$spec_name" ]] || die "no ProbeSpec left by the killed trace"
+# Nobody but the plugin reads its calls: the agent answers a request without its token 403.
+agent_pod="$(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].metadata.name}')"
+if k get --raw "/api/v1/namespaces/$system_ns/pods/$agent_pod:9090/proxy/traces/$app_ns/${spec_name#*/}" \
+  >"$tmp/stolen.out" 2>"$tmp/stolen.err"; then
+  die "the agent served trace $spec_name without its token"
+fi
+grep -q "does not hold the token" "$tmp/stolen.err" || { cat "$tmp/stolen.err"; die "no token refusal"; }
+echo "  without the token: $(head -c 200 "$tmp/stolen.err")"
+read -r created ttl < <(k get -n "$app_ns" "$spec_name" \
+  -o jsonpath='{.metadata.creationTimestamp} {.spec.ttlSeconds}{"\n"}')
+expires=$(($(date -d "$created" +%s) + ttl))
+((ttl == 15)) || die "$spec_name: ttlSeconds $ttl, expected 15 (--for 10s + --expiry-margin 5s)"
+[[ -n "$(trace_specs)" ]] || die "$spec_name was deleted before its expiry (the plugin was killed)"
+spec_gone() { [[ -z "$(trace_specs)" ]]; }
+until_ok "the operator deleting $spec_name after its expiry" spec_gone
+gone_at=$(date +%s)
+((gone_at >= expires)) || die "$spec_name was gone at $gone_at, before its expiry at $expires"
+echo "$spec_name: expired at $expires, gone at $gone_at ($((gone_at - expires)) s after)"
+k delete rolebinding -n "$app_ns" e2e-tracer
+k delete rolebinding -n "$system_ns" e2e-tracer
+
 # --- 4. an unknown symbol ----------------------------------------------------------------------------
 log "a ProbeSpec naming a symbol the binary lacks"
 k apply -n "$app_ns" -f - <<'EOF'
@@ -405,17 +518,6 @@ done <"$tmp/queries.jsonl"
 k delete -n "$app_ns" probespec http-client-errors
 
 # --- 7. pod and ProbeSpec deletion ------------------------------------------------------------------------
-gprobe_progs() { # the number of BPF programs of gprobe loaded in this machine's kernel
-  bpftool -j prog show 2>/dev/null | python3 -c '
-import json, sys
-print(sum(1 for p in json.load(sys.stdin) if p.get("name", "").startswith("gprobe")))'
-}
-same_kernel=false
-if [[ $EUID -eq 0 ]] && command -v bpftool >/dev/null &&
-  [[ "$(k get node "$node" -o jsonpath='{.status.nodeInfo.kernelVersion}')" == "$(uname -r)" ]] &&
-  [[ "$(gprobe_progs)" -gt 0 ]]; then
-  same_kernel=true
-fi
 attachment_pods() {
   k get -n "$app_ns" probeattachments \
     -o jsonpath='{range .items[*]}{range .status.containers[*]}{.pod}{"\n"}{end}{end}'
@@ -436,11 +538,6 @@ no_attachments() { [[ -z "$(k get -n "$app_ns" probeattachments -o name)" ]]; }
 until_ok "the ProbeAttachments of the deleted ProbeSpec gone" no_attachments
 if $same_kernel; then
   # The agent keeps its exec/exit programs; its uprobes (perf_event links) go with the spec.
-  uprobes() {
-    bpftool -j link show 2>/dev/null | python3 -c '
-import json, sys
-print(sum(1 for l in json.load(sys.stdin) if l.get("type") == "perf_event" and "uprobe" in json.dumps(l)))'
-  }
   no_uprobes() { [[ "$(uprobes)" == 0 ]]; }
   until_ok "no uprobe link left after the ProbeSpec's deletion" no_uprobes
   echo "uprobe links in the kernel: $(uprobes)"
