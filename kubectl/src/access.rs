@@ -70,7 +70,6 @@ pub fn needed(namespace: &str, system: &str) -> Vec<Right> {
             namespace,
             "to follow the traced pods",
         ),
-        r("list", "", "pods", "", system, "to find gprobe's agents"),
         r(
             "get",
             "",
@@ -79,6 +78,7 @@ pub fn needed(namespace: &str, system: &str) -> Vec<Right> {
             system,
             "the calls come from gprobe's agents through the API server's pod proxy",
         ),
+        r("list", "", "pods", "", system, "to find gprobe's agents"),
     ]
 }
 
@@ -138,8 +138,8 @@ mod tests {
                 "create probespecs.gprobe.dev -n shop",
                 "delete probespecs.gprobe.dev -n shop",
                 "list pods -n shop",
-                "list pods -n gprobe-system",
                 "get pods/proxy -n gprobe-system",
+                "list pods -n gprobe-system",
             ]
         );
     }

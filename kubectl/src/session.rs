@@ -214,7 +214,10 @@ impl Run {
             }
         };
         tokio::pin!(deadline);
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        // Registered once, before the loop: a signal between two turns is not missed.
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
         let mut failures: Vec<String> = Vec::new();
         let mut first_call: Option<Duration> = None;
         let mut out = std::io::stdout().lock();
@@ -224,7 +227,7 @@ impl Run {
         loop {
             tokio::select! {
                 _ = &mut deadline => break,
-                _ = tokio::signal::ctrl_c() => break,
+                _ = int.recv() => break,
                 _ = term.recv() => break,
                 pod = pod_events.next() => match pod {
                     Some(Ok(pod)) => {
