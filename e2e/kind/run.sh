@@ -306,10 +306,12 @@ gprobe_progs() { # the number of BPF programs of gprobe loaded in this machine's
 import json, sys
 print(sum(1 for p in json.load(sys.stdin) if p.get("name", "").startswith("gprobe")))'
 }
-uprobes() { # the uprobe links (perf_event) in this machine's kernel
+uprobes() { # the uprobe links in this machine's kernel: perf_event ones, and uprobe_multi
+  # ones (link type 12, which bpftool before 7.3 shows as a number)
   bpftool -j link show 2>/dev/null | python3 -c '
 import json, sys
-print(sum(1 for l in json.load(sys.stdin) if l.get("type") == "perf_event" and "uprobe" in json.dumps(l)))'
+print(sum(1 for l in json.load(sys.stdin)
+          if (l.get("type") == "perf_event" and "uprobe" in json.dumps(l)) or l.get("type") in ("uprobe_multi", 12)))'
 }
 same_kernel=false
 if [[ $EUID -eq 0 ]] && command -v bpftool >/dev/null &&
@@ -345,8 +347,13 @@ k wait --for=delete -n "$app_ns" pod -l app=services --timeout="${timeout}s"
 $same_kernel && uprobes_before="$(uprobes)"
 trace_start_us=$(($(date +%s%N) / 1000))
 k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
-  --for 20s --hist --as e2e-tracer >"$tmp/trace.jsonl" 2>"$tmp/trace.err" ||
-  { cat "$tmp/trace.err"; die "kubectl gprobe trace failed"; }
+  --for 20s --hist --as e2e-tracer >"$tmp/trace.jsonl" 2>"$tmp/trace.err" &
+trace_pid=$!
+# Its own uprobes are there while it runs (counted once its first call is out).
+uprobes_during=n/a
+until [[ -s "$tmp/trace.jsonl" ]] || ! kill -0 "$trace_pid" 2>/dev/null; do sleep 0.1; done
+$same_kernel && uprobes_during="$(uprobes)"
+wait "$trace_pid" || { cat "$tmp/trace.err"; die "kubectl gprobe trace failed"; }
 trace_end_us=$(($(date +%s%N) / 1000))
 ended=$SECONDS
 cat "$tmp/trace.err"
@@ -355,12 +362,14 @@ python3 "$here/check_trace.py" "$tmp/trace.jsonl" "$tmp/app.log" "$pod" 60 "$tmp
   die "kubectl gprobe trace did not print exactly the pod's calls (above)"
 [[ -z "$(trace_specs)" ]] || die "the trace's ProbeSpec is still there: $(trace_specs)"
 if $same_kernel; then
+  ((uprobes_during > uprobes_before)) ||
+    die "uprobe links during the trace: $uprobes_during, before it: $uprobes_before (not counted?)"
   back_to_before() { [[ "$(uprobes)" == "$uprobes_before" ]]; }
   until back_to_before; do
     ((SECONDS - ended < 5)) || die "uprobes: $(uprobes) 5 s after the trace, $uprobes_before before it"
     sleep 0.2
   done
-  echo "uprobe links within $((SECONDS - ended)) s of the end: $(uprobes), as before the trace"
+  echo "uprobe links within $((SECONDS - ended)) s of the end: $(uprobes), as before the trace ($uprobes_during during it)"
 fi
 echo "trace window: ${trace_start_us}..${trace_end_us} us (cluster_test.sh counts its API requests)"
 echo "$trace_start_us $trace_end_us" >"${TRACE_WINDOW_FILE:-/dev/null}"
@@ -371,12 +380,13 @@ plugin="$tmp/bin/kubectl-gprobe"
   --for 10s --expiry-margin 5s >"$tmp/killed.jsonl" 2>"$tmp/killed.err" &
 plugin_pid=$!
 # Killed at its first call, well within its 10 s.
-started=$SECONDS
+started_ms=$(($(date +%s%N) / 1000000))
 until [[ -s "$tmp/killed.jsonl" ]]; do
-  ((SECONDS - started < 8)) || die "no call of the trace to be killed within 8 s"
+  (($(date +%s%N) / 1000000 - started_ms < 8000)) || die "no call of the trace to be killed within 8 s"
   sleep 0.1
 done
 kill -9 "$plugin_pid"
+echo "first call of this trace on stdout $(($(date +%s%N) / 1000000 - started_ms)) ms after its start (polled every 0.1 s)"
 wait "$plugin_pid" 2>/dev/null || true
 spec_name="$(trace_specs)"
 [[ -n "$spec_name" ]] || die "no ProbeSpec left by the killed trace"
