@@ -26,7 +26,8 @@
 #      refused before anything is created (no spec, no calls), one missing only pods/proxy on
 #      the agents too; with the chart's trace roles, `--for 20s --hist` prints exactly the
 #      calls of the pod's log in its window and a histogram of them; its spec is gone after,
-#      and so are its uprobes within 5 s; the agent serves its calls to no request without
+#      and so are its uprobes within 5 s; a trace of a symbol the binary lacks names the pod
+#      with the reason; the agent serves its calls to no request without
 #      the trace's token; a plugin killed with -9 leaves its spec until ttlSeconds are up,
 #      then the operator deletes it;
 #   4. a ProbeSpec naming a symbol the binary lacks: its reason in status and in an Event;
@@ -374,6 +375,14 @@ fi
 echo "trace window: ${trace_start_us}..${trace_end_us} us (cluster_test.sh counts its API requests)"
 echo "$trace_start_us $trace_end_us" >"${TRACE_WINDOW_FILE:-/dev/null}"
 
+log "kubectl gprobe trace of a symbol the binary lacks: the pod is named with the reason"
+k gprobe trace deploy/http-client main.noSuchFunction -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 4s >"$tmp/nosym.out" 2>"$tmp/nosym.err" || { cat "$tmp/nosym.err"; die "the trace failed"; }
+cat "$tmp/nosym.err"
+grep -q "not attached: pod $pod (node $node): main.noSuchFunction: symbol main.noSuchFunction not found" \
+  "$tmp/nosym.err" || die "the trace of main.noSuchFunction did not name pod $pod with the reason"
+[[ ! -s "$tmp/nosym.out" ]] || die "the trace of main.noSuchFunction printed calls"
+
 log "kubectl gprobe trace killed with -9: the operator deletes its spec when ttlSeconds are up"
 plugin="$tmp/bin/kubectl-gprobe"
 "$plugin" trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
@@ -385,9 +394,10 @@ until [[ -s "$tmp/killed.jsonl" ]]; do
   (($(date +%s%N) / 1000000 - started_ms < 8000)) || die "no call of the trace to be killed within 8 s"
   sleep 0.1
 done
-kill -9 "$plugin_pid"
-echo "first call of this trace on stdout $(($(date +%s%N) / 1000000 - started_ms)) ms after its start (polled every 0.1 s)"
-wait "$plugin_pid" 2>/dev/null || true
+first_ms=$(($(date +%s%N) / 1000000 - started_ms))
+# (The shell's own "Killed" notice is not shown: the kill is the test's.)
+{ kill -9 "$plugin_pid" && wait "$plugin_pid"; } 2>/dev/null || true
+echo "first call of this trace on stdout $first_ms ms after its start (polled every 0.1 s)"
 spec_name="$(trace_specs)"
 [[ -n "$spec_name" ]] || die "no ProbeSpec left by the killed trace"
 # Nobody but the plugin reads its calls: the agent answers a request without its token 403.
