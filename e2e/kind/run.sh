@@ -370,7 +370,8 @@ if $same_kernel; then
     ((SECONDS - ended < 5)) || die "uprobes: $(uprobes) 5 s after the trace, $uprobes_before before it"
     sleep 0.2
   done
-  echo "uprobe links within $((SECONDS - ended)) s of the end: $(uprobes), as before the trace ($uprobes_during during it)"
+  echo "uprobe links within $((SECONDS - ended)) s of the end: $(uprobes)," \
+    "as before the trace ($uprobes_during during it)"
 fi
 echo "trace window: ${trace_start_us}..${trace_end_us} us (cluster_test.sh counts its API requests)"
 echo "$trace_start_us $trace_end_us" >"${TRACE_WINDOW_FILE:-/dev/null}"

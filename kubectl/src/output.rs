@@ -43,6 +43,8 @@ pub struct Tally {
     pub calls: u64,
     /// Nodes whose stream ended normally (the spec gone there).
     pub ended: BTreeSet<String>,
+    /// `pod/NAME`: other pods the spec selects too (same labels) are left out.
+    pub only_pod: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,7 +78,7 @@ fn pod_of(call: &Value) -> &str {
 }
 
 impl Tally {
-    /// Counts `call`; `Some(text)` to print (a table row or the JSON line, with a newline).
+    /// Counts `call`; returns what to print: a table row, or the JSON line as it came.
     pub fn call(&mut self, call: &Value, raw: &str, format: Format) -> String {
         self.calls += 1;
         self.pods.entry(pod_of(call).to_string()).or_default().calls += 1;
@@ -114,6 +116,9 @@ impl Tally {
                     },
                 );
                 for link in &status.links {
+                    if self.only_pod.as_ref().is_some_and(|p| *p != link.pod) {
+                        continue;
+                    }
                     let pod = self.pods.entry(link.pod.clone()).or_default();
                     pod.node.clone_from(node);
                     let attached = link.state == LinkState::Attached;
@@ -318,6 +323,16 @@ mod tests {
         );
         assert!(s.contains("not attached: symbol main.f not found"), "{s}");
         assert!(s.contains("@ns[main.f]: no call has returned yet"), "{s}");
+
+        let mut one = Tally {
+            only_pod: Some("web-1".into()),
+            ..Tally::default()
+        };
+        assert!(
+            one.notice(&bad).is_empty(),
+            "another pod of the same labels"
+        );
+        assert!(!one.pods.contains_key("old-1"));
     }
 
     #[test]

@@ -197,7 +197,10 @@ impl Run {
         run_for: Option<Duration>,
     ) -> Result<Followed, Error> {
         let (tx, mut rx) = mpsc::channel::<Event>(1024);
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            only_pod: self.pod_name.clone(),
+            ..Tally::default()
+        };
         let mut open: BTreeSet<String> = BTreeSet::new();
         let mut known = self.known.clone();
         let pods: Api<Pod> = Api::namespaced(client.clone(), &self.namespace);
