@@ -163,4 +163,39 @@ mod tests {
         assert_eq!(m.content_type, METRICS);
         assert_eq!(h.0.respond("/nope").code, 404);
     }
+
+    #[tokio::test]
+    async fn trace_streams_are_served_at_their_path_with_the_token_header() {
+        use crate::engine::driver::SpecEvent;
+        use gprobe_crds::trace::TOKEN_DIGEST_ANNOTATION;
+        let h = Health::default();
+        let request = |headers| Request::new("/traces/shop/t1", headers);
+        let without = h.0.stream(&request("")).expect("a trace path").await;
+        assert_eq!(without.unwrap_err().code, 503, "no traces set yet");
+
+        let traces = Traces::new("node-a");
+        let text = format!(
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: t1, namespace: \
+             shop, annotations: {{{TOKEN_DIGEST_ANNOTATION}: '{}'}}}}\nspec:\n  selector: \
+             {{images: [x]}}\n  probes: [{{symbol: main.f}}]\n",
+            super::super::traces::token_digest("tok")
+        );
+        let spec = gprobe_crds::load_specs(&text, "t.yaml").unwrap().remove(0);
+        traces.spec_event(&SpecEvent::Upsert(Box::new(spec)));
+        h.set_traces(traces);
+        let wrong =
+            h.0.stream(&request("X-Gprobe-Trace-Token: nope\r\n"))
+                .unwrap()
+                .await;
+        assert_eq!(wrong.unwrap_err().code, 403);
+        let ok =
+            h.0.stream(&request("x-gprobe-trace-token: tok\r\n"))
+                .unwrap()
+                .await;
+        assert_eq!(ok.unwrap().content_type, "application/x-ndjson");
+        assert!(
+            h.0.stream(&Request::new("/metrics", "")).is_none(),
+            "answered whole"
+        );
+    }
 }
