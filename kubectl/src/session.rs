@@ -30,6 +30,23 @@ pub async fn trace(args: TraceArgs) -> Result<(), Error> {
         (None, Some(s)) => Target::Selector(s.clone()),
         (None, None) => return Err(Error::Usage("give TARGET or -l SELECTOR".into())),
     };
+    let request = |namespace, selection| Request {
+        probe,
+        namespace,
+        selection,
+        container: args.container.as_deref(),
+        signature: args.signature.as_deref(),
+        when: args.when.as_deref(),
+        hist: args.hist,
+        run_for: args.for_,
+        margin: args.expiry_margin,
+    };
+    // The probe and its flags are checked first: a typo costs no request.
+    let any_pods = target::Selection {
+        labels: target::parse_selector("app=any")?,
+        pod_name: None,
+    };
+    spec::build(&request("default", &any_pods), "check")?;
     let (client, default_ns) = connect(&args).await?;
     let namespace = args.namespace.clone().unwrap_or(default_ns);
     if !args.dry_run {
@@ -43,20 +60,7 @@ pub async fn trace(args: TraceArgs) -> Result<(), Error> {
     }
     let selection = target::resolve(&client, &namespace, &target).await?;
     let token = spec::new_token()?;
-    let spec = spec::build(
-        &Request {
-            probe,
-            namespace: &namespace,
-            selection: &selection,
-            container: args.container.as_deref(),
-            signature: args.signature.as_deref(),
-            when: args.when.as_deref(),
-            hist: args.hist,
-            run_for: args.for_,
-            margin: args.expiry_margin,
-        },
-        &token,
-    )?;
+    let spec = spec::build(&request(&namespace, &selection), &token)?;
     if args.dry_run {
         print!("{}", spec_yaml(&spec));
         return Ok(());
@@ -262,7 +266,8 @@ impl Run {
                             tx.clone(),
                         ));
                     }
-                    Some(Err(e)) => tracing::warn!("watching the traced pods: {e}"),
+                    // The watcher retries with backoff: said, not fatal.
+                    Some(Err(e)) => eprintln!("watching the traced pods: {e} (retrying)"),
                     None => break,
                 },
                 ev = rx.recv() => match ev {
