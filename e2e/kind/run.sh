@@ -27,7 +27,8 @@
 #      the agents too; with the chart's trace roles, `--for 20s --hist` prints exactly the
 #      calls of the pod's log in its window and a histogram of them; its spec is gone after,
 #      and so are its uprobes within 5 s; a trace of a symbol the binary lacks names the pod
-#      with the reason; the agent serves its calls to no request without
+#      with the reason; two pods of one node and a pod replacing one of them are all traced;
+#      the agent serves its calls to no request without
 #      the trace's token; a plugin killed with -9 leaves its spec until ttlSeconds are up,
 #      then the operator deletes it;
 #   4. a ProbeSpec naming a symbol the binary lacks: its reason in status and in an Event;
@@ -419,6 +420,34 @@ until_ok "the operator deleting $spec_name after its expiry" spec_gone
 gone_at=$(date +%s)
 ((gone_at >= expires)) || die "$spec_name was gone at $gone_at, before its expiry at $expires"
 echo "$spec_name: expired at $expires, gone at $gone_at ($((gone_at - expires)) s after)"
+
+log "kubectl gprobe trace follows several pods of one node, and a pod that replaces another"
+k scale -n "$app_ns" deploy/http-client --replicas=2
+k rollout status -n "$app_ns" deploy/http-client --timeout="${timeout}s"
+other="$(k get pods -n "$app_ns" -l app=http-client --field-selector=status.phase=Running \
+  -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep -vx "$pod" | head -n 1)"
+[[ -n "$other" ]] || die "no second pod of http-client"
+k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 15s >"$tmp/pods.jsonl" 2>"$tmp/pods.err" &
+pods_pid=$!
+traced_pods() { python3 -c '
+import json, sys
+print("\n".join(sorted({json.loads(l)["resource"]["k8s.pod.name"] for l in open(sys.argv[1]) if l.strip()})))' \
+  "$tmp/pods.jsonl"; }
+both_traced() { traced_pods | grep -qx "$pod" && traced_pods | grep -qx "$other"; }
+until_ok "calls of both pods $pod and $other" both_traced
+k delete pod -n "$app_ns" "$other" --wait=false
+replacement_traced() { [[ "$(traced_pods | grep -vx "$pod" | grep -vcx "$other")" -ge 1 ]]; }
+until_ok "calls of the pod replacing $other" replacement_traced
+wait "$pods_pid" || { cat "$tmp/pods.err"; die "the trace of two pods failed"; }
+sed -n '/calls delivered/,$p' "$tmp/pods.err"
+echo "pods traced: $(traced_pods | tr '\n' ' ')"
+k scale -n "$app_ns" deploy/http-client --replicas=1
+one_pod() { [[ "$(k get pods -n "$app_ns" -l app=http-client -o name | wc -l)" == 1 ]]; }
+until_ok "one pod of http-client again" one_pod
+k rollout status -n "$app_ns" deploy/http-client --timeout="${timeout}s"
+pod="$(app_pod)"
+
 k delete rolebinding -n "$app_ns" e2e-tracer
 k delete rolebinding -n "$system_ns" e2e-tracer
 
