@@ -344,9 +344,20 @@ refused e2e-tracer "get pods/proxy in namespace $system_ns"
 k create rolebinding -n "$system_ns" e2e-tracer --role "$release-trace-stream" --user e2e-tracer
 
 log "kubectl gprobe trace deploy/http-client '$probe' --for 20s --hist (as e2e-tracer)"
-# The uprobes before it: those of http-client-urls (step 3b's pod and spec are gone first).
+# The uprobes before it: those of http-client-urls, once step 3b's pod and spec are gone
+# and the count has settled (the agent detaches on threads of its own).
 k wait --for=delete -n "$app_ns" pod -l app=services --timeout="${timeout}s"
-$same_kernel && uprobes_before="$(uprobes)"
+settled_uprobes() { # the count once unchanged for 2 s (at most $timeout s)
+  local last="" n same=0 deadline=$((SECONDS + timeout))
+  while ((same < 10)); do
+    ((SECONDS < deadline)) || die "the uprobe link count did not settle in ${timeout}s"
+    n="$(uprobes)"
+    if [[ "$n" == "$last" ]]; then same=$((same + 1)); else same=0 last="$n"; fi
+    sleep 0.2
+  done
+  echo "$last"
+}
+$same_kernel && uprobes_before="$(settled_uprobes)"
 trace_start_us=$(($(date +%s%N) / 1000))
 k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
   --for 20s --hist --as e2e-tracer >"$tmp/trace.jsonl" 2>"$tmp/trace.err" &
@@ -357,23 +368,29 @@ until [[ -s "$tmp/trace.jsonl" ]] || ! kill -0 "$trace_pid" 2>/dev/null; do slee
 $same_kernel && uprobes_during="$(uprobes)"
 wait "$trace_pid" || { cat "$tmp/trace.err"; die "kubectl gprobe trace failed"; }
 trace_end_us=$(($(date +%s%N) / 1000))
-ended=$SECONDS
+if $same_kernel; then
+  # From the plugin's exit: the uprobe link count every 0.2 s until it is back to before
+  # (for at most 30 s, to say how long it took if over 5 s).
+  ended_ms=$(($(date +%s%N) / 1000000))
+  timeline=""
+  while :; do
+    n="$(uprobes)" at=$(($(date +%s%N) / 1000000 - ended_ms))
+    timeline+="${at}ms:$n "
+    [[ "$n" == "$uprobes_before" ]] && break
+    ((at < 30000)) || break
+    sleep 0.2
+  done
+  echo "uprobe links before the trace $uprobes_before, during it $uprobes_during; after it: $timeline"
+  ((uprobes_during > uprobes_before)) ||
+    die "uprobe links during the trace: $uprobes_during, before it: $uprobes_before (not counted?)"
+  [[ "$n" == "$uprobes_before" ]] || die "the trace's uprobe links were not gone 30 s after its end"
+  ((at <= 5000)) || die "the trace's uprobe links were gone only $at ms after its end (over 5 s)"
+fi
 cat "$tmp/trace.err"
 k logs -n "$app_ns" "$pod" >"$tmp/app.log"
 python3 "$here/check_trace.py" "$tmp/trace.jsonl" "$tmp/app.log" "$pod" 60 "$tmp/trace.err" ||
   die "kubectl gprobe trace did not print exactly the pod's calls (above)"
 [[ -z "$(trace_specs)" ]] || die "the trace's ProbeSpec is still there: $(trace_specs)"
-if $same_kernel; then
-  ((uprobes_during > uprobes_before)) ||
-    die "uprobe links during the trace: $uprobes_during, before it: $uprobes_before (not counted?)"
-  back_to_before() { [[ "$(uprobes)" == "$uprobes_before" ]]; }
-  until back_to_before; do
-    ((SECONDS - ended < 5)) || die "uprobes: $(uprobes) 5 s after the trace, $uprobes_before before it"
-    sleep 0.2
-  done
-  echo "uprobe links within $((SECONDS - ended)) s of the end: $(uprobes)," \
-    "as before the trace ($uprobes_during during it)"
-fi
 echo "trace window: ${trace_start_us}..${trace_end_us} us (cluster_test.sh counts its API requests)"
 echo "$trace_start_us $trace_end_us" >"${TRACE_WINDOW_FILE:-/dev/null}"
 

@@ -64,9 +64,10 @@ pub struct TraceArgs {
     /// Default: a table on a terminal, JSON lines otherwise.
     #[arg(short = 'o', long, value_parser = ["table", "json"])]
     pub output: Option<String>,
-    /// The namespace gprobe's agents run in (the chart's release namespace).
-    #[arg(long, env = "GPROBE_NAMESPACE", default_value = "gprobe-system")]
-    pub gprobe_namespace: String,
+    /// The namespace gprobe's agents run in (the chart's release namespace). Default:
+    /// $GPROBE_NAMESPACE, else `gprobe-system`.
+    #[arg(long)]
+    pub gprobe_namespace: Option<String>,
     /// The label selector of gprobe's agent pods in --gprobe-namespace.
     #[arg(
         long,
@@ -88,7 +89,22 @@ pub struct TraceArgs {
     pub as_groups: Vec<String>,
 }
 
+/// Where gprobe runs when neither --gprobe-namespace nor $GPROBE_NAMESPACE says.
+pub const DEFAULT_GPROBE_NAMESPACE: &str = "gprobe-system";
+
 impl TraceArgs {
+    /// --gprobe-namespace, else $GPROBE_NAMESPACE, else [`DEFAULT_GPROBE_NAMESPACE`].
+    pub fn gprobe_namespace(&self) -> String {
+        self.gprobe_namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("GPROBE_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| DEFAULT_GPROBE_NAMESPACE.to_string())
+    }
+
     /// `(TARGET, PROBE)`: one of TARGET and `-l` is given, never both.
     pub fn target_and_probe(&self) -> Result<(Option<&str>, &str), String> {
         match (self.args.as_slice(), &self.selector) {

@@ -53,7 +53,7 @@ pub async fn trace(args: TraceArgs) -> Result<(), Error> {
         let user = args.as_user.clone().unwrap_or_else(|| "you".into());
         access::check(
             &client,
-            &access::needed(&namespace, &args.gprobe_namespace),
+            &access::needed(&namespace, &args.gprobe_namespace()),
             &user,
         )
         .await?;
@@ -67,7 +67,7 @@ pub async fn trace(args: TraceArgs) -> Result<(), Error> {
     }
     let agents = Agents {
         client: client.clone(),
-        namespace: args.gprobe_namespace.clone(),
+        namespace: args.gprobe_namespace(),
         selector: args.agent_selector.clone(),
         port: args.agent_port,
     };
