@@ -30,6 +30,8 @@ pub struct PodState {
     /// `None` while attached (or not reported yet); why not otherwise.
     pub problem: Option<String>,
     pub attached: bool,
+    /// Its node's agent no longer reports it (the pod was deleted, or moved).
+    pub gone: bool,
 }
 
 /// Everything seen so far, for the summary.
@@ -115,12 +117,20 @@ impl Tally {
                         delivered: *delivered,
                     },
                 );
+                // Pods of this node that its agent no longer reports are gone.
+                let now: BTreeSet<&str> = status.links.iter().map(|l| l.pod.as_str()).collect();
+                for (name, pod) in self.pods.iter_mut() {
+                    if pod.node == *node && !now.contains(name.as_str()) {
+                        pod.gone = true;
+                    }
+                }
                 for link in &status.links {
                     if self.only_pod.as_ref().is_some_and(|p| *p != link.pod) {
                         continue;
                     }
                     let pod = self.pods.entry(link.pod.clone()).or_default();
                     pod.node.clone_from(node);
+                    pod.gone = false;
                     let attached = link.state == LinkState::Attached;
                     let problem = (!attached).then(|| {
                         link.message
@@ -173,11 +183,14 @@ impl Tally {
         );
         let _ = writeln!(out, "{:<40} {:<20} {:>8}  STATE", "POD", "NODE", "CALLS");
         for (pod, st) in &self.pods {
-            let state = match (&st.problem, st.attached) {
+            let mut state = match (&st.problem, st.attached) {
                 (Some(p), _) => format!("not attached: {p}"),
                 (None, true) => "attached".to_string(),
                 (None, false) => "not reported".to_string(),
             };
+            if st.gone {
+                state.push_str(", then gone");
+            }
             let _ = writeln!(out, "{pod:<40} {:<20} {:>8}  {state}", st.node, st.calls);
         }
         if self.pods.is_empty() {
@@ -323,6 +336,13 @@ mod tests {
         );
         assert!(s.contains("not attached: symbol main.f not found"), "{s}");
         assert!(s.contains("@ns[main.f]: no call has returned yet"), "{s}");
+
+        let only_web = status("node-a", "web-1", LinkState::Attached, None);
+        t.notice(&only_web);
+        assert!(t.pods["old-1"].gone && !t.pods["web-1"].gone);
+        assert!(t
+            .summary(false, "main.f")
+            .contains("not attached: symbol main.f not found, then gone"));
 
         let mut one = Tally {
             only_pod: Some("web-1".into()),

@@ -7,7 +7,7 @@ use crate::cli::TraceArgs;
 use crate::error::Error;
 use crate::output::{parse_line, Format, Line, Tally, TABLE_HEAD};
 use crate::spec::{self, Request};
-use crate::stream::{Agents, Event, END_WAIT};
+use crate::stream::{Agents, Event, END_WAIT, MAX_RECONNECTS};
 use crate::target::{self, selector_query, Target};
 use futures::StreamExt;
 use gprobe_crds::oneliner::spec_yaml;
@@ -226,6 +226,7 @@ impl Run {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         let mut failures: Vec<String> = Vec::new();
+        let mut retries: BTreeMap<String, u32> = BTreeMap::new();
         let mut first_call: Option<Duration> = None;
         let mut out = std::io::stdout().lock();
         if self.format == Format::Table {
@@ -272,8 +273,24 @@ impl Run {
                 },
                 ev = rx.recv() => match ev {
                     Some(ev) => {
-                        if let Some(failure) = self.take(ev, &mut tally, &mut open, &mut out, &mut first_call) {
-                            failures.push(failure);
+                        if let Some((node, why)) = self.take(ev, &mut tally, &mut open, &mut out, &mut first_call) {
+                            // An agent restarted (an upgrade), or the connection broke: its
+                            // node is followed again, from the agent running there then.
+                            let tries = retries.entry(node.clone()).or_insert(0u32);
+                            if *tries < MAX_RECONNECTS {
+                                *tries += 1;
+                                eprintln!("node {node}: {why}; connecting again ({tries}/{MAX_RECONNECTS})");
+                                open.insert(node.clone());
+                                tokio::spawn(self.agents.clone().follow_again(
+                                    node,
+                                    self.namespace.clone(),
+                                    self.name.clone(),
+                                    self.token.clone(),
+                                    tx.clone(),
+                                ));
+                                continue;
+                            }
+                            failures.push(format!("node {node}: {why}"));
                             if open.is_empty() && tally.nodes.is_empty() {
                                 return Err(Error::NoStream(failures.join("; ")));
                             }
@@ -299,8 +316,8 @@ impl Run {
         Ok((tally, rx, open))
     }
 
-    /// Takes one stream event: prints a call, says what a notice says. A stream's failure
-    /// is returned (and said).
+    /// Takes one stream event: prints a call, says what a notice says. A stream that ended
+    /// before its end line is returned: its node, and why.
     fn take(
         &self,
         ev: Event,
@@ -308,7 +325,7 @@ impl Run {
         open: &mut BTreeSet<String>,
         out: &mut impl Write,
         first_call: &mut Option<Duration>,
-    ) -> Option<String> {
+    ) -> Option<(String, String)> {
         match ev {
             Event::Line(line) => match parse_line(&line) {
                 Some(Line::Call(call)) => {
@@ -334,11 +351,8 @@ impl Run {
                 open.remove(&node);
                 match result {
                     Ok(()) if tally.ended.contains(&node) => None,
-                    Ok(()) => Some(format!("node {node}: the agent closed the stream early")),
-                    Err(e) => {
-                        eprintln!("node {node}: {e}");
-                        Some(format!("node {node}: {e}"))
-                    }
+                    Ok(()) => Some((node, "the agent closed the stream early".to_string())),
+                    Err(e) => Some((node, e)),
                 }
             }
         }

@@ -76,6 +76,34 @@ impl Agents {
         let _ = tx.send(Event::Closed { node, result }).await;
     }
 
+    /// After [`RECONNECT_DELAY`]: [`follow`](Self::follow) from the agent that runs on
+    /// `node` now.
+    pub async fn follow_again(
+        self,
+        node: String,
+        namespace: String,
+        name: String,
+        token: String,
+        tx: mpsc::Sender<Event>,
+    ) {
+        tokio::time::sleep(RECONNECT_DELAY).await;
+        let agent = match self.by_node().await {
+            Ok(mut agents) => agents.remove(&node),
+            Err(e) => {
+                let result = Err(format!("listing gprobe's agents: {e}"));
+                let _ = tx.send(Event::Closed { node, result }).await;
+                return;
+            }
+        };
+        match agent {
+            Some(agent) => self.follow(node, agent, namespace, name, token, tx).await,
+            None => {
+                let result = Err("no gprobe agent runs on the node now".to_string());
+                let _ = tx.send(Event::Closed { node, result }).await;
+            }
+        }
+    }
+
     async fn read(&self, path: &str, token: &str, tx: &mpsc::Sender<Event>) -> Result<(), String> {
         let request = http::Request::get(path)
             .header(TOKEN_HEADER, token)
@@ -99,6 +127,11 @@ impl Agents {
         Ok(())
     }
 }
+
+/// How often one node's stream is opened again after it broke, during one trace.
+pub const MAX_RECONNECTS: u32 = 5;
+/// The pause before opening it again (an agent pod being replaced needs a moment).
+const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// How long the streams of the nodes that ran traced pods get to end after the spec's
 /// deletion: each agent sends its last calls and counts, then closes.
