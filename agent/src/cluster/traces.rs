@@ -133,7 +133,7 @@ impl Traces {
         };
         self.0.specs_changed.send_modify(|n| *n += 1);
         for key in gone {
-            lock(&self.0.statuses).remove(&key);
+            // Its last status stays for the readers' last line (`end` forgets it).
             let traces = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(END_GRACE).await;
@@ -148,7 +148,9 @@ impl Traces {
         if lock(&self.0.specs).contains_key(key) {
             return;
         }
-        let Some(readers) = lock(&self.0.readers).remove(key) else {
+        let readers = lock(&self.0.readers).remove(key);
+        let last = lock(&self.0.statuses).remove(key).unwrap_or_default();
+        let Some(readers) = readers else {
             return;
         };
         self.0.count.fetch_sub(readers.len(), Ordering::Relaxed);
@@ -156,7 +158,8 @@ impl Traces {
             node: self.0.node.clone(),
         });
         for r in readers {
-            let _ = r.tx.try_send(self.status_line(key, &r.dropped));
+            let _ =
+                r.tx.try_send(self.status_line_of(key, last.clone(), &r.dropped));
             let _ = r.tx.try_send(end.clone());
         }
     }
@@ -197,6 +200,16 @@ impl Traces {
     /// The [`Notice::Status`] line of `key` for a reader that lost `dropped` calls.
     fn status_line(&self, key: &str, dropped: &AtomicU64) -> Vec<u8> {
         let status = lock(&self.0.statuses).get(key).cloned().unwrap_or_default();
+        self.status_line_of(key, status, dropped)
+    }
+
+    /// The [`Notice::Status`] line of `key` with `status`.
+    fn status_line_of(
+        &self,
+        key: &str,
+        status: ProbeAttachmentStatus,
+        dropped: &AtomicU64,
+    ) -> Vec<u8> {
         let (mut filtered, mut lost, mut throttled, mut delivered) = (0, 0, 0, 0);
         if let Some(stats) = self.0.stats.get() {
             for (k, s) in stats.probes() {

@@ -113,11 +113,36 @@ async fn a_reader_gets_its_specs_calls_only_then_the_end_when_the_spec_is_delete
         .collect();
     assert_eq!(pids, [2, 3]);
 
+    let spec_t1 = Arc::new(spec("t1", Some(&digest)));
+    let attached = ProbeAttachmentStatus {
+        links: vec![gprobe_crds::LinkStatus {
+            container: "c1".into(),
+            pod: "web-1".into(),
+            symbol: "main.f".into(),
+            state: gprobe_crds::LinkState::Attached,
+            message: None,
+            hits: 2,
+            lost: 0,
+            throttled: 0,
+            site: None,
+        }],
+        ..Default::default()
+    };
+    traces.set_statuses(&[(spec_t1, attached)]);
+    assert_eq!(
+        next_line(&mut stream).await["status"]["links"][0]["pod"],
+        "web-1"
+    );
     traces.spec_event(&SpecEvent::Delete {
         namespace: "shop".into(),
         name: "t1".into(),
     });
-    assert_eq!(next_line(&mut stream).await["gprobe"], "status");
+    let last = next_line(&mut stream).await;
+    assert_eq!(last["gprobe"], "status");
+    assert_eq!(
+        last["status"]["links"][0]["pod"], "web-1",
+        "the last status still names what was attached"
+    );
     assert_eq!(next_line(&mut stream).await["gprobe"], "end");
     assert!(stream.chunks.recv().await.is_none(), "closed after the end");
     assert_eq!(traces.0.count.load(Ordering::Relaxed), 0);
