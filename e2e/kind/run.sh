@@ -459,6 +459,9 @@ until_ok "calls of the pod replacing $other" replacement_traced
 wait "$pods_pid" || { cat "$tmp/pods.err"; die "the trace of two pods failed"; }
 sed -n '/calls delivered/,$p' "$tmp/pods.err"
 echo "pods traced: $(traced_pods | tr '\n' ' ')"
+summary_row() { grep -Eq "^$1 +[^ ]+ +[1-9][0-9]*  $2\$" "$tmp/pods.err"; }
+summary_row "$other" "attached, then gone" || die "the summary does not say that pod $other is gone"
+summary_row "$pod" "attached" || die "the summary does not say that pod $pod is attached"
 k scale -n "$app_ns" deploy/http-client --replicas=1
 one_pod() { [[ "$(k get pods -n "$app_ns" -l app=http-client -o name | wc -l)" == 1 ]]; }
 until_ok "one pod of http-client again" one_pod
