@@ -17,7 +17,8 @@ t0=$SECONDS
 "$cluster" build
 "$cluster" tool jaeger >/dev/null
 "$cluster" tool prometheus >/dev/null
-(cd "$root" && cargo build --release --locked -p gprobe-agent --bin gprobe -p gprobe-operator --bin gprobe-operator)
+(cd "$root" && cargo build --release --locked -p gprobe-agent --bin gprobe -p gprobe-operator --bin gprobe-operator \
+  -p kubectl-gprobe --bin kubectl-gprobe)
 echo "cluster_test: builds ready in $((SECONDS - t0)) s"
 
 exec 8>/tmp/gprobe-cluster.lock
@@ -26,6 +27,7 @@ started=false
 if ! "$cluster" status >/dev/null 2>&1; then started=true; fi
 stop_cluster() {
   local rc=$?
+  rm -f "${trace_window:-}"
   if $started && [[ -z "${KEEP:-}" ]]; then "$cluster" down || rc=1; fi
   exit "$rc"
 }
@@ -36,7 +38,8 @@ kubeconfig="$("$cluster" up | tail -n 1)"
 # kernels that charge BPF memory to it, and the chart grants CAP_SYS_RESOURCE only when asked).
 helm_extra=""
 echo "cluster_test: cluster up in $((SECONDS - t0)) s ($kubeconfig)"
-KUBECONFIG="$kubeconfig" LOAD="$cluster load" KUBECTL="$("$cluster" tool kubectl)" \
+trace_window="$(mktemp)"
+KUBECONFIG="$kubeconfig" LOAD="$cluster load" KUBECTL="$("$cluster" tool kubectl)" TRACE_WINDOW_FILE="$trace_window" \
   CRI_SOCKET="$("$cluster" cri-socket)" HELM_EXTRA="$helm_extra" BPF_LOCK=/tmp/gprobe-bpf.lock \
   bash "$root/e2e/kind/run.sh"
 
@@ -76,4 +79,29 @@ if bad:
     sys.exit("cluster_test: the agent listed or watched pods beyond its node: " + ", ".join(bad[:5]))
 print(f"pod requests of the agent: {pods} "
       f"({'all with fieldSelector=spec.nodeName=<its node>' if pods else 'none: pods come from the node CRI'})")
+PY
+
+# What one `kubectl gprobe trace --for 20s` cost the API server (run.sh's step 3c, as the
+# impersonated user e2e-tracer, in the window it wrote): its requests by verb and resource.
+python3 - "$audit" "$trace_window" <<'PY'
+import collections, datetime, json, sys
+start_us, end_us = (int(x) for x in open(sys.argv[2]).read().split())
+def us(ts):
+    return int(datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1e6)
+seen, total = collections.Counter(), 0
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("impersonatedUser", {}).get("username") != "e2e-tracer" or e.get("stage") != "ResponseComplete":
+        continue
+    if not start_us <= us(e["requestReceivedTimestamp"]) <= end_us:
+        continue
+    ref = e.get("objectRef", {})
+    res = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+    seen[(e["verb"], res, e.get("responseStatus", {}).get("code"))] += 1
+    total += 1
+if not total:
+    sys.exit("cluster_test: no request of the trace (user e2e-tracer) in the audit log")
+print(f"requests of one kubectl gprobe trace --for 20s (user e2e-tracer): {total}")
+for (verb, res, code), n in sorted(seen.items()):
+    print(f"  {n:5d}  {verb:6s} {res:36s} -> {code}")
 PY

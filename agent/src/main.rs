@@ -242,6 +242,8 @@ fn run(command: Command) -> Result<ExitCode> {
                     },
                     poll_interval: std::time::Duration::from_millis(25),
                     only_pid: None,
+                    // The agent sets its trace streams (cluster::run).
+                    tap: None,
                 },
                 container_poll: container_poll_interval,
                 report_file,
@@ -357,6 +359,7 @@ fn run_local(
             },
             poll_interval,
             only_pid: pid,
+            tap: None,
         },
         command,
     };

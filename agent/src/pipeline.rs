@@ -37,6 +37,8 @@ pub struct PipelineOptions {
     pub poll_interval: Duration,
     /// Select this process only (`gprobe run --pid`).
     pub only_pid: Option<u32>,
+    /// Also hands the calls delivered to this (the cluster agent's trace streams).
+    pub tap: Option<Arc<dyn crate::export::tap::Tap>>,
 }
 
 pub struct Pipeline {
@@ -84,7 +86,10 @@ impl Pipeline {
         stats.set_kernel_features(kernel.clone());
         stats.set_propagation_dry_run(opts.load.propagate_dry_run);
         let (tx, export) = export::start(
-            ExportOptions::new(opts.format, opts.otlp.clone()),
+            ExportOptions {
+                tap: opts.tap.clone(),
+                ..ExportOptions::new(opts.format, opts.otlp.clone())
+            },
             out,
             stats.clone(),
         )?;

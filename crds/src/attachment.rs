@@ -364,6 +364,7 @@ mod tests {
                 },
                 probes: vec![],
                 limits: Limits::default(),
+                ttl_seconds: None,
             },
         );
         spec.metadata.namespace = Some("shop".into());

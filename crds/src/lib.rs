@@ -12,6 +12,7 @@ pub mod hist;
 pub mod oneliner;
 pub mod signature;
 mod spec;
+pub mod trace;
 mod validate;
 pub mod when;
 

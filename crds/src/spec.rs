@@ -70,7 +70,17 @@ pub struct ProbeSpecSpec {
     /// Bounds on what each probe may capture and emit.
     #[serde(default)]
     pub limits: Limits,
+    /// Seconds after its creation (`metadata.creationTimestamp`) at which the operator
+    /// deletes this ProbeSpec (1 to 604800, a week). For ad-hoc traces (`kubectl gprobe
+    /// trace`): the trace ends even when whoever started it is gone. Without it, the spec
+    /// stays until deleted. Local mode ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604800))]
+    pub ttl_seconds: Option<u32>,
 }
+
+/// The longest `ttlSeconds`: a week.
+pub const MAX_TTL_SECONDS: u32 = 604_800;
 
 /// Selects processes. Every field given must match (AND); at least one field is required.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]

@@ -22,6 +22,15 @@
 #      the client's trace when it sent a traceparent (as e2e/tests/services.rs checks
 #      locally); where the node's kernel forbids BPF to write the traceparent (lockdown),
 #      the agent says so, and the back service's spans are exact roots of their own;
+#   3c. `kubectl gprobe trace` (the plugin, built by the test): a user without the rights is
+#      refused before anything is created (no spec, no calls), one missing only pods/proxy on
+#      the agents too; with the chart's trace roles, `--for 20s --hist` prints exactly the
+#      calls of the pod's log in its window and a histogram of them; its spec is gone after,
+#      and so are its uprobes within 5 s; a trace of a symbol the binary lacks names the pod
+#      with the reason; two pods of one node and a pod replacing one of them are all traced;
+#      the agent serves its calls to no request without
+#      the trace's token; a plugin killed with -9 leaves its spec until ttlSeconds are up,
+#      then the operator deletes it;
 #   4. a ProbeSpec naming a symbol the binary lacks: its reason in status and in an Event;
 #   5. RBAC and admission, enforced by the API server, with a token bound to the agent's pod
 #      (what the kubelet mounts): creating or patching another node's ProbeAttachment, reading
@@ -169,6 +178,11 @@ log "building the images (OCI archives, no container engine)"
 "$root/scripts/images.sh" --tag e2e-upgrade --out "$tmp/images" --no-build | tee -a "$tmp/images.txt"
 (cd "$root/examples/http-client" &&
   CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -o "$tmp/http-client" main.go)
+# kubectl gprobe: on PATH, where kubectl finds its plugins.
+(cd "$root" && cargo build --release --locked -p kubectl-gprobe --bin kubectl-gprobe)
+mkdir -p "$tmp/bin"
+cp "${CARGO_TARGET_DIR:-$root/target}/release/kubectl-gprobe" "$tmp/bin/"
+export PATH="$tmp/bin:$PATH"
 oci() { python3 "$root/scripts/oci-image.py" "$@" | tee -a "$tmp/images.txt"; }
 oci --ref gprobe.local/http-client:e2e --out "$tmp/images/http-client.tar" \
   --file "$tmp/http-client:/app/http-client" --entrypoint /app/http-client
@@ -288,6 +302,175 @@ log "propagation on this node: $(propagation_mode)"
 k delete -n "$app_ns" probespec services
 k delete -n "$app_ns" deploy/services --wait=false
 
+# --- 3c. kubectl gprobe trace ------------------------------------------------------------------
+gprobe_progs() { # the number of BPF programs of gprobe loaded in this machine's kernel
+  bpftool -j prog show 2>/dev/null | python3 -c '
+import json, sys
+print(sum(1 for p in json.load(sys.stdin) if p.get("name", "").startswith("gprobe")))'
+}
+uprobes() { # the uprobe links in this machine's kernel: perf_event ones, and uprobe_multi
+  # ones (link type 12, which bpftool before 7.3 shows as a number)
+  bpftool -j link show 2>/dev/null | python3 -c '
+import json, sys
+print(sum(1 for l in json.load(sys.stdin)
+          if (l.get("type") == "perf_event" and "uprobe" in json.dumps(l)) or l.get("type") in ("uprobe_multi", 12)))'
+}
+same_kernel=false
+if [[ $EUID -eq 0 ]] && command -v bpftool >/dev/null &&
+  [[ "$(k get node "$node" -o jsonpath='{.status.nodeInfo.kernelVersion}')" == "$(uname -r)" ]] &&
+  [[ "$(gprobe_progs)" -gt 0 ]]; then
+  same_kernel=true
+fi
+probe='net/http.(*Client).Get(url) -> err'
+trace_specs() { k get -n "$app_ns" probespecs -l gprobe.dev/trace -o name; }
+# refused AS WANT: `kubectl gprobe trace` as user AS fails, naming the right WANT, and prints
+# no call; no spec is left.
+refused() {
+  local rc=0
+  k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+    --for 5s --as "$1" >"$tmp/refused.out" 2>"$tmp/refused.err" || rc=$?
+  sed 's/^/  /' "$tmp/refused.err"
+  ((rc != 0)) || die "kubectl gprobe trace as $1: exit status 0, expected a refusal"
+  grep -q "refused: $1 may not $2" "$tmp/refused.err" || die "as $1: no refusal naming '$2'"
+  [[ ! -s "$tmp/refused.out" ]] || die "as $1: something was printed on stdout"
+  [[ -z "$(trace_specs)" ]] || die "as $1: a trace's ProbeSpec exists: $(trace_specs)"
+}
+log "kubectl gprobe trace: refused without the rights"
+refused e2e-nobody "create probespecs.gprobe.dev in namespace $app_ns"
+# The chart's roles, one at a time: the tracer role in the app's namespace only...
+k create rolebinding -n "$app_ns" e2e-tracer --clusterrole "$release-tracer" --user e2e-tracer
+refused e2e-tracer "get pods/proxy in namespace $system_ns"
+# ...then the agents' pod proxy too: a trace goes through.
+k create rolebinding -n "$system_ns" e2e-tracer --role "$release-trace-stream" --user e2e-tracer
+
+log "kubectl gprobe trace deploy/http-client '$probe' --for 20s --hist (as e2e-tracer)"
+# The uprobes before it: those of http-client-urls, once step 3b's pod and spec are gone
+# and the count has settled (the agent detaches on threads of its own).
+k wait --for=delete -n "$app_ns" pod -l app=services --timeout="${timeout}s"
+settled_uprobes() { # the count once unchanged for 2 s (at most $timeout s)
+  local last="" n same=0 deadline=$((SECONDS + timeout))
+  while ((same < 10)); do
+    ((SECONDS < deadline)) || die "the uprobe link count did not settle in ${timeout}s"
+    n="$(uprobes)"
+    if [[ "$n" == "$last" ]]; then same=$((same + 1)); else same=0 last="$n"; fi
+    sleep 0.2
+  done
+  echo "$last"
+}
+$same_kernel && uprobes_before="$(settled_uprobes)"
+trace_start_us=$(($(date +%s%N) / 1000))
+k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 20s --hist --as e2e-tracer >"$tmp/trace.jsonl" 2>"$tmp/trace.err" &
+trace_pid=$!
+# Its own uprobes are there while it runs (counted once its first call is out).
+uprobes_during=n/a
+until [[ -s "$tmp/trace.jsonl" ]] || ! kill -0 "$trace_pid" 2>/dev/null; do sleep 0.1; done
+$same_kernel && uprobes_during="$(uprobes)"
+wait "$trace_pid" || { cat "$tmp/trace.err"; die "kubectl gprobe trace failed"; }
+trace_end_us=$(($(date +%s%N) / 1000))
+if $same_kernel; then
+  # From the plugin's exit: the uprobe link count every 0.2 s until it is back to before
+  # (for at most 30 s, to say how long it took if over 5 s).
+  ended_ms=$(($(date +%s%N) / 1000000))
+  timeline=""
+  while :; do
+    n="$(uprobes)" at=$(($(date +%s%N) / 1000000 - ended_ms))
+    timeline+="${at}ms:$n "
+    [[ "$n" == "$uprobes_before" ]] && break
+    ((at < 30000)) || break
+    sleep 0.2
+  done
+  echo "uprobe links before the trace $uprobes_before, during it $uprobes_during; after it: $timeline"
+  ((uprobes_during > uprobes_before)) ||
+    die "uprobe links during the trace: $uprobes_during, before it: $uprobes_before (not counted?)"
+  [[ "$n" == "$uprobes_before" ]] || die "the trace's uprobe links were not gone 30 s after its end"
+  ((at <= 5000)) || die "the trace's uprobe links were gone only $at ms after its end (over 5 s)"
+fi
+cat "$tmp/trace.err"
+k logs -n "$app_ns" "$pod" >"$tmp/app.log"
+python3 "$here/check_trace.py" "$tmp/trace.jsonl" "$tmp/app.log" "$pod" 60 "$tmp/trace.err" ||
+  die "kubectl gprobe trace did not print exactly the pod's calls (above)"
+[[ -z "$(trace_specs)" ]] || die "the trace's ProbeSpec is still there: $(trace_specs)"
+echo "trace window: ${trace_start_us}..${trace_end_us} us (cluster_test.sh counts its API requests)"
+echo "$trace_start_us $trace_end_us" >"${TRACE_WINDOW_FILE:-/dev/null}"
+
+log "kubectl gprobe trace of a symbol the binary lacks: the pod is named with the reason"
+k gprobe trace deploy/http-client main.noSuchFunction -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 4s >"$tmp/nosym.out" 2>"$tmp/nosym.err" || { cat "$tmp/nosym.err"; die "the trace failed"; }
+cat "$tmp/nosym.err"
+grep -q "not attached: pod $pod (node $node): main.noSuchFunction: symbol main.noSuchFunction not found" \
+  "$tmp/nosym.err" || die "the trace of main.noSuchFunction did not name pod $pod with the reason"
+[[ ! -s "$tmp/nosym.out" ]] || die "the trace of main.noSuchFunction printed calls"
+
+log "kubectl gprobe trace killed with -9: the operator deletes its spec when ttlSeconds are up"
+plugin="$tmp/bin/kubectl-gprobe"
+"$plugin" trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 10s --expiry-margin 5s >"$tmp/killed.jsonl" 2>"$tmp/killed.err" &
+plugin_pid=$!
+# Killed at its first call, well within its 10 s.
+started_ms=$(($(date +%s%N) / 1000000))
+until [[ -s "$tmp/killed.jsonl" ]]; do
+  (($(date +%s%N) / 1000000 - started_ms < 8000)) || die "no call of the trace to be killed within 8 s"
+  sleep 0.1
+done
+first_ms=$(($(date +%s%N) / 1000000 - started_ms))
+# (The shell's own "Killed" notice is not shown: the kill is the test's.)
+{ kill -9 "$plugin_pid" && wait "$plugin_pid"; } 2>/dev/null || true
+echo "first call of this trace on stdout $first_ms ms after its start (polled every 0.1 s)"
+spec_name="$(trace_specs)"
+[[ -n "$spec_name" ]] || die "no ProbeSpec left by the killed trace"
+# Nobody but the plugin reads its calls: the agent answers a request without its token 403.
+agent_pod="$(k get pods -n "$system_ns" -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].metadata.name}')"
+if k get --raw "/api/v1/namespaces/$system_ns/pods/$agent_pod:9090/proxy/traces/$app_ns/${spec_name#*/}" \
+  >"$tmp/stolen.out" 2>"$tmp/stolen.err"; then
+  die "the agent served trace $spec_name without its token"
+fi
+grep -q "does not hold the token" "$tmp/stolen.err" || { cat "$tmp/stolen.err"; die "no token refusal"; }
+echo "  without the token: $(head -c 200 "$tmp/stolen.err")"
+read -r created ttl < <(k get -n "$app_ns" "$spec_name" \
+  -o jsonpath='{.metadata.creationTimestamp} {.spec.ttlSeconds}{"\n"}')
+expires=$(($(date -d "$created" +%s) + ttl))
+((ttl == 15)) || die "$spec_name: ttlSeconds $ttl, expected 15 (--for 10s + --expiry-margin 5s)"
+[[ -n "$(trace_specs)" ]] || die "$spec_name was deleted before its expiry (the plugin was killed)"
+spec_gone() { [[ -z "$(trace_specs)" ]]; }
+until_ok "the operator deleting $spec_name after its expiry" spec_gone
+gone_at=$(date +%s)
+((gone_at >= expires)) || die "$spec_name was gone at $gone_at, before its expiry at $expires"
+echo "$spec_name: expired at $expires, gone at $gone_at ($((gone_at - expires)) s after)"
+
+log "kubectl gprobe trace follows several pods of one node, and a pod that replaces another"
+k scale -n "$app_ns" deploy/http-client --replicas=2
+k rollout status -n "$app_ns" deploy/http-client --timeout="${timeout}s"
+other="$(k get pods -n "$app_ns" -l app=http-client --field-selector=status.phase=Running \
+  -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | grep -vx "$pod" | head -n 1)"
+[[ -n "$other" ]] || die "no second pod of http-client"
+k gprobe trace deploy/http-client "$probe" -n "$app_ns" --gprobe-namespace "$system_ns" \
+  --for 15s >"$tmp/pods.jsonl" 2>"$tmp/pods.err" &
+pods_pid=$!
+traced_pods() { python3 -c '
+import json, sys
+print("\n".join(sorted({json.loads(l)["resource"]["k8s.pod.name"] for l in open(sys.argv[1]) if l.strip()})))' \
+  "$tmp/pods.jsonl"; }
+both_traced() { traced_pods | grep -qx "$pod" && traced_pods | grep -qx "$other"; }
+until_ok "calls of both pods $pod and $other" both_traced
+k delete pod -n "$app_ns" "$other" --wait=false
+replacement_traced() { [[ "$(traced_pods | grep -vx "$pod" | grep -vcx "$other")" -ge 1 ]]; }
+until_ok "calls of the pod replacing $other" replacement_traced
+wait "$pods_pid" || { cat "$tmp/pods.err"; die "the trace of two pods failed"; }
+sed -n '/calls delivered/,$p' "$tmp/pods.err"
+echo "pods traced: $(traced_pods | tr '\n' ' ')"
+summary_row() { grep -Eq "^$1 +[^ ]+ +[1-9][0-9]*  $2\$" "$tmp/pods.err"; }
+summary_row "$other" "attached, then gone" || die "the summary does not say that pod $other is gone"
+summary_row "$pod" "attached" || die "the summary does not say that pod $pod is attached"
+k scale -n "$app_ns" deploy/http-client --replicas=1
+one_pod() { [[ "$(k get pods -n "$app_ns" -l app=http-client -o name | wc -l)" == 1 ]]; }
+until_ok "one pod of http-client again" one_pod
+k rollout status -n "$app_ns" deploy/http-client --timeout="${timeout}s"
+pod="$(app_pod)"
+
+k delete rolebinding -n "$app_ns" e2e-tracer
+k delete rolebinding -n "$system_ns" e2e-tracer
+
 # --- 4. an unknown symbol ----------------------------------------------------------------------------
 log "a ProbeSpec naming a symbol the binary lacks"
 k apply -n "$app_ns" -f - <<'EOF'
@@ -405,17 +588,6 @@ done <"$tmp/queries.jsonl"
 k delete -n "$app_ns" probespec http-client-errors
 
 # --- 7. pod and ProbeSpec deletion ------------------------------------------------------------------------
-gprobe_progs() { # the number of BPF programs of gprobe loaded in this machine's kernel
-  bpftool -j prog show 2>/dev/null | python3 -c '
-import json, sys
-print(sum(1 for p in json.load(sys.stdin) if p.get("name", "").startswith("gprobe")))'
-}
-same_kernel=false
-if [[ $EUID -eq 0 ]] && command -v bpftool >/dev/null &&
-  [[ "$(k get node "$node" -o jsonpath='{.status.nodeInfo.kernelVersion}')" == "$(uname -r)" ]] &&
-  [[ "$(gprobe_progs)" -gt 0 ]]; then
-  same_kernel=true
-fi
 attachment_pods() {
   k get -n "$app_ns" probeattachments \
     -o jsonpath='{range .items[*]}{range .status.containers[*]}{.pod}{"\n"}{end}{end}'
@@ -436,11 +608,6 @@ no_attachments() { [[ -z "$(k get -n "$app_ns" probeattachments -o name)" ]]; }
 until_ok "the ProbeAttachments of the deleted ProbeSpec gone" no_attachments
 if $same_kernel; then
   # The agent keeps its exec/exit programs; its uprobes (perf_event links) go with the spec.
-  uprobes() {
-    bpftool -j link show 2>/dev/null | python3 -c '
-import json, sys
-print(sum(1 for l in json.load(sys.stdin) if l.get("type") == "perf_event" and "uprobe" in json.dumps(l)))'
-  }
   no_uprobes() { [[ "$(uprobes)" == 0 ]]; }
   until_ok "no uprobe link left after the ProbeSpec's deletion" no_uprobes
   echo "uprobe links in the kernel: $(uprobes)"

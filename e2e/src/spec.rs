@@ -130,6 +130,7 @@ impl SpecBuilder {
                 selector: self.selector,
                 probes: self.probes,
                 limits: self.limits,
+                ttl_seconds: None,
             },
         );
         spec.metadata.namespace = self.namespace;

@@ -10,6 +10,10 @@
 //! - accept errors (out of file descriptors: EMFILE, ENFILE; out of memory) back off
 //!   from 10 ms to 1 s instead of retrying in a tight loop, and are logged at most once
 //!   per [`LOG_EVERY`] with the count of those not logged.
+//!
+//! A handler may also answer some requests with a stream ([`Handler::stream`]): a body that
+//! goes on, written chunk by chunk as it comes, ended by closing the connection. Each
+//! chunk has [`STREAM_WRITE_TIMEOUT`] to be written; a stream holds its connection's slot.
 
 use std::future::Future;
 use std::io;
@@ -48,7 +52,52 @@ pub trait Handler: Send + Sync + 'static {
     /// Names the server in logs.
     fn name(&self) -> &'static str;
     fn respond(&self, path: &str) -> Response;
+    /// A GET that this handler answers with a stream, or `None` to answer it with
+    /// [`respond`](Handler::respond). The future decides: the stream, or a whole answer
+    /// (a refusal).
+    fn stream(&self, _request: &Request<'_>) -> Option<StreamStart> {
+        None
+    }
 }
+
+/// A GET request, as [`Handler::stream`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The path, without the query.
+    pub path: &'a str,
+    /// The header lines after the request line.
+    headers: &'a str,
+}
+
+impl<'a> Request<'a> {
+    /// Parses a request head's text after its request line (`headers`).
+    pub fn new(path: &'a str, headers: &'a str) -> Self {
+        Self { path, headers }
+    }
+
+    /// The value of header `name` (case-insensitive), trimmed; the first if repeated.
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers.lines().find_map(|line| {
+            let (k, v) = line.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// A body that goes on: its chunks as they come; the stream ends when the sender is
+/// dropped.
+#[derive(Debug)]
+pub struct Stream {
+    pub content_type: &'static str,
+    pub chunks: tokio::sync::mpsc::Receiver<Vec<u8>>,
+}
+
+/// What [`Handler::stream`] returns: decides, then streams or refuses.
+pub type StreamStart =
+    std::pin::Pin<Box<dyn Future<Output = Result<Stream, Response>> + Send + 'static>>;
+
+/// Time to write one chunk of a stream: a reader that takes none for this long is gone.
+pub const STREAM_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How much a client may cost the server.
 #[derive(Debug, Clone, Copy)]
@@ -212,12 +261,24 @@ async fn handle<H: Handler>(mut sock: TcpStream, handler: &H, limits: &Limits) {
             let method = parts.next().unwrap_or("");
             let target = parts.next().unwrap_or("/");
             let path = target.split(['?', '#']).next().unwrap_or(target);
-            match method {
-                "GET" | "HEAD" => {
-                    let r = handler.respond(path);
-                    (r.code, r.content_type, r.body, method == "HEAD")
-                }
-                _ => (405, TEXT, "only GET and HEAD\n".to_string(), false),
+            let headers = String::from_utf8_lossy(&head);
+            let headers = headers.split_once('\n').map_or("", |(_, rest)| rest);
+            let started = match method {
+                "GET" => handler.stream(&Request::new(path, headers)),
+                _ => None,
+            };
+            match started {
+                Some(start) => match start.await {
+                    Ok(stream) => return write_stream(sock, stream).await,
+                    Err(r) => (r.code, r.content_type, r.body, false),
+                },
+                None => match method {
+                    "GET" | "HEAD" => {
+                        let r = handler.respond(path);
+                        (r.code, r.content_type, r.body, method == "HEAD")
+                    }
+                    _ => (405, TEXT, "only GET and HEAD\n".to_string(), false),
+                },
             }
         }
         Err(HeadError::Closed) => return,
@@ -242,6 +303,9 @@ async fn handle<H: Handler>(mut sock: TcpStream, handler: &H, limits: &Limits) {
     };
     let reason = match code {
         200 => "OK",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        429 => "Too Many Requests",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -283,6 +347,32 @@ async fn handle<H: Handler>(mut sock: TcpStream, handler: &H, limits: &Limits) {
         };
         let _ = timeout(LINGER, drain).await;
     }
+}
+
+/// Writes `stream`'s head, then its chunks as they come, until its sender is dropped or
+/// the reader is gone (a write fails or takes over [`STREAM_WRITE_TIMEOUT`]). The body ends
+/// with the connection: no length is known beforehand.
+async fn write_stream(mut sock: TcpStream, mut stream: Stream) {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nCache-Control: no-store\r\nConnection: \
+         close\r\n\r\n",
+        stream.content_type
+    );
+    if !matches!(
+        timeout(STREAM_WRITE_TIMEOUT, sock.write_all(head.as_bytes())).await,
+        Ok(Ok(()))
+    ) {
+        return;
+    }
+    while let Some(chunk) = stream.chunks.recv().await {
+        if !matches!(
+            timeout(STREAM_WRITE_TIMEOUT, sock.write_all(&chunk)).await,
+            Ok(Ok(()))
+        ) {
+            return;
+        }
+    }
+    let _ = timeout(STREAM_WRITE_TIMEOUT, sock.shutdown()).await;
 }
 
 /// The delay before the next accept after an error: doubles from 10 ms up to 1 s while

@@ -41,6 +41,27 @@ impl Handler for Health {
             _ => Response::text(404, "not found\n"),
         }
     }
+    fn stream(&self, request: &Request<'_>) -> Option<StreamStart> {
+        if request.path != "/stream" {
+            return None;
+        }
+        let allowed = request.header("x-token") == Some("yes");
+        Some(Box::pin(async move {
+            if !allowed {
+                return Err(Response::text(403, "no\n"));
+            }
+            let (tx, chunks) = mpsc::channel(4);
+            tokio::spawn(async move {
+                for chunk in ["one\n", "two\n"] {
+                    let _ = tx.send(chunk.as_bytes().to_vec()).await;
+                }
+            });
+            Ok(Stream {
+                content_type: TEXT,
+                chunks,
+            })
+        }))
+    }
 }
 
 /// Every test's wait for an event is bounded by this, so a broken server fails the test
@@ -319,4 +340,26 @@ fn accept_errors_are_logged_at_most_once_per_interval_with_a_count() {
     assert_eq!(r.allow(t0 + LOG_EVERY), Some(5));
     assert_eq!(r.allow(t0 + LOG_EVERY + Duration::from_secs(1)), None);
     assert_eq!(r.allow(t0 + LOG_EVERY * 2), Some(1));
+}
+
+#[tokio::test]
+async fn a_stream_is_written_chunk_by_chunk_and_ends_with_the_connection() {
+    let server = start(Limits::default(), Arc::new(Health::default())).await;
+    let ok = get(
+        server.addr,
+        "GET /stream?x=1 HTTP/1.1\r\nHost: a\r\nX-Token:  yes \r\n\r\n",
+    )
+    .await;
+    assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+    assert!(!ok.contains("Content-Length"), "{ok}");
+    assert!(ok.ends_with("\r\n\r\none\ntwo\n"), "{ok}");
+    let refused = get(server.addr, "GET /stream HTTP/1.1\r\nX-Token: no\r\n\r\n").await;
+    assert!(
+        refused.starts_with("HTTP/1.1 403 Forbidden\r\n"),
+        "{refused}"
+    );
+    assert!(refused.ends_with("\r\n\r\nno\n"), "{refused}");
+    let plain = get(server.addr, "GET /healthz HTTP/1.1\r\n\r\n").await;
+    assert!(plain.ends_with("\r\n\r\nok\n"), "{plain}");
+    server.task.abort();
 }

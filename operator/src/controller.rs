@@ -15,8 +15,12 @@
 //! each agent detaches its probes when the ProbeSpec leaves its watch. A finalizer would
 //! only add a way for deletions to hang while the operator is down or being upgraded. So a
 //! ProbeSpec that is being deleted is left alone.
+//!
+//! A ProbeSpec with `ttlSeconds` is deleted once they are up (expiry.rs), and reconciled
+//! again just after that moment.
 
 use crate::error::Error;
+use crate::expiry::{delete_expired, expiry, requeue_after, Expiry};
 use crate::rollup::{reason, roll_up, transitions, READY, VALID};
 use crate::server::Probes;
 use crate::validation::validate;
@@ -153,6 +157,14 @@ pub async fn reconcile_at(spec: &ProbeSpec, ctx: &Context, now: &Time) -> Result
     let namespace = spec
         .namespace()
         .ok_or_else(|| Error::NoNamespace { name: name.clone() })?;
+    if expiry(spec, now) == Expiry::Expired {
+        delete_expired(&ctx.client, spec).await?;
+        ctx.written().remove(&key(spec));
+        info!(probespec = %format!("{namespace}/{name}"), "deleted: its ttlSeconds are up");
+        return Ok(Action::await_change());
+    }
+    // Reconciled again just after it expires, if that comes before the regular requeue.
+    let requeue = Action::requeue(requeue_after(spec, now, REQUEUE));
 
     let issues = validate(spec);
     // At most one status write per MIN_STATUS_INTERVAL: wait for the rest of it. The
@@ -171,7 +183,7 @@ pub async fn reconcile_at(spec: &ProbeSpec, ctx: &Context, now: &Time) -> Result
     let new = roll_up(spec, &issues, &mine, now);
     if old == Some(&new) {
         debug!(probespec = %name, "status up to date");
-        return Ok(Action::requeue(REQUEUE));
+        return Ok(requeue);
     }
 
     let specs: Api<ProbeSpec> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -208,7 +220,7 @@ pub async fn reconcile_at(spec: &ProbeSpec, ctx: &Context, now: &Time) -> Result
             warn!(probespec = %name, error = %e, reason = %event.reason, "publishing an Event");
         }
     }
-    Ok(Action::requeue(REQUEUE))
+    Ok(requeue)
 }
 
 /// The attachments of ProbeSpec `namespace/name` in the controller's store, once the

@@ -31,6 +31,13 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("deleting ProbeSpec {namespace}/{name}, whose ttlSeconds are up: {source}")]
+    DeleteExpired {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl Error {
@@ -41,6 +48,7 @@ impl Error {
             Error::ListAttachments { .. } => "list_attachments",
             Error::AttachmentsNotSynced { .. } => "attachments_not_synced",
             Error::PatchStatus { .. } => "patch_status",
+            Error::DeleteExpired { .. } => "delete_expired",
         }
     }
 }

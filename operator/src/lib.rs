@@ -3,6 +3,7 @@
 
 pub mod controller;
 pub mod error;
+pub mod expiry;
 pub mod leader;
 pub mod metrics;
 pub mod rollup;

@@ -459,3 +459,46 @@ async fn a_failed_patch_is_retried_with_growing_backoff_and_counted() {
     drop(ctx);
     verified(server).await;
 }
+
+#[tokio::test]
+async fn an_expired_spec_is_deleted_by_its_uid_and_nothing_else_is_written() {
+    let (ctx, api) = context();
+    let mut spec = valid_spec();
+    spec.spec.ttl_seconds = Some(30);
+    spec.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1_000).unwrap()));
+    let server = api.run(vec![Step::new(
+        Method::DELETE,
+        "/apis/gprobe.dev/v1alpha1/namespaces/shop/probespecs/urls",
+    )
+    .ok(json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}))]);
+    let now = Time(Timestamp::from_second(1_031).unwrap());
+    let action = crate::controller::reconcile_at(&spec, &ctx, &now)
+        .await
+        .unwrap();
+    assert_eq!(action, Action::await_change());
+    drop(ctx);
+    let seen = verified(server).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body["preconditions"]["uid"], "u-1");
+}
+
+#[tokio::test]
+async fn a_spec_not_yet_expired_is_reconciled_again_just_after_its_expiry() {
+    let (ctx, api) = context();
+    let mut spec = valid_spec();
+    spec.spec.ttl_seconds = Some(30);
+    spec.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1_000).unwrap()));
+    let server = api.run(vec![
+        list_step(&[]),
+        patch_step(&spec),
+        event_step(),
+        event_step(),
+    ]);
+    let now = Time(Timestamp::from_second(1_010).unwrap());
+    let action = crate::controller::reconcile_at(&spec, &ctx, &now)
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(21)));
+    drop(ctx);
+    verified(server).await;
+}

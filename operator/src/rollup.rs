@@ -252,6 +252,7 @@ mod tests {
                     ..Probe::default()
                 }],
                 limits: Limits::default(),
+                ttl_seconds: None,
             },
         );
         s.metadata.namespace = Some("shop".into());

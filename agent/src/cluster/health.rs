@@ -1,10 +1,13 @@
-//! /healthz, /readyz and /metrics for the agent's pod probes and Prometheus, served by the
-//! hardened server of `gprobe-httpd` (read deadlines, a connection cap, accept back-off).
+//! /healthz, /readyz and /metrics for the agent's pod probes and Prometheus, and the trace
+//! streams of `kubectl gprobe trace` (traces.rs), served by the hardened server of
+//! `gprobe-httpd` (read deadlines, a connection cap, accept back-off).
 
-use gprobe_httpd::{Handler, Limits, Response, METRICS};
+use super::traces::Traces;
+use gprobe_crds::trace::{parse_stream_path, TOKEN_HEADER};
+use gprobe_httpd::{Handler, Limits, Request, Response, StreamStart, METRICS};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug, Default)]
 struct State {
@@ -15,6 +18,8 @@ struct State {
     /// Why gprobe cannot trace on this node at all (a kernel without what its programs
     /// need): /readyz says it, and never answers ready.
     unable: Mutex<Option<String>>,
+    /// Served at `/traces/NAMESPACE/NAME` once set.
+    traces: OnceLock<Traces>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -40,6 +45,11 @@ impl Health {
 
     pub fn set_attached(&self, n: usize) {
         self.0.attached.store(n, Ordering::Relaxed);
+    }
+
+    /// Serves these trace streams (once; later calls are ignored).
+    pub fn set_traces(&self, traces: Traces) {
+        let _ = self.0.traces.set(traces);
     }
 }
 
@@ -84,6 +94,19 @@ impl Handler for State {
             },
             _ => Response::text(404, "not found\n"),
         }
+    }
+
+    fn stream(&self, request: &Request<'_>) -> Option<StreamStart> {
+        let (namespace, name) = parse_stream_path(request.path)?;
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        let token = request.header(TOKEN_HEADER).map(str::to_string);
+        let traces = self.traces.get().cloned();
+        Some(Box::pin(async move {
+            match traces {
+                Some(t) => t.open(&namespace, &name, token.as_deref()).await,
+                None => Err(Response::text(503, "this agent serves no traces yet\n")),
+            }
+        }))
     }
 }
 
@@ -139,5 +162,40 @@ mod tests {
         );
         assert_eq!(m.content_type, METRICS);
         assert_eq!(h.0.respond("/nope").code, 404);
+    }
+
+    #[tokio::test]
+    async fn trace_streams_are_served_at_their_path_with_the_token_header() {
+        use crate::engine::driver::SpecEvent;
+        use gprobe_crds::trace::TOKEN_DIGEST_ANNOTATION;
+        let h = Health::default();
+        let request = |headers| Request::new("/traces/shop/t1", headers);
+        let without = h.0.stream(&request("")).expect("a trace path").await;
+        assert_eq!(without.unwrap_err().code, 503, "no traces set yet");
+
+        let traces = Traces::new("node-a");
+        let text = format!(
+            "apiVersion: gprobe.dev/v1alpha1\nkind: ProbeSpec\nmetadata: {{name: t1, namespace: \
+             shop, annotations: {{{TOKEN_DIGEST_ANNOTATION}: '{}'}}}}\nspec:\n  selector: \
+             {{images: [x]}}\n  probes: [{{symbol: main.f}}]\n",
+            super::super::traces::token_digest("tok")
+        );
+        let spec = gprobe_crds::load_specs(&text, "t.yaml").unwrap().remove(0);
+        traces.spec_event(&SpecEvent::Upsert(Box::new(spec)));
+        h.set_traces(traces);
+        let wrong =
+            h.0.stream(&request("X-Gprobe-Trace-Token: nope\r\n"))
+                .unwrap()
+                .await;
+        assert_eq!(wrong.unwrap_err().code, 403);
+        let ok =
+            h.0.stream(&request("x-gprobe-trace-token: tok\r\n"))
+                .unwrap()
+                .await;
+        assert_eq!(ok.unwrap().content_type, "application/x-ndjson");
+        assert!(
+            h.0.stream(&Request::new("/metrics", "")).is_none(),
+            "answered whole"
+        );
     }
 }

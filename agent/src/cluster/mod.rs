@@ -7,6 +7,7 @@ pub mod api;
 pub mod health;
 mod specs;
 pub mod status;
+pub mod traces;
 
 use crate::attach::LoadError;
 use crate::discover::cri::{CriClient, CriError};
@@ -59,6 +60,7 @@ struct Publisher<'a> {
     node: &'a str,
     client: Option<&'a kube::Client>,
     report_file: Option<&'a Path>,
+    traces: &'a traces::Traces,
     last: BTreeMap<String, (ProbeAttachmentStatus, Instant)>,
     /// The ProbeAttachment objects this agent has applied, by key, with the uid of the spec
     /// they were applied for: later writes of their status are one request.
@@ -110,6 +112,7 @@ impl Publisher<'_> {
         let snap = pipeline.engine.snapshot.borrow().clone();
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let statuses = status::attachment_statuses(&snap, &pipeline.stats, now);
+        self.traces.set_statuses(&statuses);
         health.set_attached(
             statuses
                 .iter()
@@ -161,7 +164,7 @@ impl Publisher<'_> {
 
 /// Runs the node agent until SIGINT/SIGTERM (or `duration`).
 pub async fn run(
-    opts: AgentOptions,
+    mut opts: AgentOptions,
     out: Box<dyn std::io::Write + Send>,
 ) -> Result<RunSummary, AgentError> {
     let mut cri = CriClient::connect(&opts.cri_socket).await?;
@@ -183,6 +186,9 @@ pub async fn run(
         node: opts.node_name.clone(),
     };
     let health = health::Health::default();
+    let traces = traces::Traces::new(&opts.node_name);
+    health.set_traces(traces.clone());
+    opts.pipeline.tap = Some(std::sync::Arc::new(traces.clone()));
     if let Some(addr) = opts.health_addr {
         tokio::spawn(health::serve(addr, health.clone()));
     }
@@ -205,10 +211,12 @@ pub async fn run(
     if let Some(k) = pipeline.stats.kernel_features() {
         health.set_detail(&[k.summary()]);
     }
+    traces.set_stats(pipeline.stats.clone());
     let mut publisher = Publisher {
         node: &opts.node_name,
         client: client.as_ref(),
         report_file: opts.report_file.as_deref(),
+        traces: &traces,
         last: BTreeMap::new(),
         applied: BTreeMap::new(),
     };
@@ -223,6 +231,7 @@ pub async fn run(
         tokio::select! {
             ev = srx.recv() => match ev {
                 Some(ev) => {
+                    traces.spec_event(&ev);
                     if !to_engine(Input::Spec(ev)) {
                         break;
                     }

@@ -26,6 +26,7 @@ pub mod otlp;
 pub mod ratelimit;
 pub mod summary;
 pub mod table;
+pub mod tap;
 mod writer;
 pub use writer::Format;
 
@@ -51,6 +52,8 @@ pub struct ExportOptions {
     pub otlp: Option<otlp::OtlpConfig>,
     /// Capacity of the channel to the output thread, in batches.
     pub channel_batches: usize,
+    /// Also hands every batch delivered to this (the cluster agent's trace streams).
+    pub tap: Option<std::sync::Arc<dyn tap::Tap>>,
 }
 
 impl ExportOptions {
@@ -59,6 +62,7 @@ impl ExportOptions {
             format,
             otlp,
             channel_batches: DEFAULT_CHANNEL_BATCHES,
+            tap: None,
         }
     }
 }
@@ -125,6 +129,7 @@ pub fn start(
         out,
         stats,
         otlp: sink,
+        tap: opts.tap,
         closed: closed_tx,
     };
     std::thread::Builder::new()

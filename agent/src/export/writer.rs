@@ -16,6 +16,7 @@ pub(crate) struct Writer {
     pub(crate) out: Box<dyn Write + Send>,
     pub(crate) stats: Stats,
     pub(crate) otlp: Option<OtlpSink>,
+    pub(crate) tap: Option<std::sync::Arc<dyn super::tap::Tap>>,
     /// Turns true when the reader of the output went away (broken pipe).
     pub(crate) closed: tokio::sync::watch::Sender<bool>,
 }
@@ -152,6 +153,9 @@ impl Writer {
             }
         }
         self.count(&batch);
+        if let Some(tap) = &self.tap {
+            tap.send(&batch);
+        }
         if let Some(otlp) = &mut self.otlp {
             let dropped = otlp.send(batch);
             if dropped > 0 {

@@ -311,6 +311,7 @@ pub fn build_spec(
             selector,
             probes: vec![one.probe(opts)],
             limits: Limits::default(),
+            ttl_seconds: None,
         },
     );
     if let Some(issue) = validate_spec(&spec).into_iter().next() {
