@@ -101,7 +101,9 @@ start() { # start NAME BINARY ARGS...: runs BINARY in the background, logs in $l
   local name="$1" bin="$2"
   shift 2
   if pid_of "$name" >/dev/null; then return; fi
-  setsid "$bin" "$@" >>"$logs/$name.log" 2>&1 </dev/null 9>&- &
+  # Without the locks' descriptors (9: this script's state lock; 8: e2e/cluster_test.sh's):
+  # a daemon holding one would keep it locked as long as the cluster runs (KEEP=1).
+  setsid "$bin" "$@" >>"$logs/$name.log" 2>&1 </dev/null 8>&- 9>&- &
   echo $! >"$pids/$name.pid"
   readlink -f "$bin" >"$pids/$name.exe"
 }

@@ -122,6 +122,15 @@ pub struct BpfTracer {
 }
 
 impl BpfTracer {
+    /// Hands links to the detach threads, said first to the address table (kernels without
+    /// cookies: a probe that comes to their addresses waits for them, sites.rs).
+    fn drop_links(&self, links: Vec<Link>) {
+        for l in &links {
+            l.retire();
+        }
+        self.pool.drop_all(links);
+    }
+
     /// Loads the programs, attaches the process hooks (exec, fork, exit), pins the map of
     /// held processes (taking over what agents that died left in theirs) and returns the
     /// ring buffers.
@@ -244,7 +253,7 @@ impl BpfTracer {
         let (k, links) = selftest::measure(|path, offsets| {
             selftest::place(self.multi.as_ref(), prog.as_fd(), path, offsets)
         })?;
-        self.pool.drop_all(links);
+        self.drop_links(links);
         Ok(k)
     }
 
@@ -276,7 +285,7 @@ impl BpfTracer {
                         sites.iter().filter(|s| s.point.ret == ret).map(|s| s.cfg),
                     )),
                     Err(e) => {
-                        self.pool.drop_all(links);
+                        self.drop_links(links);
                         if gone() {
                             return Err(TraceError::ProcessGone);
                         }
@@ -330,7 +339,7 @@ impl BpfTracer {
             match perf::attach(prog.as_fd(), target, s.point, pid, cookie(s), identify) {
                 Ok(l) => links.push(self.slots.links().perf(l, s.cfg)),
                 Err(e) => {
-                    self.pool.drop_all(links);
+                    self.drop_links(links);
                     let gone = match &e {
                         perf::PerfError::Open(io)
                         | perf::PerfError::Link(io)
@@ -413,7 +422,7 @@ impl Tracer for BpfTracer {
             match self.attach_program(pid, target, &writers, self.propagate_prog) {
                 Ok(l) => links.extend(l),
                 Err(e) => {
-                    self.pool.drop_all(links);
+                    self.drop_links(links);
                     return Err(e);
                 }
             }
@@ -422,10 +431,7 @@ impl Tracer for BpfTracer {
     }
 
     fn detach(&mut self, links: Vec<Link>) {
-        for l in &links {
-            l.retire();
-        }
-        self.pool.drop_all(links);
+        self.drop_links(links);
     }
 
     fn counters(&self, cfg: &ProbeConfig) -> KernelCounts {
